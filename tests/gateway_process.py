@@ -1,0 +1,66 @@
+"""Start the real gateway (`gateway serve`, uvicorn) in a subprocess for a test session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.fakes.server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class GatewayProcess:
+    def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0) -> None:
+        self.port = port or free_port()
+        self.env = {**os.environ, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", **env}
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen | None = None
+        self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> GatewayProcess:
+        self.log_path.parent.mkdir(exist_ok=True)
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], env=self.env, cwd=ROOT,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"gateway not ready in {self.ready_timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode if self.proc else None
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
