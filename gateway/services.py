@@ -8,49 +8,56 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.auth import KeyStore, StaticKeyStore, new_key
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway import accounts, database
+from gateway.auth import KeyStore
 from gateway.config import Settings
+from gateway.ledger import Ledger
 from vendors.registry import Registry
 
 log = logging.getLogger("gateway")
-
-DEFAULT_ACCOUNT = "default"
 
 
 @dataclass(slots=True)
 class Services:
     settings: Settings
     registry: Registry
+    database: AsyncEngine
     keys: KeyStore
-
-
-def key_store(env: dict[str, str] | os._Environ[str]) -> KeyStore:
-    """Keys from GATEWAY_API_KEYS ("key=account[,account];key2=account"), or one new key for
-    the default account, printed once so the README's curl works on a fresh clone."""
-    spec = env.get("GATEWAY_API_KEYS", "").strip()
-    keys: dict[str, frozenset[str]] = {}
-    for entry in filter(None, (part.strip() for part in spec.split(";"))):
-        key, _, accounts = entry.partition("=")
-        keys[key.strip()] = frozenset(a.strip() for a in (accounts or DEFAULT_ACCOUNT).split(",") if a.strip())
-    if not keys:
-        key = new_key()
-        keys[key] = frozenset({DEFAULT_ACCOUNT})
-        print(f"gateway: no GATEWAY_API_KEYS set; this run's API key (account '{DEFAULT_ACCOUNT}'): {key}", flush=True)
-    return StaticKeyStore(keys)
+    ledger: Ledger
 
 
 @contextlib.asynccontextmanager
 async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]]:
+    engine = database.connect(settings.database_url)
+    try:
+        # Migrations run here, at every start; on an empty database the first account and key are
+        # created so that a fresh clone works (production creates its own with the CLI first).
+        first_key = await database.prepare(engine, accounts.bootstrap)
+    except BaseException:
+        await engine.dispose()
+        raise
+    if first_key is not None:
+        print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and this API key for it "
+              f"(key id {first_key.info.id}; shown only this once, store it now):\n    {first_key.key}", flush=True)
     registry = Registry.from_settings(settings)
     await registry.start()
-    services = Services(settings=settings, registry=registry, keys=key_store(os.environ))
-    log.info("gateway ready on http://%s:%s with vendors: %s", settings.host, settings.port, ", ".join(registry.names()))
+    ledger = Ledger(engine, settings.ledger_buffer_rows)
+    ledger.start()
+    services = Services(settings, registry, engine, accounts.DatabaseKeyStore(engine, settings.key_cache_seconds),
+                        ledger)
+    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
+             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
     try:
         yield {"services": services}
     finally:
-        await registry.close()
+        try:
+            await ledger.close()  # after the server finished its requests: every pending row is written
+        finally:
+            await registry.close()
+            await engine.dispose()

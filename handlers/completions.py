@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from gateway import planning, sse
 from gateway.errors import GatewayError
+from gateway.ledger import Meter
 from gateway.security import TOKEN_INFO_KEY
 from generated.models import CompletionRequest
 from vendors.base import Choice, Chunk, Result, Usage
@@ -25,19 +26,24 @@ log = logging.getLogger("gateway")
 async def create(body: dict[str, Any]) -> Response:
     services = request.scope["state"]["services"]
     caller = context["token_info"][TOKEN_INFO_KEY]
-    caller.account(request.headers.get("x-selected-account-id"))
+    account = caller.account(request.headers.get("x-selected-account-id"))
     plan = planning.plan(CompletionRequest.model_validate(body), services.registry)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {"x-request-id": request_id}
+    # Usage ledger: from here on, every way out of this request records exactly one row.
+    meter = services.ledger.meter(plan, request_id=request_id, account_id=account, key_id=caller.key_id)
     if plan.stream:
         chunks = planning.stream(plan)
         # Wait for the vendor's first chunk before sending headers: until then a vendor failure
         # can still be an honest HTTP status instead of an error event in a 200 stream.
-        first = await anext(chunks)
-        events = _events(plan, first, chunks, request_id, created)
+        with meter.on_failure():
+            first = await anext(chunks)
+        events = _events(plan, first, chunks, request_id, created, meter)
         return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"})
-    result = await planning.complete(plan)
+    with meter.on_failure():
+        result = await planning.complete(plan)
+    meter.finish(result.usage, result.choices)
     return Response(orjson.dumps(_completion(plan, result, request_id, created)), media_type="application/json",
                     headers=headers)
 
@@ -58,9 +64,10 @@ def _completion(plan: planning.Plan, result: Result, request_id: str, created: i
 
 
 async def _events(plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                  created: int) -> AsyncIterator[bytes]:
+                  created: int, meter: Meter) -> AsyncIterator[bytes]:
     """SSE events with one id/created/model, exactly one finish_reason per choice, the usage chunk
-    when the client asked for it, and an error event instead of a silent cut."""
+    when the client asked for it, and an error event instead of a silent cut. The meter hears of
+    every piece of text sent and of how the stream ended (ledger)."""
     head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
     finished: set[int] = set()
     usage: Usage | None = None
@@ -79,20 +86,27 @@ async def _events(plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk],
                 if c.text or c.finish_reason or c.logprobs:
                     choices.append(_choice(c, c.finish_reason))
             if choices:
+                meter.sent(chunk.choices)
                 yield sse.event(head | {"choices": choices})
             chunk = await anext(rest, None)
         # The vendor ended its stream cleanly; a choice it never closed ended there.
+        meter.finish(usage)
         unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
         if unfinished:
             yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
         if plan.include_usage and usage is not None:
             yield sse.event(head | {"choices": [], "usage": _usage(usage)})
     except GatewayError as exc:
+        meter.fail(exc)
         log.warning("stream %s failed: %s", request_id, exc.message)
         yield sse.event(exc.body())
-    except Exception:
+    except Exception as exc:
+        meter.fail(exc)
         log.exception("stream %s failed", request_id)
         yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
+    except BaseException as exc:  # cancelled or closed: the client went away
+        meter.fail(exc)
+        raise
     yield sse.DONE
 
 
