@@ -1,0 +1,49 @@
+"""GET /v5/usage: the caller's token usage, per account and model, from the ledger."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from connexion import request
+from connexion.context import context
+from starlette.responses import Response
+
+from gateway import usage
+from gateway.errors import RequestInvalid, StorageUnavailable
+from gateway.security import TOKEN_INFO_KEY
+from generated.models import UsageLine, UsageReport
+
+log = logging.getLogger("gateway")
+
+
+async def report(start: str | None = None, end: str | None = None, model: str | None = None) -> Response:
+    services = request.scope["state"]["services"]
+    caller = context["token_info"][TOKEN_INFO_KEY]
+    accounts = caller.visible_accounts(request.headers.get("x-selected-account-id"))
+    since, until = _instant("start", start), _instant("end", end)
+    try:
+        async with services.database.connect() as connection:
+            lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model)
+    except Exception as exc:  # whatever stops the database answering, the caller can only retry
+        log.warning("usage report failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:300])
+        raise StorageUnavailable("the gateway's database is unavailable; retry later",
+                                 code="database_unavailable") from None
+    body = UsageReport(
+        object="usage_report",
+        accounts=sorted(accounts),
+        start=since,
+        end=until,
+        model=model,
+        data=[UsageLine.model_validate(line, from_attributes=True) for line in lines],
+    )
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+def _instant(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return usage.parse_instant(value)
+    except ValueError as exc:  # the schema's date-time check lets through what it cannot tell (e.g. 2026-02-30)
+        raise RequestInvalid([{"loc": ["query", name], "msg": str(exc), "type": "value_error", "input": value}]) from None
