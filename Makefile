@@ -39,7 +39,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 fuzz: install
-	$(BIN)/python -m bench.fuzz
+	$(BIN)/python -m tests.fuzz
 
 bench: install
 	$(BIN)/python -m bench.run

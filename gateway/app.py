@@ -7,7 +7,6 @@ import functools
 import logging
 
 import orjson
-from connexion import AsyncApp
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from connexion.middleware import main as connexion_middlewares
@@ -18,6 +17,7 @@ from starlette.exceptions import HTTPException
 from gateway import validation
 from gateway.config import ROOT, Settings
 from gateway.errors import GatewayError, RequestInvalid, from_http_status
+from gateway.lean import LeanApp, PreparedValidationMiddleware
 from gateway.security import SECURITY_MAP
 from gateway.services import lifespan
 from handlers import resolve
@@ -27,10 +27,10 @@ log = logging.getLogger("gateway")
 SPEC = ROOT / "openapi.json"
 
 
-def create_app(settings: Settings | None = None) -> AsyncApp:
+def create_app(settings: Settings | None = None) -> LeanApp:
     settings = settings or Settings.load()
     _accept_openapi_31()
-    app = AsyncApp(
+    app = LeanApp(
         __name__,
         lifespan=functools.partial(lifespan, settings),
         middlewares=_middlewares(settings),
@@ -52,15 +52,16 @@ def create_app(settings: Settings | None = None) -> AsyncApp:
 
 
 def _middlewares(settings: Settings) -> list:
+    # Connexion's default stack without the Swagger UI and the context proxies (handlers get
+    # an explicit Incoming request), with validators prepared once per operation.
     m = connexion_middlewares
     stack = [
         m.ServerErrorMiddleware,
         m.ExceptionMiddleware,
         m.RoutingMiddleware,
         m.SecurityMiddleware,
-        m.RequestValidationMiddleware,
+        PreparedValidationMiddleware,
         m.LifespanMiddleware,
-        m.ContextMiddleware,
     ]
     if settings.validate_responses:
         stack.insert(stack.index(m.LifespanMiddleware), m.ResponseValidationMiddleware)
@@ -90,7 +91,9 @@ def _request_invalid(request: ConnexionRequest, exc: RequestInvalid) -> Connexio
 
 def _http_error(request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
     error = from_http_status(exc.status_code, getattr(exc, "detail", None))
-    return _gateway_error(request, error)
+    response = _gateway_error(request, error)
+    response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
+    return response
 
 
 def _internal_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:

@@ -63,7 +63,7 @@ class CompletionRequest(BaseModel):
             examples=['local/smollm2-135m', 'openai/gpt-3.5-turbo-instruct'],
             max_length=256,
             min_length=3,
-            pattern='^[A-Za-z0-9][A-Za-z0-9_.-]*/\\S.*$',
+            pattern='^[A-Za-z0-9][A-Za-z0-9_.-]*/.+$',
             title='Model',
         ),
     ]
@@ -97,7 +97,7 @@ class CompletionRequest(BaseModel):
     """
     Include log probabilities of the most likely tokens. Maximum value is 5.
     """
-    max_tokens: Annotated[int | None | MISSING, Field(ge=0, title='Max Tokens')] = MISSING
+    max_tokens: Annotated[int | None | MISSING, Field(ge=0, le=2147483647, title='Max Tokens')] = MISSING
     """
     The maximum number of tokens that can be generated in the completion. Defaults to 16. 0 is allowed together with `echo` (scores the prompt without generating, as evaluation harnesses do).
     """

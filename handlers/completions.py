@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from connexion import request
-from connexion.context import context
+import pydantic
 from starlette.responses import Response
 
 from gateway import planning, sse
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, RequestInvalid
+from gateway.lean import Incoming
 from gateway.ledger import Meter
 from gateway.security import TOKEN_INFO_KEY
 from generated.models import CompletionRequest
@@ -23,16 +23,15 @@ from vendors.base import Choice, Chunk, Result, Usage
 log = logging.getLogger("gateway")
 
 
-async def create(body: dict[str, Any]) -> Response:
-    services = request.scope["state"]["services"]
-    caller = context["token_info"][TOKEN_INFO_KEY]
+async def create(request: Incoming) -> Response:
+    caller = request.token_info[TOKEN_INFO_KEY]
     account = caller.account(request.headers.get("x-selected-account-id"))
-    plan = planning.plan(CompletionRequest.model_validate(body), services.registry)
+    plan = planning.plan(_parse(request.body), request.services.registry)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {"x-request-id": request_id}
     # Usage ledger: from here on, every way out of this request records exactly one row.
-    meter = services.ledger.meter(plan, request_id=request_id, account_id=account, key_id=caller.key_id)
+    meter = request.services.ledger.meter(plan, request_id=request_id, account_id=account, key_id=caller.key_id)
     if plan.stream:
         chunks = planning.stream(plan)
         # Wait for the vendor's first chunk before sending headers: until then a vendor failure
@@ -46,6 +45,16 @@ async def create(body: dict[str, Any]) -> Response:
     meter.finish(result.usage, result.choices)
     return Response(orjson.dumps(_completion(plan, result, request_id, created)), media_type="application/json",
                     headers=headers)
+
+
+def _parse(body: dict[str, Any]) -> CompletionRequest:
+    """The body as the generated model. The schema validator has accepted it already; pydantic's
+    regex and number semantics can still differ at the edges, and that must be a 422 too."""
+    try:
+        return CompletionRequest.model_validate(body)
+    except pydantic.ValidationError as exc:
+        detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        raise RequestInvalid(detail) from None
 
 
 def _completion(plan: planning.Plan, result: Result, request_id: str, created: int) -> dict[str, Any]:

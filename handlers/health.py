@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from connexion import request
 from starlette.responses import JSONResponse
 
+from gateway.lean import Incoming
 
-async def live() -> JSONResponse:
+
+async def live(request: Incoming) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-async def ready() -> JSONResponse:
-    services = request.scope["state"]["services"]
+async def ready(request: Incoming) -> JSONResponse:
+    services = request.services
     problems = services.registry.not_ready()
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.
     # Taking every gateway sharing that database out of the load balancer would turn it into an outage.

@@ -91,9 +91,12 @@ def prompts_of(request: dict[str, Any]) -> list[str]:
     return [prompt] if isinstance(prompt, str) else list(prompt)
 
 
+MAX_GENERATED = 256  # a fuzzer asks for max_tokens up to 2**63; the fake stops at this many
+
+
 def words(request: dict[str, Any]) -> tuple[list[str], str]:
     """The generated tokens of any choice, and the finish reason."""
-    max_tokens = request.get("max_tokens", 16)
+    max_tokens = min(request.get("max_tokens", 16), MAX_GENERATED)
     stop = request.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
     tokens: list[str] = []

@@ -1,0 +1,40 @@
+"""`make fuzz`: schemathesis (CLI, all checks) against a live gateway in front of a fake vendor.
+
+    python -m tests.fuzz [--max-examples N] [extra schemathesis args...]
+
+Exit status is schemathesis's: 0 when it found nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from tests.conftest import KEY, gateway_env
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.fakes.server import ServerThread
+from tests.gateway_process import ROOT, GatewayProcess
+
+
+def fuzz(max_examples: int, extra: list[str]) -> int:
+    with ServerThread(FakeOpenAI()) as upstream, GatewayProcess(gateway_env(upstream.url)) as gateway:
+        command = [
+            str(ROOT / ".venv" / "bin" / "schemathesis"), "run", str(ROOT / "openapi.json"),
+            "--url", gateway.url, "-H", f"x-api-key: {KEY}", "-H", "x-selected-account-id: acct-a",
+            "--checks", "all", "--max-examples", str(max_examples), "--no-color", *extra,
+        ]  # fmt: skip
+        env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz_hooks", "PYTHONPATH": str(ROOT)}
+        return subprocess.run(command, env=env, cwd=ROOT).returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-examples", type=int, default=200)
+    args, extra = parser.parse_known_args()
+    return fuzz(args.max_examples, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
