@@ -5,25 +5,25 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from connexion import request
-from connexion.context import context
+from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
 from gateway import usage
 from gateway.errors import RequestInvalid, StorageUnavailable
+from gateway.lean import Incoming
 from gateway.security import TOKEN_INFO_KEY
 from generated.models import UsageLine, UsageReport
 
 log = logging.getLogger("gateway")
 
 
-async def report(start: str | None = None, end: str | None = None, model: str | None = None) -> Response:
-    services = request.scope["state"]["services"]
-    caller = context["token_info"][TOKEN_INFO_KEY]
+async def report(request: Incoming) -> Response:
+    caller = request.token_info[TOKEN_INFO_KEY]
     accounts = caller.visible_accounts(request.headers.get("x-selected-account-id"))
-    since, until = _instant("start", start), _instant("end", end)
+    query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
+    since, until, model = _instant("start", query.get("start")), _instant("end", query.get("end")), query.get("model")
     try:
-        async with services.database.connect() as connection:
+        async with request.services.database.connect() as connection:
             lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model)
     except Exception as exc:  # whatever stops the database answering, the caller can only retry
         log.warning("usage report failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:300])
