@@ -19,7 +19,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -34,10 +34,11 @@ from gateway.errors import ConfigError
 T = TypeVar("T")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """`env` stands in for the environment (tests provision databases in-process with it)."""
     args = _parser().parse_args(argv)
     try:
-        settings = Settings.load()
+        settings = Settings.load(env)
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
