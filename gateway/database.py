@@ -82,16 +82,24 @@ def _sqlite_events(engine: AsyncEngine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+async def write_connection(engine: AsyncEngine) -> AsyncConnection:
+    """A connection for write transactions. On SQLite they take the write lock at BEGIN (BEGIN
+    IMMEDIATE): a deferred transaction that reads before it writes fails at once, without waiting,
+    when another process wrote in between."""
+    connection = await engine.connect()
+    await connection.execution_options(**{_IMMEDIATE: True})
+    return connection
+
+
 @contextlib.asynccontextmanager
 async def writing(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A write transaction, committed when the block ends without an exception.
-
-    On SQLite it takes the write lock at BEGIN (BEGIN IMMEDIATE): a deferred transaction that
-    reads before it writes fails at once, without waiting, when another process wrote in between."""
-    async with engine.connect() as connection:
-        await connection.execution_options(**{_IMMEDIATE: True})
+    """A write transaction, committed when the block ends without an exception."""
+    connection = await write_connection(engine)
+    try:
         async with connection.begin():
             yield connection
+    finally:
+        await connection.close()
 
 
 async def prepare(engine: AsyncEngine, then: Callable[[AsyncConnection], Awaitable[T]]) -> T:

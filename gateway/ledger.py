@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway import database, tokens
 from gateway.errors import GatewayError, VendorTimeout
@@ -173,6 +173,9 @@ class Ledger:
     BATCH_ROWS = 500  # rows per INSERT statement; a commit takes everything pending
     RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # seconds between attempts while the database fails
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
+    # A commit that hangs (a database that stopped answering) counts as failed after this long:
+    # retried like any failure, and visible in readiness. Retrying is safe (ON CONFLICT DO NOTHING).
+    WRITE_TIMEOUT = 15.0
 
     def __init__(self, engine: AsyncEngine, max_pending: int) -> None:
         self._engine = engine
@@ -181,6 +184,7 @@ class Ledger:
         self._wake = asyncio.Event()
         self._counting: set[asyncio.Task[None]] = set()
         self._writer: asyncio.Task[None] | None = None
+        self._connection: AsyncConnection | None = None  # the writer's own
         self._closing = False
         self._closed = False
         self._failing_since: float | None = None
@@ -241,6 +245,7 @@ class Ledger:
         self._wake.set()
         if self._writer is not None:
             await self._writer
+        await self._drop_connection()
         self._closed = True
         while self._pending:
             _lost(f"shutdown: the database did not take it within {self.CLOSE_TIMEOUT:.0f}s", self._pending.popleft())
@@ -294,8 +299,24 @@ class Ledger:
                 _lost(f"the database refused it ({_reason(exc)})", row)
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> None:
-        async with database.writing(self._engine) as connection:
-            await connection.execute(self._insert, rows)
+        # The writer keeps its own connection between commits: a pool checkout (with its ping)
+        # and return (with its rollback) around each batch would double a commit's round trips,
+        # and the loss window on a hard kill is a commit long.
+        if self._connection is None:
+            self._connection = await database.write_connection(self._engine)
+        try:
+            async with asyncio.timeout(self.WRITE_TIMEOUT), self._connection.begin():
+                await self._connection.execute(self._insert, rows)
+        except Exception as exc:
+            if not _refused(exc):  # the connection may be broken: the next attempt opens a new one
+                await self._drop_connection()
+            raise
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
 
     def _failed(self, exc: Exception) -> None:
         reason = _reason(exc)

@@ -10,7 +10,7 @@ import pytest
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import ServerThread
 from tests.gateway_process import GatewayProcess
-from tests.provision import TestDatabase, postgres_database, postgres_unavailable, sqlite_database
+from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
 
 UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
 
@@ -50,18 +50,19 @@ def database() -> TestDatabase:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def backend(request) -> TestDatabase:
-    """A fresh database of each kind for a test module. PostgreSQL comes from the server named by
-    GATEWAY_TEST_DATABASE_URL (.ci/run sets it); without one these tests are skipped, saying why."""
-    if request.param == "postgresql":
-        reason = postgres_unavailable()
-        if reason:
-            pytest.skip(reason)
-        with postgres_database() as db:
-            yield db
-    else:
-        with sqlite_database() as db:
-            yield db
+def backend_kind(request) -> str:
+    """Each database kind in turn. PostgreSQL is the server named by GATEWAY_TEST_DATABASE_URL
+    (.ci/run sets it); without one, these tests are skipped, saying why."""
+    if request.param == "postgresql" and (reason := postgres_unavailable()):
+        pytest.skip(reason)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def backend(backend_kind) -> TestDatabase:
+    """A fresh, provisioned database of each kind for a test module."""
+    with empty_database(backend_kind) as url:
+        yield provision(url)
 
 
 @pytest.fixture(scope="session")

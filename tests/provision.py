@@ -2,9 +2,10 @@
 makes them: the `gateway` CLI (run in-process here, to stay fast; tests/test_cli.py runs the real
 console script).
 
-    with sqlite_database() as db:          a fresh SQLite file
-    with postgres_database() as db:        a fresh database on GATEWAY_TEST_DATABASE_URL's server
+    with sqlite_database() as db:              a fresh SQLite file, provisioned:
         db.url, db.key (grants acct-a), db.multi_key (grants acct-a and acct-b)
+    with empty_database("postgresql") as url:  a fresh, empty database on the server named by
+                                               GATEWAY_TEST_DATABASE_URL (or "sqlite")
 """
 
 from __future__ import annotations
@@ -66,12 +67,30 @@ def provision(url: str) -> TestDatabase:
 
 
 @contextlib.contextmanager
-def sqlite_database() -> Iterator[TestDatabase]:
-    folder = Path(tempfile.mkdtemp(prefix="gateway-test-"))
+def empty_database(kind: str) -> Iterator[str]:
+    """The URL of a new, empty database: "sqlite" (a temporary file) or "postgresql" (a database
+    created on GATEWAY_TEST_DATABASE_URL's server and dropped afterwards)."""
+    if kind == "sqlite":
+        folder = Path(tempfile.mkdtemp(prefix="gateway-test-"))
+        try:
+            yield f"sqlite:///{folder / 'gateway.db'}"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    server = postgres_server()
+    assert server, postgres_unavailable()
+    name = f"gateway_test_{secrets.token_hex(6)}"
+    asyncio.run(_admin(server, f'CREATE DATABASE "{name}"'))
     try:
-        yield provision(f"sqlite:///{folder / 'gateway.db'}")
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        asyncio.run(_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextlib.contextmanager
+def sqlite_database() -> Iterator[TestDatabase]:
+    with empty_database("sqlite") as url:
+        yield provision(url)
 
 
 def postgres_server() -> str | None:
@@ -90,19 +109,6 @@ def postgres_unavailable() -> str | None:
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         return f"PostgreSQL at {make_url(server).render_as_string(hide_password=True)} is unreachable: {exc}"
     return None
-
-
-@contextlib.contextmanager
-def postgres_database() -> Iterator[TestDatabase]:
-    """A new, empty database on the test server, dropped afterwards."""
-    server = postgres_server()
-    assert server, postgres_unavailable()
-    name = f"gateway_test_{secrets.token_hex(6)}"
-    asyncio.run(_admin(server, f'CREATE DATABASE "{name}"'))
-    try:
-        yield provision(make_url(server).set(database=name).render_as_string(hide_password=False))
-    finally:
-        asyncio.run(_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def _admin(server: str, statement: str) -> None:
@@ -169,3 +175,16 @@ def writes_blocked(url: str) -> Iterator[None]:
         run(connection.close())
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+@contextlib.contextmanager
+def postgres_down(url: str) -> Iterator[None]:
+    """An outage of one PostgreSQL test database: new connections are refused and open ones cut."""
+    name = make_url(url).database
+    server = postgres_server()
+    asyncio.run(_admin(server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
+    asyncio.run(_admin(server, f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
+    try:
+        yield
+    finally:
+        asyncio.run(_admin(server, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
