@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     except (SQLAlchemyError, OSError) as exc:
-        print(f"gateway: cannot use the database: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"gateway: cannot use the database: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
+              file=sys.stderr)
         return 1
 
 

@@ -39,7 +39,8 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
         # Migrations run here, at every start; on an empty database the first account and key are
         # created so that a fresh clone works (production creates its own with the CLI first).
         first_key = await database.prepare(engine, accounts.bootstrap)
-    except BaseException:
+    except BaseException as exc:
+        log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
         await engine.dispose()
         raise
     if first_key is not None:

@@ -73,7 +73,9 @@ class SchemaValidators:
         return validator
 
 
-def problems(validator: jsonschema_rs.Validator, instance: Any, where: tuple[str, ...] = ("body",)) -> list[dict[str, Any]]:
+def problems(
+    validator: jsonschema_rs.Validator, instance: Any, where: tuple[str, ...] = ("body",)
+) -> list[dict[str, Any]]:
     """Every schema violation of `instance`, as HTTPValidationError entries located under `where`."""
     detail: list[dict[str, Any]] = []
     for error in validator.iter_errors(instance):

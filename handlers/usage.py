@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime
 
@@ -16,6 +17,8 @@ from generated.models import UsageLine, UsageReport
 
 log = logging.getLogger("gateway")
 
+QUERY_TIMEOUT = 30.0  # seconds; past it the report is a 503, not a request held open
+
 
 async def report(request: Incoming) -> Response:
     caller = request.token_info[TOKEN_INFO_KEY]
@@ -23,10 +26,10 @@ async def report(request: Incoming) -> Response:
     query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
     since, until, model = _instant("start", query.get("start")), _instant("end", query.get("end")), query.get("model")
     try:
-        async with request.services.database.connect() as connection:
+        async with asyncio.timeout(QUERY_TIMEOUT), request.services.database.connect() as connection:
             lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model)
     except Exception as exc:  # whatever stops the database answering, the caller can only retry
-        log.warning("usage report failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:300])
+        log.warning("usage report failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         raise StorageUnavailable("the gateway's database is unavailable; retry later",
                                  code="database_unavailable") from None
     body = UsageReport(
@@ -45,5 +48,6 @@ def _instant(name: str, value: str | None) -> datetime | None:
         return None
     try:
         return usage.parse_instant(value)
-    except ValueError as exc:  # the schema's date-time check lets through what it cannot tell (e.g. 2026-02-30)
-        raise RequestInvalid([{"loc": ["query", name], "msg": str(exc), "type": "value_error", "input": value}]) from None
+    except ValueError as exc:  # should the schema's date-time check and this parser ever disagree
+        problem = {"loc": ["query", name], "msg": str(exc), "type": "value_error", "input": value}
+        raise RequestInvalid([problem]) from None

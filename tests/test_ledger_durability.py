@@ -25,9 +25,11 @@ from tests.test_ledger import fresh_account
 LOAD_SECONDS = 2.0
 CONCURRENCY = 16
 # A row is queued before its answer is sent and committed by the next group commit, so a hard
-# kill can lose only rows answered in the last commit's time. Measured here: see the test's output
-# (and README). The bound leaves room for a slow CI machine, not for a timer-based flush.
-LOSS_WINDOW_BOUND = 0.25
+# kill loses only rows answered during the commit in flight. On the 2-core CI machine, saturated
+# by this very load, a commit takes a few to a few hundred ms (event-loop and thread scheduling,
+# not the disk: a bare SQLite commit with fsync takes 0.2 ms there); the test prints what it saw.
+# The bound is for a design that waits (a flush timer, writes only at shutdown), not for noise.
+LOSS_WINDOW_BOUND = 1.0
 
 
 def test_a_hard_kill_loses_only_rows_answered_in_the_last_moments(upstream, backend):
