@@ -19,7 +19,15 @@ import pytest
 
 from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
-from tests.provision import create_key, empty_database, ledger_rows, postgres_down, provision, wait_for_rows
+from tests.provision import (
+    create_key,
+    empty_database,
+    ledger_rows,
+    postgres_down,
+    postgres_unavailable,
+    provision,
+    wait_for_rows,
+)
 from tests.test_ledger import fresh_account
 
 LOAD_SECONDS = 2.0
@@ -74,9 +82,10 @@ def test_a_hard_kill_loses_only_rows_answered_in_the_last_moments(upstream, back
 
 
 @pytest.fixture
-def postgres(backend_kind):
-    if backend_kind != "postgresql":
-        pytest.skip("an outage is simulated on PostgreSQL, the database that lives apart from the gateway")
+def postgres():
+    """An outage is simulated on PostgreSQL, the database that lives apart from the gateway."""
+    if reason := postgres_unavailable():
+        pytest.skip(reason)
     with empty_database("postgresql") as url:
         yield provision(url)
 
