@@ -18,6 +18,9 @@ def run(connection: Connection) -> None:
         target_metadata=metadata,
         # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
         render_as_batch=connection.dialect.name == "sqlite",
+        # Both databases roll DDL back with the transaction (SQLite too: gateway.database emits
+        # its own BEGIN), so a failed migration leaves the schema as it was.
+        transactional_ddl=True,
         compare_type=True,
     )
     with context.begin_transaction():
