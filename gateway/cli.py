@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import dataclasses
 import sys
 
 from gateway.config import Settings
@@ -28,24 +28,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    import dataclasses
-
-    import uvicorn
-
+    from gateway import server
     from gateway.app import create_app
 
     settings = dataclasses.replace(settings, host=host or settings.host, port=port or settings.port)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=30,
-    )
+    server.run(create_app(settings), settings)
     return 0
 
 

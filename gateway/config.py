@@ -45,6 +45,7 @@ class VendorConfig:
     base_url: str = ""
     api_key: str = field(default="", repr=False)  # resolved from api_key_env; never logged
     timeouts: Timeouts = Timeouts()
+    retries: int = 2  # extra tries after a connection failure or a retryable status (vendors/http.py)
     options: Mapping[str, Any] = field(default_factory=dict)  # protocol-specific (model_path, ...)
 
 
@@ -54,6 +55,11 @@ class Settings:
     port: int = 8000
     vendors: Mapping[str, VendorConfig] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
+    max_concurrent: int = 1024  # completions in flight per process (gateway/limits.py)
+    max_choices: int = 2048  # generations per request: prompts x max(n, best_of)
+    body_timeout: float = 30.0  # seconds for a client to send its request body (then 408)
+    send_timeout: float = 60.0  # seconds a stream waits for a client that does not read (then it is dropped)
+    header_timeout: float = 15.0  # seconds for a new connection to send its request headers
     # Response validation against openapi.json: on in tests, off in production (it halves
     # throughput and turns every stream into a buffered body).
     validate_responses: bool = False
@@ -73,7 +79,7 @@ _TIMEOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Timeouts))
 # Settable per vendor as GATEWAY_VENDOR_<NAME>_<FIELD>; the longest matching field wins, so vendor
 # names may contain underscores (GATEWAY_VENDOR_MY_VLLM_BASE_URL is vendor "my_vllm").
 _ENV_FIELDS = sorted(
-    ("protocol", "base_url", "api_key", "api_key_env", "enabled", "model_path", "threads", "parallel",
+    ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries", "model_path", "threads", "parallel",
      "context_size", *_TIMEOUT_FIELDS),
     key=len,
     reverse=True,
@@ -93,6 +99,11 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         ("host", "GATEWAY_HOST", str),
         ("port", "GATEWAY_PORT", int),
         ("max_body_bytes", "GATEWAY_MAX_BODY_BYTES", int),
+        ("max_concurrent", "GATEWAY_MAX_CONCURRENT", int),
+        ("max_choices", "GATEWAY_MAX_CHOICES", int),
+        ("body_timeout", "GATEWAY_BODY_TIMEOUT", float),
+        ("send_timeout", "GATEWAY_SEND_TIMEOUT", float),
+        ("header_timeout", "GATEWAY_HEADER_TIMEOUT", float),
         ("validate_responses", "GATEWAY_VALIDATE_RESPONSES", _boolean),
         ("http_transport", "GATEWAY_HTTP_TRANSPORT", str),
         ("log_level", "GATEWAY_LOG_LEVEL", str),
@@ -155,7 +166,10 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> Vendor
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"vendor {name!r}: bad timeouts: {exc}") from exc
     base_url = str(values.pop("base_url", "")).rstrip("/")
-    return VendorConfig(name, protocol, base_url, api_key, parsed, values)
+    retries = _convert(f"vendor {name!r} retries", values.pop("retries", 2), int)
+    if retries < 0:
+        raise ConfigError(f"vendor {name!r}: retries must be >= 0")
+    return VendorConfig(name, protocol, base_url, api_key, parsed, retries, values)
 
 
 def _boolean(value: str) -> bool:

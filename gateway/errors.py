@@ -95,6 +95,13 @@ class MethodNotAllowed(GatewayError):
     type = "invalid_request_error"
 
 
+class RequestTimeout(GatewayError):
+    """The client took too long to send its request body."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"

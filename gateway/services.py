@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.auth import KeyStore, StaticKeyStore, new_key
 from gateway.config import Settings
+from gateway.limits import Admission
 from vendors.registry import Registry
 
 log = logging.getLogger("gateway")
@@ -27,6 +28,7 @@ class Services:
     settings: Settings
     registry: Registry
     keys: KeyStore
+    admission: Admission
 
 
 def key_store(env: dict[str, str] | os._Environ[str]) -> KeyStore:
@@ -48,7 +50,8 @@ def key_store(env: dict[str, str] | os._Environ[str]) -> KeyStore:
 async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]]:
     registry = Registry.from_settings(settings)
     await registry.start()
-    services = Services(settings=settings, registry=registry, keys=key_store(os.environ))
+    services = Services(settings=settings, registry=registry, keys=key_store(os.environ),
+                        admission=Admission(settings.max_concurrent))
     log.info("gateway ready on http://%s:%s with vendors: %s", settings.host, settings.port, ", ".join(registry.names()))
     try:
         yield {"services": services}

@@ -11,7 +11,7 @@ from typing_extensions import TypeAliasType
 
 
 class Prompt(RootModel[list[str]]):
-    root: Annotated[list[str], Field(min_length=1, title='Prompt')]
+    root: Annotated[list[str], Field(max_length=2048, min_length=1, title='Prompt')]
     """
     The prompt(s) to generate completions for: a string, or a non-empty list of strings (each one a separate prompt; choices are indexed prompt-major, `index = prompt_index * n + i`).
     """

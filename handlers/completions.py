@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway import planning, sse
+from gateway import limits, planning, sse
 from gateway.errors import GatewayError, RequestInvalid
 from gateway.lean import Incoming
 from gateway.security import TOKEN_INFO_KEY
@@ -23,22 +23,34 @@ log = logging.getLogger("gateway")
 
 
 async def create(request: Incoming) -> Response:
+    services = request.services
     caller = request.token_info[TOKEN_INFO_KEY]
     caller.account(request.headers.get("x-selected-account-id"))
-    plan = planning.plan(_parse(request.body), request.services.registry)
+    plan = planning.plan(_parse(request.body), services.registry)
+    limits.check_fanout(len(plan.prompts), plan.n, plan.legs[0].call.best_of, services.settings.max_choices)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     headers = {"x-request-id": request_id}
-    if plan.stream:
-        chunks = planning.stream(plan)
-        # Wait for the vendor's first chunk before sending headers: until then a vendor failure
-        # can still be an honest HTTP status instead of an error event in a 200 stream.
+    services.admission.enter()
+    if not plan.stream:
+        try:
+            result = await planning.complete(plan)
+        finally:
+            services.admission.leave()
+        body = orjson.dumps(_completion(plan, result, request_id, created))
+        return Response(body, media_type="application/json", headers=headers)
+    chunks = planning.stream(plan)
+    # Wait for the vendor's first chunk before sending headers: until then a vendor failure
+    # can still be an honest HTTP status instead of an error event in a 200 stream.
+    try:
         first = await anext(chunks)
-        events = _events(plan, first, chunks, request_id, created)
-        return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"})
-    result = await planning.complete(plan)
-    return Response(orjson.dumps(_completion(plan, result, request_id, created)), media_type="application/json",
-                    headers=headers)
+    except BaseException:
+        services.admission.leave()
+        await chunks.aclose()
+        raise
+    events = _EventStream(plan, first, chunks, request_id, created, on_close=services.admission.leave)
+    return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
+                                   send_timeout=services.settings.send_timeout)
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:
@@ -66,43 +78,73 @@ def _completion(plan: planning.Plan, result: Result, request_id: str, created: i
     return body
 
 
-async def _events(plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                  created: int) -> AsyncIterator[bytes]:
-    """SSE events with one id/created/model, exactly one finish_reason per choice, the usage chunk
-    when the client asked for it, and an error event instead of a silent cut."""
-    head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
-    finished: set[int] = set()
-    usage: Usage | None = None
-    chunk: Chunk | None = first
-    try:
-        while chunk is not None:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            choices = []
-            for c in chunk.choices:
-                if c.finish_reason is not None:
-                    if c.index in finished:
-                        c.finish_reason = None  # a vendor repeating itself
-                    else:
-                        finished.add(c.index)
-                if c.text or c.finish_reason or c.logprobs:
-                    choices.append(_choice(c, c.finish_reason))
-            if choices:
-                yield sse.event(head | {"choices": choices})
-            chunk = await anext(rest, None)
-        # The vendor ended its stream cleanly; a choice it never closed ended there.
-        unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
-        if unfinished:
-            yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
-        if plan.include_usage and usage is not None:
-            yield sse.event(head | {"choices": [], "usage": _usage(usage)})
-    except GatewayError as exc:
-        log.warning("stream %s failed: %s", request_id, exc.message)
-        yield sse.event(exc.body())
-    except Exception:
-        log.exception("stream %s failed", request_id)
-        yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
-    yield sse.DONE
+class _EventStream:
+    """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
+    finish_reason per choice, the usage chunk when the client asked for it, and an error event
+    instead of a silent cut. `aclose()` (called once by the response, however it ends) closes
+    the vendor stream and releases the request's admission."""
+
+    def __init__(self, plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
+                 created: int, on_close: Callable[[], None]) -> None:
+        self._plan = plan
+        self._first = first
+        self._rest = rest
+        self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
+        self._on_close = on_close
+        self._events = self._generate()
+        self._closed = False
+        self.usage: Usage | None = None
+        self.outcome = "client_disconnected"  # until the stream ends otherwise
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._events
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._events.aclose()
+            await self._rest.aclose()
+        finally:
+            self._on_close()
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        plan, head = self._plan, self._head
+        finished: set[int] = set()
+        chunk: Chunk | None = self._first
+        try:
+            while chunk is not None:
+                if chunk.usage is not None:
+                    self.usage = chunk.usage
+                choices = []
+                for c in chunk.choices:
+                    if c.finish_reason is not None:
+                        if c.index in finished:
+                            c.finish_reason = None  # a vendor repeating itself
+                        else:
+                            finished.add(c.index)
+                    if c.text or c.finish_reason or c.logprobs:
+                        choices.append(_choice(c, c.finish_reason))
+                if choices:
+                    yield sse.event(head | {"choices": choices})
+                chunk = await anext(self._rest, None)
+            # The vendor ended its stream cleanly; a choice it never closed ended there.
+            unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
+            if unfinished:
+                yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
+            if plan.include_usage and self.usage is not None:
+                yield sse.event(head | {"choices": [], "usage": _usage(self.usage)})
+            self.outcome = "completed"
+        except GatewayError as exc:
+            log.warning("stream %s failed: %s", head["id"], exc.message)
+            self.outcome = "vendor_timeout" if exc.status == 504 else "vendor_error"
+            yield sse.event(exc.body())
+        except Exception:
+            log.exception("stream %s failed", head["id"])
+            self.outcome = "gateway_error"
+            yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
+        yield sse.DONE
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:

@@ -36,6 +36,12 @@ def gateway_env(upstream_url: str, **extra: str) -> dict[str, str]:
         "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
         "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
         "GATEWAY_VENDOR_FAKE_IDLE": "2",
+        "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
+        # The same fake vendor with the default retry policy, for the fault tests.
+        "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
+        "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
+        "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         "GATEWAY_VALIDATE_RESPONSES": "1",
         **extra,

@@ -4,9 +4,13 @@ translation of a vendor's failure into the gateway's errors (who was at fault, n
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import httpx
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.config import VendorConfig
@@ -20,6 +24,12 @@ from gateway.errors import (
 )
 
 MAX_CONNECTIONS = 512
+# Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
+BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
+
+log = logging.getLogger("gateway.vendors")
 
 
 def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:
@@ -37,6 +47,60 @@ def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, st
         timeout=httpx.Timeout(connect=t.connect, read=t.total, write=t.connect, pool=t.connect),
         transport=io,
     )
+
+
+async def send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, *,
+               stream: bool) -> httpx.Response:
+    """Send `request` and return the vendor's 200 response (a streamed one open, for the caller to
+    close), or raise the gateway error its failure means.
+
+    Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
+    exponential backoff and full jitter, honouring Retry-After. This happens before anything
+    went to the client (a stream's headers wait for its first chunk), so a retry is invisible
+    to it. Timeouts are not retried: the time is already spent.
+    """
+    attempts = config.retries + 1
+    for attempt in range(attempts):
+        retry_after: float | None = None
+        try:
+            if stream:
+                async with asyncio.timeout(config.timeouts.first_byte):
+                    response = await client.send(request, stream=True)
+            else:
+                response = await client.send(request)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            error = transport_error(config, exc)
+            retryable = not is_timeout(exc)
+        else:
+            if response.status_code == 200:
+                return response
+            body = await response.aread()
+            await response.aclose()
+            header = response.headers.get("retry-after")
+            error = vendor_error(config, response.status_code, error_message(body), header)
+            retryable = response.status_code in RETRY_STATUSES
+            retry_after = _seconds(header)
+        if not retryable or attempt + 1 == attempts or (retry_after or 0) > BACKOFF_CAP:
+            raise error
+        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2**attempt)
+        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt + 1, config.retries, delay)
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def error_message(body: bytes) -> str:
+    """The human message of a vendor's error body. OpenAI, Anthropic and Gemini all put it at
+    `error.message`; anything else is shown as (the start of) its text."""
+    try:
+        payload: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500].decode(errors="replace").strip()
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return str(payload)[:500]
 
 
 def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:

@@ -17,9 +17,9 @@ import httpx
 import orjson
 
 from gateway.config import Settings, VendorConfig
-from gateway.errors import GatewayError, VendorFailed
+from gateway.errors import VendorFailed
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
-from vendors.http import paced, pooled_client, transport_error, vendor_error
+from vendors.http import error_message, paced, pooled_client, send, transport_error
 from vendors.sse import MalformedStream, read_events
 
 _JSON = {"content-type": "application/json"}
@@ -68,13 +68,9 @@ class OpenAIAdapter:
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
-        try:
-            response = await self._client.post("/completions", content=orjson.dumps(self._payload(call)),
-                                               headers=_JSON)
-        except httpx.HTTPError as exc:
-            raise transport_error(self._config, exc) from None
-        if response.status_code != 200:
-            raise self._error(response.status_code, response.content, response.headers.get("retry-after"))
+        request = self._client.build_request("POST", "/completions", content=orjson.dumps(self._payload(call)),
+                                             headers=_JSON)
+        response = await send(self._client, self._config, request, stream=False)
         try:
             data = orjson.loads(response.content)
             return Result(
@@ -88,16 +84,9 @@ class OpenAIAdapter:
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         timeouts = self._config.timeouts
         request = self._client.build_request("POST", "/completions", content=orjson.dumps(self._payload(call)),
-                                              headers=_JSON)
+                                             headers=_JSON)
+        response = await send(self._client, self._config, request, stream=True)
         try:
-            async with asyncio.timeout(timeouts.first_byte):
-                response = await self._client.send(request, stream=True)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self._config, exc) from None
-        try:
-            if response.status_code != 200:
-                body = await response.aread()
-                raise self._error(response.status_code, body, response.headers.get("retry-after"))
             body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
             async for sse in read_events(body_chunks):
                 if sse.data == "[DONE]":
@@ -111,15 +100,12 @@ class OpenAIAdapter:
         finally:
             await response.aclose()
 
-    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        return vendor_error(self._config, status, _error_message(body), retry_after)
-
 
 def _chunk(vendor: str, data: str) -> Chunk:
     try:
         payload = orjson.loads(data)
         if payload.get("error"):
-            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {_message(payload)}", vendor=vendor)
+            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {error_message(data.encode())}", vendor=vendor)
         return Chunk(choices=[_choice(c) for c in payload.get("choices") or ()], usage=_usage(payload.get("usage")))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise VendorFailed(f"vendor '{vendor}' sent a malformed stream chunk: {exc}", vendor=vendor) from None
@@ -143,19 +129,3 @@ def _usage(raw: dict[str, Any] | None) -> Usage | None:
         prompt_tokens_details=raw.get("prompt_tokens_details") or None,
         completion_tokens_details=raw.get("completion_tokens_details") or None,
     )
-
-
-def _error_message(body: bytes) -> str:
-    try:
-        return _message(orjson.loads(body))
-    except (orjson.JSONDecodeError, TypeError, AttributeError):
-        return body[:500].decode(errors="replace").strip()
-
-
-def _message(payload: Any) -> str:
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    if isinstance(error, str):
-        return error
-    return str(payload)[:500]
