@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import signal
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway import logs
 from gateway.config import Settings
 
 
@@ -55,8 +56,7 @@ def protocol(header_timeout: float) -> type[HttpToolsProtocol]:
 
 
 def run(app: Any, settings: Settings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -66,3 +66,11 @@ def run(app: Any, settings: Settings) -> None:
         access_log=False,
         timeout_graceful_shutdown=30,
     )
+    # uvicorn.Config set up uvicorn's logging; ours goes on top of it.
+    logs.configure(settings.log_level, (v.api_key for v in settings.vendors.values()))
+    # After a graceful shutdown uvicorn restores the previous SIGTERM/SIGINT handlers and raises
+    # the signal again, which by default kills the process with -15 even though all went well.
+    # A handler that returns lets run() finish, and the gateway exits 0.
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: None)
+    uvicorn.Server(config).run()

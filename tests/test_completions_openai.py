@@ -265,3 +265,27 @@ def test_healthz_and_readyz(gateway):
     assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.url}/readyz").json()
     assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok"}}
+
+
+def test_logs_never_hold_keys(client, gateway):
+    for model in ("fail-400", "fail-401", "fail-500"):
+        client.post("/v5/completions", json={"model": f"fake/{model}", "prompt": "x"})
+    client.post("/v5/completions", json={"model": "fake/m", "prompt": "x"}, headers={"x-api-key": "sk-wrong-key-123456"})
+    log = gateway.log()
+    assert "fake failure" in log or "vendor 'fake'" in log  # the failures were logged...
+    for secret in (UPSTREAM_SECRET, KEY, "sk-wrong-key-123456"):
+        assert secret not in log  # ...without a secret
+
+
+def test_redaction_filter_scrubs_known_and_key_shaped_secrets():
+    import logging
+
+    from gateway.logs import RedactSecrets
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "calling %s with %s and %s", (
+        "https://v/?q", "Authorization: Bearer abc.def", "sk-abcdefghijkl"), None)
+    RedactSecrets(["topsecret"]).filter(record)
+    assert record.getMessage() == "calling https://v/?q with Authorization: [redacted] and [redacted]"
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "key=topsecret", None, None)
+    RedactSecrets(["topsecret"]).filter(record)
+    assert "topsecret" not in record.getMessage()
