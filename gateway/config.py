@@ -54,6 +54,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     vendors: Mapping[str, VendorConfig] = field(default_factory=dict)
+    # model -> models to try, in order, when it fails in a way a retry could help (429, 5xx, timeout)
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
     max_concurrent: int = 1024  # completions in flight per process (gateway/limits.py)
     max_choices: int = 2048  # generations per request: prompts x max(n, best_of)
@@ -110,13 +112,26 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     ):
         if var in env:
             server[key] = _convert(var, env[var], kind)
-    known = {f.name for f in dataclasses.fields(Settings)} - {"vendors"}
+    known = {f.name for f in dataclasses.fields(Settings)} - {"vendors", "fallbacks"}
     unknown = set(server) - known
     if unknown:
         raise ConfigError(f"unknown [gateway] settings: {', '.join(sorted(unknown))}")
     if server.get("http_transport", "aiohttp") not in ("aiohttp", "httpx"):
         raise ConfigError("http_transport must be 'aiohttp' or 'httpx'")
-    return Settings(vendors=_vendors(data.get("vendors", {}), env), **server)
+    return Settings(vendors=_vendors(data.get("vendors", {}), env), fallbacks=_fallbacks(data, env), **server)
+
+
+def _fallbacks(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """`[fallbacks]` table ("vendor/model" = ["vendor/other", ...]) and/or
+    GATEWAY_FALLBACKS="vendor/model=vendor/other,vendor/third;vendor/x=vendor/y"."""
+    chains = {model: tuple(chain) for model, chain in data.get("fallbacks", {}).items()}
+    for entry in filter(None, (part.strip() for part in env.get("GATEWAY_FALLBACKS", "").split(";"))):
+        model, _, chain = entry.partition("=")
+        chains[model.strip()] = tuple(m.strip() for m in chain.split(",") if m.strip())
+    for model, chain in chains.items():
+        if "/" not in model or not chain or any("/" not in m for m in chain):
+            raise ConfigError(f"fallbacks: {model!r} -> {list(chain)!r}: models are written vendor/name")
+    return chains
 
 
 def _vendors(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, VendorConfig]:

@@ -6,6 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,31 +27,74 @@ async def create(request: Incoming) -> Response:
     services = request.services
     caller = request.token_info[TOKEN_INFO_KEY]
     caller.account(request.headers.get("x-selected-account-id"))
-    plan = planning.plan(_parse(request.body), services.registry)
-    limits.check_fanout(len(plan.prompts), plan.n, plan.legs[0].call.best_of, services.settings.max_choices)
+    completion_request = _parse(request.body)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    headers = {"x-request-id": request_id}
     services.admission.enter()
-    if not plan.stream:
-        try:
-            result = await planning.complete(plan)
-        finally:
-            services.admission.leave()
-        body = orjson.dumps(_completion(plan, result, request_id, created))
-        return Response(body, media_type="application/json", headers=headers)
-    chunks = planning.stream(plan)
-    # Wait for the vendor's first chunk before sending headers: until then a vendor failure
-    # can still be an honest HTTP status instead of an error event in a 200 stream.
     try:
-        first = await anext(chunks)
+        started = await _start(completion_request, services)
     except BaseException:
         services.admission.leave()
-        await chunks.aclose()
         raise
-    events = _EventStream(plan, first, chunks, request_id, created, on_close=services.admission.leave)
+    plan = started.plan
+    headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
+    if plan.model != completion_request.model:
+        headers["x-gateway-fallback-from"] = completion_request.model
+    if started.result is not None:
+        services.admission.leave()
+        body = orjson.dumps(_completion(plan, started.result, request_id, created))
+        return Response(body, media_type="application/json", headers=headers)
+    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave)
     return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
                                    send_timeout=services.settings.send_timeout)
+
+
+@dataclass(slots=True)
+class _Started:
+    """A vendor call that has begun to answer: a whole result, or a stream's first chunk."""
+
+    plan: planning.Plan
+    result: Result | None = None
+    first: Chunk | None = None
+    rest: AsyncIterator[Chunk] | None = None
+
+
+async def _start(request: CompletionRequest, services: Any) -> _Started:
+    """Plan and start the request on its model, or on the configured fallbacks in turn when the
+    model fails in a way another vendor can help with (429, 5xx, timeouts). A fallback that
+    cannot serve the request (a parameter it lacks, its own failure) is skipped; when none
+    serves, the client gets the first model's error. Nothing reached the client yet: a stream's
+    headers wait for its first chunk, so a fallback is invisible but for the x-gateway-* headers
+    and the `model` of the answer."""
+    models = [request.model, *services.settings.fallbacks.get(request.model, ())]
+    first_error: GatewayError | None = None
+    for model in models:
+        try:
+            plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
+                                 services.registry)
+            limits.check_fanout(len(plan.prompts), plan.n, plan.legs[0].call.best_of, services.settings.max_choices)
+        except GatewayError:
+            if first_error is None:
+                raise  # the request as the client wrote it cannot be served: its mistake, no fallback
+            log.info("fallback %s cannot serve this request; skipped", model)
+            continue
+        try:
+            if not plan.stream:
+                return _Started(plan, result=await planning.complete(plan))
+            chunks = planning.stream(plan)
+            try:
+                return _Started(plan, first=await anext(chunks), rest=chunks)
+            except BaseException:
+                await chunks.aclose()
+                raise
+        except GatewayError as exc:
+            if first_error is None:  # the model the client asked for
+                if not exc.retryable:
+                    raise
+                first_error = exc
+            log.warning("model %s failed (%s)%s", model, exc.message, "; trying a fallback" if model != models[-1] else "")
+    assert first_error is not None
+    raise first_error
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:

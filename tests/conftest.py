@@ -43,6 +43,8 @@ def gateway_env(upstream_url: str, **extra: str) -> dict[str, str]:
         "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
         "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
+        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
         "GATEWAY_VALIDATE_RESPONSES": "1",
         **extra,
     }

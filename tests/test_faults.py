@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import KEY, gateway_env
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import sse_events
+from tests.test_completions_openai import chunks_of, sse_events
 
 
 def post(client: httpx.Client, model: str, stream: bool = False, **extra) -> httpx.Response:
@@ -100,3 +100,23 @@ def test_unreachable_vendor_is_a_502_after_retries(upstream):
             r = post(client, "down/m", stream)
             assert r.status_code == 502, r.text
             assert r.json()["error"]["code"] == "vendor_unreachable"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_fallback_serves_when_the_model_fails(client, upstream, stream):
+    r = post(client, "fake/fail-503", stream)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-model"] == "fake/backup"
+    assert r.headers["x-gateway-fallback-from"] == "fake/fail-503"
+    if stream:
+        assert {c["model"] for c in chunks_of(r.text)} == {"fake/backup"}
+    else:
+        assert r.json()["model"] == "fake/backup"
+    assert [req["body"]["model"] for req in upstream.requests] == ["fail-503", "fail-400", "backup"]
+
+
+def test_no_fallback_for_a_client_mistake_or_without_a_chain(client, upstream):
+    r = post(client, "fake/fail-400")
+    assert r.status_code == 400 and "x-gateway-fallback-from" not in r.headers
+    r = post(client, "fake/fail-500")
+    assert r.status_code == 502 and "x-gateway-fallback-from" not in r.headers
