@@ -4,9 +4,11 @@ translation of a vendor's failure into the gateway's errors (who was at fault, n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import httpx
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.config import VendorConfig
@@ -18,8 +20,13 @@ from gateway.errors import (
     VendorFailed,
     VendorTimeout,
 )
+from vendors.sse import Event, MalformedStream, read_events
 
 MAX_CONNECTIONS = 512
+_JSON = {"content-type": "application/json"}
+
+# How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
+ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 
 
 def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:
@@ -37,6 +44,67 @@ def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, st
         timeout=httpx.Timeout(connect=t.connect, read=t.total, write=t.connect, pool=t.connect),
         transport=io,
     )
+
+
+async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: str, payload: Any,
+                    on_error: ErrorMapper) -> Any:
+    """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+    try:
+        response = await client.post(url, content=orjson.dumps(payload), headers=_JSON)
+    except httpx.HTTPError as exc:
+        raise transport_error(config, exc) from None
+    if response.status_code != 200:
+        raise on_error(response.status_code, response.content, response.headers.get("retry-after"))
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
+
+
+async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: str, payload: Any,
+                     on_error: ErrorMapper) -> AsyncIterator[Event]:
+    """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
+    timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
+    timeouts = config.timeouts
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    try:
+        async with asyncio.timeout(timeouts.first_byte):
+            response = await client.send(request, stream=True)
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(config, exc) from None
+    try:
+        if response.status_code != 200:
+            body = await response.aread()
+            raise on_error(response.status_code, body, response.headers.get("retry-after"))
+        body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
+        async for event in read_events(body_chunks):
+            yield event
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(config, exc) from None
+    except MalformedStream as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+    finally:
+        await response.aclose()
+
+
+def error_message(body: bytes) -> str:
+    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
+    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
+    "status"}}`) all put it in `error.message`."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500].decode(errors="replace").strip()
+    return payload_message(payload)
+
+
+def payload_message(payload: Any) -> str:
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    if isinstance(error, str):
+        return error
+    return str(payload)[:500]
 
 
 def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:
