@@ -10,20 +10,21 @@ from starlette.responses import Response
 
 from gateway.capabilities import Verdict, verdicts
 from gateway.lean import Incoming
-from vendors.base import Adapter
+from vendors.base import Capabilities
 
 
 async def list_vendors(request: Incoming) -> Response:
     adapters = sorted(request.services.registry, key=lambda adapter: adapter.name)
-    body = {"object": "list", "data": [describe(adapter) for adapter in adapters]}
+    body = {"object": "list", "data": [describe(a.name, a.protocol, a.capabilities) for a in adapters]}
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def describe(adapter: Adapter) -> dict[str, Any]:
+def describe(name: str, protocol: str, capabilities: Capabilities) -> dict[str, Any]:
+    """One vendor as the `Vendor` schema."""
     return {
-        "name": adapter.name,
-        "protocol": adapter.protocol,
-        "parameters": {name: _support(found) for name, found in verdicts(adapter.capabilities).items()},
+        "name": name,
+        "protocol": protocol,
+        "parameters": {param: _support(found) for param, found in verdicts(capabilities).items()},
     }
 
 

@@ -32,7 +32,7 @@ class Range:
         return self.minimum <= value <= self.maximum
 
     def __str__(self) -> str:
-        return f"[{self.minimum:g}, {self.maximum:g}]"
+        return f"[{_number(self.minimum)}, {_number(self.maximum)}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,10 @@ class Adapter(Protocol):
 
     def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         """Chunks as the vendor produces them; the last one carries the usage."""
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
