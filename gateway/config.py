@@ -109,13 +109,14 @@ _ENV_FIELDS = sorted(
 )
 
 
-# The public endpoint of each hosted vendor protocol: the default base_url of a vendor of that
-# protocol, and the shortcut <NAME>_API_KEY [+ <NAME>_BASE_URL] that configures vendor <name>.
+# Protocols that one hosted service speaks: a vendor of that protocol defaults to its endpoint.
+# (Not `openai`: a compatible server without a base_url is a mistake, not OpenAI.)
 DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com/v1beta",
 }
+# <NAME>_API_KEY [+ <NAME>_BASE_URL] configures vendor <name> of protocol <name> at this URL.
+_SHORTCUTS = {"openai": "https://api.openai.com/v1", **DEFAULT_BASE_URLS}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def _vendors(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Vend
     raw: dict[str, dict[str, Any]] = {
         "local": {"protocol": "local"},  # the embedded model: on unless disabled
     }
-    for name, base_url in DEFAULT_BASE_URLS.items():
+    for name, base_url in _SHORTCUTS.items():
         key_env = f"{name.upper()}_API_KEY"
         if env.get(key_env):
             raw[name] = {

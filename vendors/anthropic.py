@@ -60,7 +60,6 @@ def capabilities(config: VendorConfig) -> Capabilities:
         },
         ranges={"temperature": Range(0, 1)},
         prompts_per_call=1,
-        n_per_call=1,
     )
 
 
