@@ -8,7 +8,13 @@ import pytest
 
 from tests.conftest import KEY
 from tests.test_completions_openai import chunks_of, sse_events
-from tests.vendor_fixtures import ANTHROPIC_SECRET, anthropic_upstream, gemini_upstream, vclient, vendors_gateway  # noqa: F401
+from tests.vendor_fixtures import (  # noqa: F401
+    ANTHROPIC_SECRET,
+    anthropic_upstream,
+    gemini_upstream,
+    vclient,
+    vendors_gateway,
+)
 from vendors.anthropic import PREFILL_INSTRUCTION
 
 

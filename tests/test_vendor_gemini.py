@@ -9,7 +9,13 @@ import pytest
 from tests.conftest import KEY
 from tests.test_completions_openai import chunks_of, sse_events
 from tests.test_vendor_anthropic import streamed
-from tests.vendor_fixtures import GEMINI_SECRET, anthropic_upstream, gemini_upstream, vclient, vendors_gateway  # noqa: F401
+from tests.vendor_fixtures import (  # noqa: F401
+    GEMINI_SECRET,
+    anthropic_upstream,
+    gemini_upstream,
+    vclient,
+    vendors_gateway,
+)
 
 
 def test_parameters_map_to_generation_config(vclient, gemini_upstream):

@@ -79,8 +79,8 @@ class FakeAnthropic(Recorder):
                 await end_events(send)
                 return
         await _event(send, {"type": "content_block_stop", "index": 0})
-        await _event(send, {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                            "usage": {"output_tokens": usage["output_tokens"]}})
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        await _event(send, {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}})
         await _event(send, {"type": "message_stop"})
         await end_events(send)
 
@@ -137,8 +137,8 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
             problems.append(f"messages.{i}: text content blocks must be non-empty")
         elif i and message["role"] == messages[i - 1]["role"]:
             problems.append(f"messages.{i}: roles must alternate")
-    last = messages[-1]
-    if last.get("role") == "assistant" and isinstance(last.get("content"), str) and last["content"] != last["content"].rstrip():
+    last = messages[-1].get("content")
+    if messages[-1].get("role") == "assistant" and isinstance(last, str) and last != last.rstrip():
         problems.append("messages: final assistant content cannot end with trailing whitespace")
     stops = body.get("stop_sequences", [])
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):

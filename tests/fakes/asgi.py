@@ -30,7 +30,8 @@ async def start_events(send) -> None:
 
 async def send_event(send, data: Any, event: str | None = None) -> None:
     head = f"event: {event}\n" if event else ""
-    await send({"type": "http.response.body", "body": f"{head}data: {json.dumps(data)}\n\n".encode(), "more_body": True})
+    chunk = f"{head}data: {json.dumps(data)}\n\n".encode()
+    await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
 
 async def end_events(send) -> None:

@@ -70,7 +70,8 @@ class FakeGemini(Recorder):
             return
         if model == "bad-key":
             await send_json(send, 400, {"error": {
-                "code": 400, "message": f"API key not valid. Please pass a valid API key. ({headers['x-goog-api-key']})",
+                "code": 400,
+                "message": f"API key not valid. Please pass a valid API key. ({headers['x-goog-api-key']})",
                 "status": "INVALID_ARGUMENT",
                 "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
                              "domain": "googleapis.com"}],
@@ -196,4 +197,5 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
 
 
 async def _error(send, status: int, message: str) -> None:
-    await send_json(send, status, {"error": {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}})
+    error = {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}
+    await send_json(send, status, {"error": error})
