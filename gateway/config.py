@@ -8,6 +8,8 @@ holds its key (`api_key_env`), so the file can be committed and shared.
     GATEWAY_HOST / GATEWAY_PORT          listen address (127.0.0.1:8000)
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
     OPENAI_API_KEY [+ OPENAI_BASE_URL]   shortcut that configures the `openai` vendor
+    ANTHROPIC_API_KEY [+ ANTHROPIC_BASE_URL]  ... the `anthropic` vendor (Messages API)
+    GEMINI_API_KEY [+ GEMINI_BASE_URL]   ... the `gemini` vendor (generateContent)
 
 See README.md ("Configuration") for every setting.
 """
@@ -48,6 +50,31 @@ class VendorConfig:
     retries: int = 2  # extra tries after a connection failure or a retryable status (vendors/http.py)
     options: Mapping[str, Any] = field(default_factory=dict)  # protocol-specific (model_path, ...)
 
+    def option_names(self, key: str) -> frozenset[str]:
+        """A list option: a TOML array, or a comma-separated string (from the environment)."""
+        value = self.options.get(key, ())
+        items = value.split(",") if isinstance(value, str) else value
+        return frozenset(name for item in items if (name := str(item).strip()))
+
+    def option_int(self, key: str, default: int | None, minimum: int = 0) -> int | None:
+        value = self.options.get(key)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = minimum - 1
+        if number < minimum or isinstance(value, bool):
+            raise ConfigError(f"vendor {self.name!r}: {key} must be an integer of at least {minimum}, not {value!r}")
+        return number
+
+    def option_choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """One of `choices`; the first is the default."""
+        value = str(self.options.get(key, choices[0])).strip().lower()
+        if value not in choices:
+            raise ConfigError(f"vendor {self.name!r}: {key} must be one of {', '.join(choices)}, not {value!r}")
+        return value
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -82,10 +109,22 @@ _TIMEOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Timeouts))
 # names may contain underscores (GATEWAY_VENDOR_MY_VLLM_BASE_URL is vendor "my_vllm").
 _ENV_FIELDS = sorted(
     ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries", "model_path", "threads", "parallel",
-     "context_size", *_TIMEOUT_FIELDS),
+     "context_size", *_TIMEOUT_FIELDS,
+     # vendors/openai.py, vendors/anthropic.py, vendors/gemini.py
+     "lacks", "max_stop", "prompt_as", "user_turn_models", "max_candidates"),
     key=len,
     reverse=True,
 )
+
+
+# Protocols that one hosted service speaks: a vendor of that protocol defaults to its endpoint.
+# (Not `openai`: a compatible server without a base_url is a mistake, not OpenAI.)
+DEFAULT_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+}
+# <NAME>_API_KEY [+ <NAME>_BASE_URL] configures vendor <name> of protocol <name> at this URL.
+_SHORTCUTS = {"openai": "https://api.openai.com/v1", **DEFAULT_BASE_URLS}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -138,12 +177,14 @@ def _vendors(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Vend
     raw: dict[str, dict[str, Any]] = {
         "local": {"protocol": "local"},  # the embedded model: on unless disabled
     }
-    if env.get("OPENAI_API_KEY"):
-        raw["openai"] = {
-            "protocol": "openai",
-            "base_url": env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
-            "api_key_env": "OPENAI_API_KEY",
-        }
+    for name, base_url in _SHORTCUTS.items():
+        key_env = f"{name.upper()}_API_KEY"
+        if env.get(key_env):
+            raw[name] = {
+                "protocol": name,
+                "base_url": env.get(f"{name.upper()}_BASE_URL", base_url),
+                "api_key_env": key_env,
+            }
     for name, values in table.items():
         if "api_key" in values:
             raise ConfigError(f"vendor {name!r}: put the key in an environment variable and name it in api_key_env")
@@ -180,7 +221,7 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> Vendor
         parsed = Timeouts(**{k: float(v) for k, v in timeouts.items()})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"vendor {name!r}: bad timeouts: {exc}") from exc
-    base_url = str(values.pop("base_url", "")).rstrip("/")
+    base_url = str(values.pop("base_url", "") or DEFAULT_BASE_URLS.get(protocol, "")).rstrip("/")
     retries = _convert(f"vendor {name!r} retries", values.pop("retries", 2), int)
     if retries < 0:
         raise ConfigError(f"vendor {name!r}: retries must be >= 0")

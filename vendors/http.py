@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -22,14 +22,19 @@ from gateway.errors import (
     VendorFailed,
     VendorTimeout,
 )
+from vendors.sse import Event, MalformedStream, read_events
 
 MAX_CONNECTIONS = 512
+_JSON = {"content-type": "application/json"}
 # Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
 BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
 
 log = logging.getLogger("gateway.vendors")
+
+# How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
+ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 
 
 def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:
@@ -49,10 +54,40 @@ def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, st
     )
 
 
-async def send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, *,
-               stream: bool) -> httpx.Response:
-    """Send `request` and return the vendor's 200 response (a streamed one open, for the caller to
-    close), or raise the gateway error its failure means.
+async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                    on_error: ErrorMapper) -> Any:
+    """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, stream=False)
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
+
+
+async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                     on_error: ErrorMapper) -> AsyncIterator[Event]:
+    """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
+    timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
+    timeouts = config.timeouts
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, stream=True)
+    try:
+        body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
+        async for event in read_events(body_chunks):
+            yield event
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(config, exc) from None
+    except MalformedStream as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+    finally:
+        await response.aclose()
+
+
+async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, on_error: ErrorMapper, *,
+                stream: bool) -> httpx.Response:
+    """Send `request` and return the vendor's 200 response (a streamed one still open, for the
+    caller to close), or raise the gateway error its failure means.
 
     Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
     exponential backoff and full jitter, honouring Retry-After. This happens before anything
@@ -74,10 +109,14 @@ async def send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.R
         else:
             if response.status_code == 200:
                 return response
-            body = await response.aread()
-            await response.aclose()
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
             header = response.headers.get("retry-after")
-            error = vendor_error(config, response.status_code, error_message(body), header)
+            error = on_error(response.status_code, body, header)
             retryable = response.status_code in RETRY_STATUSES
             retry_after = _seconds(header)
         if not retryable or attempt + 1 == attempts or (retry_after or 0) > BACKOFF_CAP:
@@ -89,15 +128,20 @@ async def send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.R
 
 
 def error_message(body: bytes) -> str:
-    """The human message of a vendor's error body. OpenAI, Anthropic and Gemini all put it at
-    `error.message`; anything else is shown as (the start of) its text."""
+    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
+    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
+    "status"}}`) all put it in `error.message`."""
     try:
-        payload: Any = orjson.loads(body)
+        payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body[:500].decode(errors="replace").strip()
+    return payload_message(payload)
+
+
+def payload_message(payload: Any) -> str:
     error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
     if isinstance(error, str):
         return error
     return str(payload)[:500]
