@@ -85,7 +85,7 @@ class Settings:
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
     max_concurrent: int = 1024  # completions in flight per process (gateway/limits.py)
-    max_choices: int = 2048  # generations per request: prompts x max(n, best_of)
+    max_vendor_calls: int = 256  # vendor calls one request may fan out to (gateway/planning.py)
     body_timeout: float = 30.0  # seconds for a client to send its request body (then 408)
     send_timeout: float = 60.0  # seconds a stream waits for a client that does not read (then it is dropped)
     header_timeout: float = 15.0  # seconds for a new connection to send its request headers
@@ -141,7 +141,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         ("port", "GATEWAY_PORT", int),
         ("max_body_bytes", "GATEWAY_MAX_BODY_BYTES", int),
         ("max_concurrent", "GATEWAY_MAX_CONCURRENT", int),
-        ("max_choices", "GATEWAY_MAX_CHOICES", int),
+        ("max_vendor_calls", "GATEWAY_MAX_VENDOR_CALLS", int),
         ("body_timeout", "GATEWAY_BODY_TIMEOUT", float),
         ("send_timeout", "GATEWAY_SEND_TIMEOUT", float),
         ("header_timeout", "GATEWAY_HEADER_TIMEOUT", float),

@@ -1,13 +1,10 @@
-"""Per-process limits that keep one gateway process healthy under load.
-
-- Admission: at most `max_concurrent` completions in flight (streams count until they end);
-  beyond that an immediate 503 with Retry-After, never an unbounded queue.
-- Fan-out: at most `max_choices` choices generated for one request (prompts x max(n, best_of)).
-"""
+"""Admission: at most `max_concurrent` completions in flight per process (streams count until
+they end); beyond that an immediate 503 with Retry-After, never an unbounded queue. (The other
+per-request bound, vendor calls of one fan-out, is in gateway/planning.py.)"""
 
 from __future__ import annotations
 
-from gateway.errors import InvalidRequest, VendorUnavailable
+from gateway.errors import VendorUnavailable
 
 
 class Admission:
@@ -27,12 +24,3 @@ class Admission:
     def leave(self) -> None:
         self.in_flight -= 1
 
-
-def check_fanout(prompts: int, n: int, best_of: int | None, limit: int) -> None:
-    choices = prompts * max(n, best_of or 1)
-    if choices > limit:
-        raise InvalidRequest(
-            f"this request asks for {choices} generations (prompts x max(n, best_of)); the limit is {limit}",
-            code="fanout_too_large",
-            param="n",
-        )

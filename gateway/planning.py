@@ -27,7 +27,6 @@ from vendors.registry import Registry
 
 DEFAULT_MAX_TOKENS = 16  # the contract's default
 FANOUT_CONCURRENCY = 16  # vendor calls in flight for one request
-MAX_VENDOR_CALLS = 256  # vendor calls one request may fan out to (e.g. 64 prompts x n=4, one per call)
 
 
 @dataclass(slots=True)
@@ -60,7 +59,8 @@ class Plan:
         return self.emulation.per_prompt(self.n)
 
 
-def plan(request: CompletionRequest, registry: Registry) -> Plan:
+def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
+    """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
     vendor, _, model = request.model.partition("/")
     adapter = registry.get(vendor)
     prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt.root)
@@ -95,24 +95,24 @@ def plan(request: CompletionRequest, registry: Registry) -> Plan:
         model=request.model,
         prompts=prompts,
         n=n,
-        legs=_fan_out(adapter, emulation.vendor_call(call)),
+        legs=_fan_out(adapter, emulation.vendor_call(call), max_vendor_calls),
         stream=call.stream,
         include_usage=bool(options and _value(options.include_usage)),
         emulation=emulation,
     )
 
 
-def _fan_out(adapter: Adapter, call: CompletionCall) -> list[Leg]:
+def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg]:
     caps = adapter.capabilities
     per_call = caps.prompts_per_call or len(call.prompts)
     n_per_call = (caps.n_per_call or call.n) if "n" in caps.native else 1
     calls = -(-len(call.prompts) // per_call) * -(-call.n // n_per_call)
-    if calls > MAX_VENDOR_CALLS:
+    if calls > max_calls:
         # Concurrency is bounded too (FANOUT_CONCURRENCY), but a request must not turn into an
         # unbounded number of billed vendor calls.
         raise InvalidRequest(
             f"vendor '{adapter.name}' takes {per_call} prompt(s) and {n_per_call} choice(s) per call: this request "
-            f"would need {calls} vendor calls, more than the gateway's limit of {MAX_VENDOR_CALLS}",
+            f"would need {calls} vendor calls, more than the gateway's limit of {max_calls}",
             code="too_many_vendor_calls",
             param="prompt" if len(call.prompts) > 1 else "n",
             vendor=adapter.name,

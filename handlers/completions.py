@@ -13,7 +13,7 @@ import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway import limits, planning, sse
+from gateway import planning, sse
 from gateway.errors import GatewayError, RequestInvalid
 from gateway.lean import Incoming
 from gateway.security import TOKEN_INFO_KEY
@@ -71,8 +71,7 @@ async def _start(request: CompletionRequest, services: Any) -> _Started:
     for model in models:
         try:
             plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
-                                 services.registry)
-            limits.check_fanout(len(plan.prompts), plan.n, plan.legs[0].call.best_of, services.settings.max_choices)
+                                 services.registry, services.settings.max_vendor_calls)
         except GatewayError:
             if first_error is None:
                 raise  # the request as the client wrote it cannot be served: its mistake, no fallback

@@ -17,8 +17,11 @@ from tests.gateway_process import GatewayProcess
 
 @pytest.fixture(scope="module")
 def tight(upstream):
-    env = gateway_env(upstream.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_CHOICES="4", GATEWAY_BODY_TIMEOUT="1",
-                      GATEWAY_HEADER_TIMEOUT="1")
+    env = gateway_env(upstream.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4", GATEWAY_BODY_TIMEOUT="1",
+                      GATEWAY_HEADER_TIMEOUT="1",
+                      # the fake vendor again, as a server that takes one prompt per call
+                      GATEWAY_VENDOR_SINGLE_PROTOCOL="openai", GATEWAY_VENDOR_SINGLE_BASE_URL=f"{upstream.url}/v1",
+                      GATEWAY_VENDOR_SINGLE_LACKS="prompt,n")
     with GatewayProcess(env) as gateway:
         yield gateway
 
@@ -41,11 +44,14 @@ def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight):
         assert r.status_code == 200
 
 
-def test_too_many_generations_for_one_request_is_a_400(tight):
-    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": KEY},
-                   json={"model": "fake/m", "prompt": ["a", "b", "c"], "n": 2})
+def test_the_vendor_call_limit_is_configurable(tight, upstream):
+    body = {"model": "single/m", "prompt": ["a", "b"], "n": 2, "max_tokens": 1}
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": KEY}, json=body)
+    assert r.status_code == 200 and len(upstream.requests) == 4  # 2 prompts x n=2, one call each
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": KEY}, json={**body, "prompt": ["a", "b", "c"]})
     assert r.status_code == 400
-    assert r.json()["error"]["code"] == "fanout_too_large" and r.json()["error"]["param"] == "n"
+    assert r.json()["error"]["code"] == "too_many_vendor_calls" and "limit of 4" in r.json()["error"]["message"]
+    assert len(upstream.requests) == 4
 
 
 def test_a_body_that_never_arrives_is_a_408(tight):
