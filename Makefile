@@ -14,7 +14,7 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install generate check-generated serve test fuzz bench clean
+.PHONY: install generate check-generated docs serve test fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ generate: $(STAMP)
 # CI: generated/ must be exactly what openapi.json produces.
 check-generated: generate
 	git diff --exit-code -- generated/
+
+# docs/capabilities.md (the README's parameter table) from gateway/capabilities.py.
+docs: install
+	$(BIN)/python -m gateway.capability_table
 
 serve: install generate
 	$(BIN)/gateway serve

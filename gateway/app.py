@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> LeanApp:
     app.add_api(
         SPEC,
         resolver=Resolver(function_resolver=resolve),
-        validator_map=validation.validator_map(settings.max_body_bytes),
+        validator_map=validation.validator_map(settings.max_body_bytes, settings.body_timeout),
         security_map=SECURITY_MAP,
         validate_responses=settings.validate_responses,
         strict_validation=True,

@@ -17,7 +17,6 @@ import asyncio
 import csv
 import dataclasses
 import json
-import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -191,22 +190,11 @@ def _text(value: Any) -> str:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    import uvicorn
-
+    from gateway import server
     from gateway.app import create_app
 
     settings = dataclasses.replace(settings, host=host or settings.host, port=port or settings.port)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=30,
-    )
+    server.run(create_app(settings), settings)
     return 0
 
 

@@ -9,6 +9,8 @@ holds its key (`api_key_env`), so the file can be committed and shared.
     GATEWAY_DATABASE_URL                 accounts, keys and the usage ledger (sqlite:///var/gateway.db)
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
     OPENAI_API_KEY [+ OPENAI_BASE_URL]   shortcut that configures the `openai` vendor
+    ANTHROPIC_API_KEY [+ ANTHROPIC_BASE_URL]  ... the `anthropic` vendor (Messages API)
+    GEMINI_API_KEY [+ GEMINI_BASE_URL]   ... the `gemini` vendor (generateContent)
 
 See README.md ("Configuration") for every setting.
 """
@@ -46,7 +48,33 @@ class VendorConfig:
     base_url: str = ""
     api_key: str = field(default="", repr=False)  # resolved from api_key_env; never logged
     timeouts: Timeouts = Timeouts()
+    retries: int = 2  # extra tries after a connection failure or a retryable status (vendors/http.py)
     options: Mapping[str, Any] = field(default_factory=dict)  # protocol-specific (model_path, ...)
+
+    def option_names(self, key: str) -> frozenset[str]:
+        """A list option: a TOML array, or a comma-separated string (from the environment)."""
+        value = self.options.get(key, ())
+        items = value.split(",") if isinstance(value, str) else value
+        return frozenset(name for item in items if (name := str(item).strip()))
+
+    def option_int(self, key: str, default: int | None, minimum: int = 0) -> int | None:
+        value = self.options.get(key)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = minimum - 1
+        if number < minimum or isinstance(value, bool):
+            raise ConfigError(f"vendor {self.name!r}: {key} must be an integer of at least {minimum}, not {value!r}")
+        return number
+
+    def option_choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """One of `choices`; the first is the default."""
+        value = str(self.options.get(key, choices[0])).strip().lower()
+        if value not in choices:
+            raise ConfigError(f"vendor {self.name!r}: {key} must be one of {', '.join(choices)}, not {value!r}")
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +82,14 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     vendors: Mapping[str, VendorConfig] = field(default_factory=dict)
+    # model -> models to try, in order, when it fails in a way a retry could help (429, 5xx, timeout)
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
+    max_concurrent: int = 1024  # completions in flight per process (gateway/limits.py)
+    max_vendor_calls: int = 256  # vendor calls one request may fan out to (gateway/planning.py)
+    body_timeout: float = 30.0  # seconds for a client to send its request body (then 408)
+    send_timeout: float = 60.0  # seconds a stream waits for a client that does not read (then it is dropped)
+    header_timeout: float = 15.0  # seconds for a new connection to send its request headers
     # Response validation against openapi.json: on in tests, off in production (it halves
     # throughput and turns every stream into a buffered body).
     validate_responses: bool = False
@@ -83,11 +118,23 @@ _TIMEOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Timeouts))
 # Settable per vendor as GATEWAY_VENDOR_<NAME>_<FIELD>; the longest matching field wins, so vendor
 # names may contain underscores (GATEWAY_VENDOR_MY_VLLM_BASE_URL is vendor "my_vllm").
 _ENV_FIELDS = sorted(
-    ("protocol", "base_url", "api_key", "api_key_env", "enabled", "model_path", "threads", "parallel",
-     "context_size", *_TIMEOUT_FIELDS),
+    ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries", "model_path", "threads", "parallel",
+     "context_size", *_TIMEOUT_FIELDS,
+     # vendors/openai.py, vendors/anthropic.py, vendors/gemini.py
+     "lacks", "max_stop", "prompt_as", "user_turn_models", "max_candidates"),
     key=len,
     reverse=True,
 )
+
+
+# Protocols that one hosted service speaks: a vendor of that protocol defaults to its endpoint.
+# (Not `openai`: a compatible server without a base_url is a mistake, not OpenAI.)
+DEFAULT_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
+}
+# <NAME>_API_KEY [+ <NAME>_BASE_URL] configures vendor <name> of protocol <name> at this URL.
+_SHORTCUTS = {"openai": "https://api.openai.com/v1", **DEFAULT_BASE_URLS}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -103,6 +150,11 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         ("host", "GATEWAY_HOST", str),
         ("port", "GATEWAY_PORT", int),
         ("max_body_bytes", "GATEWAY_MAX_BODY_BYTES", int),
+        ("max_concurrent", "GATEWAY_MAX_CONCURRENT", int),
+        ("max_vendor_calls", "GATEWAY_MAX_VENDOR_CALLS", int),
+        ("body_timeout", "GATEWAY_BODY_TIMEOUT", float),
+        ("send_timeout", "GATEWAY_SEND_TIMEOUT", float),
+        ("header_timeout", "GATEWAY_HEADER_TIMEOUT", float),
         ("validate_responses", "GATEWAY_VALIDATE_RESPONSES", _boolean),
         ("http_transport", "GATEWAY_HTTP_TRANSPORT", str),
         ("log_level", "GATEWAY_LOG_LEVEL", str),
@@ -112,25 +164,40 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     ):
         if var in env:
             server[key] = _convert(var, env[var], kind)
-    known = {f.name for f in dataclasses.fields(Settings)} - {"vendors"}
+    known = {f.name for f in dataclasses.fields(Settings)} - {"vendors", "fallbacks"}
     unknown = set(server) - known
     if unknown:
         raise ConfigError(f"unknown [gateway] settings: {', '.join(sorted(unknown))}")
     if server.get("http_transport", "aiohttp") not in ("aiohttp", "httpx"):
         raise ConfigError("http_transport must be 'aiohttp' or 'httpx'")
-    return Settings(vendors=_vendors(data.get("vendors", {}), env), **server)
+    return Settings(vendors=_vendors(data.get("vendors", {}), env), fallbacks=_fallbacks(data, env), **server)
+
+
+def _fallbacks(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """`[fallbacks]` table ("vendor/model" = ["vendor/other", ...]) and/or
+    GATEWAY_FALLBACKS="vendor/model=vendor/other,vendor/third;vendor/x=vendor/y"."""
+    chains = {model: tuple(chain) for model, chain in data.get("fallbacks", {}).items()}
+    for entry in filter(None, (part.strip() for part in env.get("GATEWAY_FALLBACKS", "").split(";"))):
+        model, _, chain = entry.partition("=")
+        chains[model.strip()] = tuple(m.strip() for m in chain.split(",") if m.strip())
+    for model, chain in chains.items():
+        if "/" not in model or not chain or any("/" not in m for m in chain):
+            raise ConfigError(f"fallbacks: {model!r} -> {list(chain)!r}: models are written vendor/name")
+    return chains
 
 
 def _vendors(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, VendorConfig]:
     raw: dict[str, dict[str, Any]] = {
         "local": {"protocol": "local"},  # the embedded model: on unless disabled
     }
-    if env.get("OPENAI_API_KEY"):
-        raw["openai"] = {
-            "protocol": "openai",
-            "base_url": env.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
-            "api_key_env": "OPENAI_API_KEY",
-        }
+    for name, base_url in _SHORTCUTS.items():
+        key_env = f"{name.upper()}_API_KEY"
+        if env.get(key_env):
+            raw[name] = {
+                "protocol": name,
+                "base_url": env.get(f"{name.upper()}_BASE_URL", base_url),
+                "api_key_env": key_env,
+            }
     for name, values in table.items():
         if "api_key" in values:
             raise ConfigError(f"vendor {name!r}: put the key in an environment variable and name it in api_key_env")
@@ -167,8 +234,11 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> Vendor
         parsed = Timeouts(**{k: float(v) for k, v in timeouts.items()})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"vendor {name!r}: bad timeouts: {exc}") from exc
-    base_url = str(values.pop("base_url", "")).rstrip("/")
-    return VendorConfig(name, protocol, base_url, api_key, parsed, values)
+    base_url = str(values.pop("base_url", "") or DEFAULT_BASE_URLS.get(protocol, "")).rstrip("/")
+    retries = _convert(f"vendor {name!r} retries", values.pop("retries", 2), int)
+    if retries < 0:
+        raise ConfigError(f"vendor {name!r}: retries must be >= 0")
+    return VendorConfig(name, protocol, base_url, api_key, parsed, retries, values)
 
 
 def _boolean(value: str) -> bool:

@@ -75,6 +75,18 @@ class UnsupportedParameter(InvalidRequest):
         )
 
 
+class ParameterOutOfRange(InvalidRequest):
+    """A value the contract allows but the selected vendor does not (it is never clamped)."""
+
+    def __init__(self, param: str, vendor: str, value: Any, allowed: str) -> None:
+        super().__init__(
+            f"parameter '{param}' = {value} is out of range for vendor '{vendor}', which accepts {allowed}",
+            code="parameter_out_of_range",
+            param=param,
+            vendor=vendor,
+        )
+
+
 class AuthenticationFailed(GatewayError):
     status = 401
     type = "authentication_error"
@@ -92,6 +104,13 @@ class NotFound(GatewayError):
 
 class MethodNotAllowed(GatewayError):
     status = 405
+    type = "invalid_request_error"
+
+
+class RequestTimeout(GatewayError):
+    """The client took too long to send its request body."""
+
+    status = 408
     type = "invalid_request_error"
 
 

@@ -1,9 +1,9 @@
 """The usage ledger: one row per completion request that reached a vendor, written off the
 request's path by one background writer per process.
 
-A handler opens a `Meter` once it knows the vendor, tells it what text went to the client, and
-closes it with the vendor's usage (`finish`) or with what went wrong (`fail`). Without usage from
-the vendor the meter estimates it: every prompt sent plus the text delivered so far, counted with
+A handler opens a `Meter` per request, names the vendor call it makes, tells it what text went to
+the client, and closes it with the vendor's usage (`finish`), with what went wrong (`fail`) or
+because the client left (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text delivered so far, counted with
 a tokenizer (gateway/tokens.py) in a worker thread, and the row says `estimated`.
 
 Durability, in the order things can go wrong:
@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -79,13 +79,16 @@ class _Estimate:
 
 
 class Meter:
-    """One request's way into the ledger. Closed exactly once: by `finish`, or by `fail`."""
+    """One request's way into the ledger, opened as the request starts. The handler names each
+    vendor call it makes (`trying`), reports the text sent, and closes the meter exactly once:
+    `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
+    away. A request that never reached a vendor (refused by the gateway) records nothing."""
 
     __slots__ = ("_ledger", "_plan", "_row", "_clock", "_first_text", "_sent", "_closed")
 
-    def __init__(self, ledger_: Ledger, plan: Plan, request_id: str, account_id: str, key_id: str) -> None:
+    def __init__(self, ledger_: Ledger, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
-        self._plan = plan
+        self._plan: Plan | None = None
         self._clock = time.monotonic()
         self._first_text: float | None = None
         self._sent: dict[int, list[str]] = {}
@@ -94,12 +97,12 @@ class Meter:
             "request_id": request_id,
             "account_id": account_id,
             "key_id": key_id,
-            "vendor": plan.adapter.name,
-            "model": plan.model,
-            "streamed": plan.stream,
-            "end_user": plan.legs[0].call.user,
             "started_at": datetime.now(UTC),
         }
+
+    def trying(self, plan: Plan) -> None:
+        """A vendor call is made on `plan` (a fallback replaces the model tried before it)."""
+        self._plan = plan
 
     def sent(self, choices: Iterable[Choice]) -> None:
         """Text went to the client: the first time is the time to first token, and all of it is
@@ -118,30 +121,27 @@ class Meter:
     def fail(self, exc: BaseException) -> None:
         self._close(outcome_of(exc), None)
 
-    @contextlib.contextmanager
-    def on_failure(self) -> Iterator[None]:
-        """Record a failed row if the block raises (the exception goes on)."""
-        try:
-            yield
-        except BaseException as exc:
-            self.fail(exc)
-            raise
-
-    def __del__(self) -> None:
-        # A safety net, not the way rows are made: a stream whose client left before the response
-        # started iterating its generator never runs the generator's code, so nothing closed the
-        # meter. CPython frees it as soon as the response is gone, and the row is still written.
-        if not self._closed:
-            self._close(CLIENT_DISCONNECTED, None)
+    def left(self) -> None:
+        """The client went away (or the response ended before the stream did)."""
+        self._close(CLIENT_DISCONNECTED, None)
 
     def _close(self, outcome: str, usage: Usage | None) -> None:
         if self._closed:
             return
         self._closed = True
+        plan = self._plan
+        if plan is None:
+            return
         row = self._row
-        row["outcome"] = outcome
-        row["ended_at"] = datetime.now(UTC)
-        row["ttft_ms"] = None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3)
+        row |= {
+            "vendor": plan.adapter.name,
+            "model": plan.model,
+            "streamed": plan.stream,
+            "end_user": plan.legs[0].call.user,
+            "outcome": outcome,
+            "ended_at": datetime.now(UTC),
+            "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
+        }
         if usage is not None:
             row |= {
                 "prompt_tokens": usage.prompt_tokens,
@@ -153,10 +153,8 @@ class Meter:
             }
             self._ledger.add(row)
             return
-        plan = self._plan
-        model = plan.legs[0].call.model
         estimate = _Estimate(
-            count=tokens.counter(plan.adapter, model),
+            count=tokens.counter(plan.adapter, plan.legs[0].call.model),
             prompts=[prompt for leg in plan.legs for prompt in leg.call.prompts],
             sent=["".join(pieces) for pieces in self._sent.values()],
         )
@@ -192,8 +190,8 @@ class Ledger:
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         self._insert = dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
 
-    def meter(self, plan: Plan, *, request_id: str, account_id: str, key_id: str) -> Meter:
-        return Meter(self, plan, request_id, account_id, key_id)
+    def meter(self, *, request_id: str, account_id: str, key_id: str) -> Meter:
+        return Meter(self, request_id, account_id, key_id)
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_forever(), name="ledger-writer")
@@ -219,12 +217,7 @@ class Ledger:
     def estimate(self, row: dict[str, Any], estimate: _Estimate) -> None:
         """Count the tokens in a worker thread (a long prompt takes a pure-Python tokenizer a
         while), then add the row."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a meter freed after the event loop ended (see Meter.__del__)
-            _lost("the event loop has ended", row)
-            return
-        task = loop.create_task(self._count(row, estimate))
+        task = asyncio.get_running_loop().create_task(self._count(row, estimate))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 

@@ -1,22 +1,26 @@
 """From a validated request to vendor calls, and their answers back into one completion.
 
-The planner reads the adapter's `Capabilities` before any vendor call: each parameter a request
-uses is passed through (native), emulated here, or rejected with a 400 naming it and the vendor.
-List prompts and `n` beyond what one vendor call takes are emulated by concurrent fan-out; the
-answers are merged with OpenAI's prompt-major indexing, `index = prompt_index * n + i`.
+The planner reads the adapter's `Capabilities` before any vendor call (gateway/capabilities.py):
+each parameter a request uses is passed through (native), emulated by the gateway, or rejected
+with a 400 naming it and the vendor. List prompts and `n` beyond what one vendor call takes are
+emulated by concurrent fan-out; the answers are merged with OpenAI's prompt-major indexing,
+`index = prompt_index * n + i`. The other emulations (echo, stop, best_of) are applied to each
+vendor call's answer by gateway/emulation.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic.experimental.missing_sentinel import MISSING
 
-from gateway.errors import UnsupportedParameter, invalid_field
+from gateway import capabilities
+from gateway.emulation import Emulation
+from gateway.errors import InvalidRequest, invalid_field
 from generated.models import CompletionRequest
 from vendors.base import Adapter, Chunk, CompletionCall, Result, Usage
 from vendors.registry import Registry
@@ -33,9 +37,9 @@ class Leg:
     first_prompt: int
     first_choice: int  # offset within n
 
-    def index(self, local: int, n: int) -> int:
+    def index(self, local: int, per_prompt: int) -> int:
         prompt, i = divmod(local, self.call.n)
-        return (self.first_prompt + prompt) * n + self.first_choice + i
+        return (self.first_prompt + prompt) * per_prompt + self.first_choice + i
 
 
 @dataclass(slots=True)
@@ -47,9 +51,16 @@ class Plan:
     legs: list[Leg]
     stream: bool
     include_usage: bool
+    emulation: Emulation
+
+    @property
+    def per_prompt(self) -> int:
+        """Choices generated per prompt (best_of candidates when the gateway ranks them)."""
+        return self.emulation.per_prompt(self.n)
 
 
-def plan(request: CompletionRequest, registry: Registry) -> Plan:
+def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
+    """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
     vendor, _, model = request.model.partition("/")
     adapter = registry.get(vendor)
     prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt.root)
@@ -77,55 +88,35 @@ def plan(request: CompletionRequest, registry: Registry) -> Plan:
         top_p=_value(request.top_p),
         user=_value(request.user),
     )
-    _check_capabilities(adapter, call)
+    emulation = capabilities.check(adapter, call)
     options = _value(request.stream_options)
     return Plan(
         adapter=adapter,
         model=request.model,
         prompts=prompts,
         n=n,
-        legs=_fan_out(adapter, call),
+        legs=_fan_out(adapter, emulation.vendor_call(call), max_vendor_calls),
         stream=call.stream,
         include_usage=bool(options and _value(options.include_usage)),
+        emulation=emulation,
     )
 
 
-def used_parameters(call: CompletionCall) -> Iterable[str]:
-    """The parameters whose value asks a vendor for something beyond plain generation."""
-    if call.n != 1:
-        yield "n"
-    if call.best_of is not None:
-        yield "best_of"
-    if call.echo:
-        yield "echo"
-    if call.stop:
-        yield "stop"
-    if call.logit_bias:
-        yield "logit_bias"
-    for name in ("frequency_penalty", "presence_penalty", "logprobs", "seed", "suffix", "temperature", "top_p", "user"):
-        if getattr(call, name) is not None:
-            yield name
-
-
-# Parameters the gateway can serve for any vendor: fan-out covers `n` beyond the vendor's limit.
-_EMULATED = frozenset({"n"})
-
-
-def _check_capabilities(adapter: Adapter, call: CompletionCall) -> None:
-    caps = adapter.capabilities
-    for name in used_parameters(call):
-        if name in caps.native:
-            continue
-        if name in caps.unsupported:
-            raise UnsupportedParameter(name, adapter.name, caps.unsupported[name])
-        if name not in _EMULATED:
-            raise UnsupportedParameter(name, adapter.name, "the vendor does not offer it and the gateway cannot emulate it")
-
-
-def _fan_out(adapter: Adapter, call: CompletionCall) -> list[Leg]:
+def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg]:
     caps = adapter.capabilities
     per_call = caps.prompts_per_call or len(call.prompts)
     n_per_call = (caps.n_per_call or call.n) if "n" in caps.native else 1
+    calls = -(-len(call.prompts) // per_call) * -(-call.n // n_per_call)
+    if calls > max_calls:
+        # Concurrency is bounded too (FANOUT_CONCURRENCY), but a request must not turn into an
+        # unbounded number of billed vendor calls.
+        raise InvalidRequest(
+            f"vendor '{adapter.name}' takes {per_call} prompt(s) and {n_per_call} choice(s) per call: this request "
+            f"would need {calls} vendor calls, more than the gateway's limit of {max_calls}",
+            code="too_many_vendor_calls",
+            param="prompt" if len(call.prompts) > 1 else "n",
+            vendor=adapter.name,
+        )
     legs = []
     for first_prompt in range(0, len(call.prompts), per_call):
         for first_choice in range(0, call.n, n_per_call):
@@ -161,10 +152,14 @@ async def complete(plan: Plan) -> Result:
     choices = []
     for leg, result in zip(legs, results, strict=True):
         for choice in result.choices:
-            choice.index = leg.index(choice.index, plan.n)
+            choice.index = leg.index(choice.index, plan.per_prompt)
             choices.append(choice)
     choices.sort(key=lambda c: c.index)
-    return Result(choices=choices, usage=_total([r.usage for r in results]), system_fingerprint=results[0].system_fingerprint)
+    merged = Result(choices=choices, usage=_total([r.usage for r in results]),
+                    system_fingerprint=results[0].system_fingerprint)
+    if plan.emulation.rewrites_result:
+        return plan.emulation.complete(merged, plan.prompts, plan.n, plan.adapter.name)
+    return merged
 
 
 async def stream(plan: Plan) -> AsyncIterator[Chunk]:
@@ -173,17 +168,24 @@ async def stream(plan: Plan) -> AsyncIterator[Chunk]:
     if len(plan.legs) == 1:
         leg = plan.legs[0]
         usage: Usage | None = None
-        async for chunk in plan.adapter.stream(leg.call):
+        async for chunk in _vendor_stream(plan, leg):
             if chunk.usage is not None:
                 usage = chunk.usage
             if chunk.choices:
                 for choice in chunk.choices:
-                    choice.index = leg.index(choice.index, plan.n)
+                    choice.index = leg.index(choice.index, plan.per_prompt)
                 yield Chunk(chunk.choices)
         yield Chunk([], usage)
         return
     async for chunk in _merged(plan):
         yield chunk
+
+
+def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
+    chunks = plan.adapter.stream(leg.call)
+    if plan.emulation.rewrites_stream:
+        return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n)
+    return chunks
 
 
 _LEG_DONE = object()
@@ -197,12 +199,12 @@ async def _merged(plan: Plan) -> AsyncIterator[Chunk]:
     async def pump(number: int, leg: Leg) -> None:
         try:
             async with gate:
-                async for chunk in plan.adapter.stream(leg.call):
+                async for chunk in _vendor_stream(plan, leg):
                     if chunk.usage is not None:
                         usages[number] = chunk.usage
                     if chunk.choices:
                         for choice in chunk.choices:
-                            choice.index = leg.index(choice.index, plan.n)
+                            choice.index = leg.index(choice.index, plan.per_prompt)
                         await queue.put(Chunk(chunk.choices))
             await queue.put(_LEG_DONE)
         except Exception as exc:  # handed to the consumer, which stops every leg

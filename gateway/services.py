@@ -18,6 +18,7 @@ from gateway import accounts, database
 from gateway.auth import KeyStore
 from gateway.config import Settings
 from gateway.ledger import Ledger
+from gateway.limits import Admission
 from vendors.registry import Registry
 
 log = logging.getLogger("gateway")
@@ -30,6 +31,7 @@ class Services:
     database: AsyncEngine
     keys: KeyStore
     ledger: Ledger
+    admission: Admission
 
 
 @contextlib.asynccontextmanager
@@ -50,8 +52,9 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
     await registry.start()
     ledger = Ledger(engine, settings.ledger_buffer_rows)
     ledger.start()
-    services = Services(settings, registry, engine, accounts.DatabaseKeyStore(engine, settings.key_cache_seconds),
-                        ledger)
+    services = Services(settings=settings, registry=registry, database=engine,
+                        keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
+                        admission=Admission(settings.max_concurrent))
     log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
              ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
     try:

@@ -17,6 +17,7 @@ answers every problem as the same 422, located as ["query", name], ["header", na
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import jsonschema_rs
@@ -26,7 +27,7 @@ from connexion.lifecycle import ConnexionRequest
 from connexion.validators import AbstractRequestBodyValidator
 from starlette.types import Receive, Scope
 
-from gateway.errors import PayloadTooLarge, RequestInvalid
+from gateway.errors import PayloadTooLarge, RequestInvalid, RequestTimeout
 
 BODY_KEY = "gateway.body"
 
@@ -131,7 +132,7 @@ def json_invalid(message: str) -> RequestInvalid:
     return RequestInvalid([{"loc": ["body"], "msg": message, "type": "json_invalid"}])
 
 
-def validator_map(max_body_bytes: int) -> dict[str, Any]:
+def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
     """Connexion's `validator_map` entry for JSON bodies, bound to this app's limits."""
     validators = SchemaValidators()
 
@@ -140,7 +141,11 @@ def validator_map(max_body_bytes: int) -> dict[str, Any]:
             declared = _content_length(scope)
             if declared is not None and declared > max_body_bytes:
                 raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body_bytes}")
-            body = await _read_body(receive, max_body_bytes)
+            try:
+                async with asyncio.timeout(body_timeout):
+                    body = await _read_body(receive, max_body_bytes)
+            except TimeoutError:
+                raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
             if not body:
                 if self._required:
                     raise RequestInvalid([{"loc": ["body"], "msg": "Field required", "type": "missing"}])

@@ -11,7 +11,7 @@ from typing_extensions import TypeAliasType
 
 
 class Prompt(RootModel[list[str]]):
-    root: Annotated[list[str], Field(min_length=1, title='Prompt')]
+    root: Annotated[list[str], Field(max_length=2048, min_length=1, title='Prompt')]
     """
     The prompt(s) to generate completions for: a string, or a non-empty list of strings (each one a separate prompt; choices are indexed prompt-major, `index = prompt_index * n + i`).
     """
@@ -253,6 +253,32 @@ class HealthStatus(BaseModel):
     """
 
 
+class ParameterSupport(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    support: Annotated[Literal['native', 'emulated', 'unsupported'], Field(title='Support')]
+    """
+    `native`: the vendor does it. `emulated`: the gateway does it (see `detail`). `unsupported`: a request using it gets a 400 (see `detail` for why).
+    """
+    detail: Annotated[str | MISSING, Field(title='Detail')] = MISSING
+    """
+    How it is emulated, why it is unsupported, or what happens beyond a per-call limit.
+    """
+    minimum: Annotated[float | MISSING, Field(title='Minimum')] = MISSING
+    """
+    The smallest value the vendor accepts, when narrower than the contract's range.
+    """
+    maximum: Annotated[float | MISSING, Field(title='Maximum')] = MISSING
+    """
+    The largest value the vendor accepts, when narrower than the contract's range.
+    """
+    per_call_limit: Annotated[int | MISSING, Field(ge=1, title='Per Call Limit')] = MISSING
+    """
+    How many the vendor takes in one call (prompts of a list, choices, stop sequences); beyond it the gateway fans out or matches itself.
+    """
+
+
 class UsageLine(BaseModel):
     """
     The requests of one account to one model, summed.
@@ -325,6 +351,28 @@ class CompletionUsage(BaseModel):
     prompt_tokens_details: PromptTokensDetails | MISSING = MISSING
 
 
+class Vendor(BaseModel):
+    """
+    A configured vendor and what it does with each request parameter.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(title='Name')]
+    """
+    The vendor part of `model` (`name/model`).
+    """
+    protocol: Annotated[str, Field(title='Protocol')]
+    """
+    The wire protocol its adapter speaks, e.g. `openai`, `anthropic`, `gemini`, `local`.
+    """
+    parameters: Annotated[dict[str, ParameterSupport], Field(title='Parameters')]
+    """
+    Per request parameter of CompletionRequest, plus `prompt` for list prompts.
+    """
+
+
 class UsageReport(BaseModel):
     """
     Token usage per account and model over a time range.
@@ -370,3 +418,11 @@ class Completion(BaseModel):
     model: Annotated[str, Field(title='Model')]
     system_fingerprint: Annotated[str | MISSING, Field(title='System Fingerprint')] = MISSING
     usage: CompletionUsage | MISSING = MISSING
+
+
+class VendorList(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Annotated[Literal['list'], Field(title='Object')]
+    data: Annotated[list[Vendor], Field(title='Data')]

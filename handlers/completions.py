@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,27 +25,83 @@ log = logging.getLogger("gateway")
 
 
 async def create(request: Incoming) -> Response:
+    services = request.services
     caller = request.token_info[TOKEN_INFO_KEY]
     account = caller.account(request.headers.get("x-selected-account-id"))
-    plan = planning.plan(_parse(request.body), request.services.registry)
+    completion_request = _parse(request.body)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    headers = {"x-request-id": request_id}
-    # Usage ledger: from here on, every way out of this request records exactly one row.
-    meter = request.services.ledger.meter(plan, request_id=request_id, account_id=account, key_id=caller.key_id)
-    if plan.stream:
-        chunks = planning.stream(plan)
-        # Wait for the vendor's first chunk before sending headers: until then a vendor failure
-        # can still be an honest HTTP status instead of an error event in a 200 stream.
-        with meter.on_failure():
-            first = await anext(chunks)
-        events = _events(plan, first, chunks, request_id, created, meter)
-        return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"})
-    with meter.on_failure():
-        result = await planning.complete(plan)
-    meter.finish(result.usage, result.choices)
-    return Response(orjson.dumps(_completion(plan, result, request_id, created)), media_type="application/json",
-                    headers=headers)
+    # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
+    meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
+    services.admission.enter()
+    try:
+        started = await _start(completion_request, services, meter)
+    except BaseException as exc:
+        services.admission.leave()
+        meter.fail(exc)
+        raise
+    plan = started.plan
+    headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
+    if plan.model != completion_request.model:
+        headers["x-gateway-fallback-from"] = completion_request.model
+    if started.result is not None:
+        services.admission.leave()
+        meter.finish(started.result.usage, started.result.choices)
+        body = orjson.dumps(_completion(plan, started.result, request_id, created))
+        return Response(body, media_type="application/json", headers=headers)
+    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
+                          meter=meter)
+    return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
+                                   send_timeout=services.settings.send_timeout)
+
+
+@dataclass(slots=True)
+class _Started:
+    """A vendor call that has begun to answer: a whole result, or a stream's first chunk."""
+
+    plan: planning.Plan
+    result: Result | None = None
+    first: Chunk | None = None
+    rest: AsyncIterator[Chunk] | None = None
+
+
+async def _start(request: CompletionRequest, services: Any, meter: Meter) -> _Started:
+    """Plan and start the request on its model, or on the configured fallbacks in turn when the
+    model fails in a way another vendor can help with (429, 5xx, timeouts). A fallback that
+    cannot serve the request (a parameter it lacks, its own failure) is skipped; when none
+    serves, the client gets the first model's error. Nothing reached the client yet: a stream's
+    headers wait for its first chunk, so a fallback is invisible but for the x-gateway-* headers
+    and the `model` of the answer. The meter hears of each model tried: its row names the one that
+    answered, or the last one tried."""
+    models = [request.model, *services.settings.fallbacks.get(request.model, ())]
+    first_error: GatewayError | None = None
+    for model in models:
+        try:
+            plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
+                                 services.registry, services.settings.max_vendor_calls)
+        except GatewayError:
+            if first_error is None:
+                raise  # the request as the client wrote it cannot be served: its mistake, no fallback
+            log.info("fallback %s cannot serve this request; skipped", model)
+            continue
+        meter.trying(plan)
+        try:
+            if not plan.stream:
+                return _Started(plan, result=await planning.complete(plan))
+            chunks = planning.stream(plan)
+            try:
+                return _Started(plan, first=await anext(chunks), rest=chunks)
+            except BaseException:
+                await chunks.aclose()
+                raise
+        except GatewayError as exc:
+            if first_error is None:  # the model the client asked for
+                if not exc.retryable:
+                    raise
+                first_error = exc
+            log.warning("model %s failed (%s)%s", model, exc.message, "; trying a fallback" if model != models[-1] else "")
+    assert first_error is not None
+    raise first_error
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:
@@ -72,51 +129,76 @@ def _completion(plan: planning.Plan, result: Result, request_id: str, created: i
     return body
 
 
-async def _events(plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                  created: int, meter: Meter) -> AsyncIterator[bytes]:
-    """SSE events with one id/created/model, exactly one finish_reason per choice, the usage chunk
-    when the client asked for it, and an error event instead of a silent cut. The meter hears of
-    every piece of text sent and of how the stream ended (ledger)."""
-    head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
-    finished: set[int] = set()
-    usage: Usage | None = None
-    chunk: Chunk | None = first
-    try:
-        while chunk is not None:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            choices = []
-            for c in chunk.choices:
-                if c.finish_reason is not None:
-                    if c.index in finished:
-                        c.finish_reason = None  # a vendor repeating itself
-                    else:
-                        finished.add(c.index)
-                if c.text or c.finish_reason or c.logprobs:
-                    choices.append(_choice(c, c.finish_reason))
-            if choices:
-                meter.sent(chunk.choices)
-                yield sse.event(head | {"choices": choices})
-            chunk = await anext(rest, None)
-        # The vendor ended its stream cleanly; a choice it never closed ended there.
-        meter.finish(usage)
-        unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
-        if unfinished:
-            yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
-        if plan.include_usage and usage is not None:
-            yield sse.event(head | {"choices": [], "usage": _usage(usage)})
-    except GatewayError as exc:
-        meter.fail(exc)
-        log.warning("stream %s failed: %s", request_id, exc.message)
-        yield sse.event(exc.body())
-    except Exception as exc:
-        meter.fail(exc)
-        log.exception("stream %s failed", request_id)
-        yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
-    except BaseException as exc:  # cancelled or closed: the client went away
-        meter.fail(exc)
-        raise
-    yield sse.DONE
+class _EventStream:
+    """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
+    finish_reason per choice, the usage chunk when the client asked for it, and an error event
+    instead of a silent cut. `aclose()` (called once by the response, however it ends) closes
+    the vendor stream and releases the request's admission. The meter hears of every piece of text
+    sent and of how the stream ended; one still open at `aclose()` means the client left."""
+
+    def __init__(self, plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
+                 created: int, on_close: Callable[[], None], meter: Meter) -> None:
+        self._plan = plan
+        self._first = first
+        self._rest = rest
+        self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
+        self._on_close = on_close
+        self._meter = meter
+        self._events = self._generate()
+        self._closed = False
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._events
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._meter.left()  # a stream that ended on its own closed its meter already
+        try:
+            await self._events.aclose()
+            await self._rest.aclose()
+        finally:
+            self._on_close()
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        plan, head = self._plan, self._head
+        finished: set[int] = set()
+        chunk: Chunk | None = self._first
+        try:
+            while chunk is not None:
+                if chunk.usage is not None:
+                    self.usage = chunk.usage
+                choices = []
+                for c in chunk.choices:
+                    if c.finish_reason is not None:
+                        if c.index in finished:
+                            c.finish_reason = None  # a vendor repeating itself
+                        else:
+                            finished.add(c.index)
+                    if c.text or c.finish_reason or c.logprobs:
+                        choices.append(_choice(c, c.finish_reason))
+                if choices:
+                    self._meter.sent(chunk.choices)
+                    yield sse.event(head | {"choices": choices})
+                chunk = await anext(self._rest, None)
+            # The vendor ended its stream cleanly; a choice it never closed ended there.
+            self._meter.finish(self.usage)
+            unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
+            if unfinished:
+                yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
+            if plan.include_usage and self.usage is not None:
+                yield sse.event(head | {"choices": [], "usage": _usage(self.usage)})
+        except GatewayError as exc:
+            self._meter.fail(exc)
+            log.warning("stream %s failed: %s", head["id"], exc.message)
+            yield sse.event(exc.body())
+        except Exception as exc:
+            self._meter.fail(exc)
+            log.exception("stream %s failed", head["id"])
+            yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
+        yield sse.DONE
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:

@@ -37,7 +37,15 @@ def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str,
         "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
         "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
         "GATEWAY_VENDOR_FAKE_IDLE": "2",
+        "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
+        # The same fake vendor with the default retry policy, for the fault tests.
+        "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
+        "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
+        "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
+        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
         "GATEWAY_VALIDATE_RESPONSES": "1",
         **extra,
     }

@@ -1,8 +1,9 @@
 """Schemathesis hooks for fuzzing the gateway (SCHEMATHESIS_HOOKS=tests.fuzz_hooks).
 
 Positive cases must be requests the gateway can serve, so they are steered to the fuzz run's
-vendor (`fake`, an OpenAI-compatible fake) and made to respect the one cross-field rule the
-schema cannot express (best_of >= n). Negative cases are left alone.
+vendor (`fake`, an OpenAI-compatible fake that serves every parameter in one call) and made to
+respect the one cross-field rule the schema cannot express: best_of >= n. Negative cases are left
+alone.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import schemathesis
 
 FUZZ_MODEL = "fake/fuzz-model"
+BEST_OF_MAX = 20  # openapi.json: best_of maximum
 
 
 @schemathesis.hook
@@ -22,7 +24,7 @@ def map_case(context, case):
         body["model"] = FUZZ_MODEL
     n, best_of = body.get("n"), body.get("best_of")
     if isinstance(n, int | float) and isinstance(best_of, int | float) and best_of < n:  # 65.0 is an integer too
-        if n <= 20 and body.get("stream") is not True:  # best_of's own maximum; streams allow only 1
+        if n <= BEST_OF_MAX and body.get("stream") is not True:  # a stream allows best_of 1 only
             body["best_of"] = n
         else:
             del body["best_of"]

@@ -120,7 +120,8 @@ def test_a_database_outage_does_not_fail_completions_and_is_reported(upstream, p
         deadline = time.monotonic() + 10
         while httpx.get(f"{url}/readyz").json()["status"] != "ok" and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert httpx.get(f"{url}/readyz").json() == {"status": "ok", "checks": {"fake": "ok", "database": "ok"}}
+        ready = httpx.get(f"{url}/readyz").json()
+        assert ready["status"] == "ok" and ready["checks"]["database"] == "ok"
         assert complete(unseen_key).status_code == 200
         log = gateway.log()
     written = {row["request_id"] for row in rows}

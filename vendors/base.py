@@ -22,18 +22,37 @@ PARAMETERS = (
 
 
 @dataclass(frozen=True, slots=True)
+class Range:
+    """The values a vendor accepts for a parameter, when narrower than the contract's."""
+
+    minimum: float
+    maximum: float
+
+    def __contains__(self, value: float) -> bool:
+        return self.minimum <= value <= self.maximum
+
+    def __str__(self) -> str:
+        return f"[{_number(self.minimum)}, {_number(self.maximum)}]"
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a vendor does with each request parameter, as data.
 
     `native` parameters go to the vendor as they are. Any other parameter a request uses is
-    emulated by the gateway when an emulation exists (gateway/planning.py), unless `unsupported`
-    names it with the reason it cannot be served, which becomes a 400 naming parameter and vendor.
+    emulated by the gateway when an emulation exists (gateway/capabilities.py), unless
+    `unsupported` names it with the reason it cannot be served, which becomes a 400 naming
+    parameter and vendor. `ranges` narrows the contract's range of a native parameter (a value
+    outside is a 400, never clamped). gateway/capabilities.py turns this into the verdict per
+    parameter that the planner enforces, GET /v5/vendors shows and docs/capabilities.md prints.
     """
 
     native: frozenset[str]
     unsupported: Mapping[str, str] = field(default_factory=dict)
+    ranges: Mapping[str, Range] = field(default_factory=dict)
     prompts_per_call: int | None = None  # None: a list of any length in one call
     n_per_call: int | None = None  # None: any n in one call
+    max_stop: int | None = None  # stop sequences per call; None: as many as the contract allows
 
 
 @dataclass(slots=True)
@@ -134,6 +153,10 @@ class CountsTokens(Protocol):
     thread, so it must not touch the event loop."""
 
     def count_tokens(self, model: str, text: str) -> int: ...
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -4,9 +4,13 @@ translation of a vendor's failure into the gateway's errors (who was at fault, n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import httpx
+import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.config import VendorConfig
@@ -18,8 +22,19 @@ from gateway.errors import (
     VendorFailed,
     VendorTimeout,
 )
+from vendors.sse import Event, MalformedStream, read_events
 
 MAX_CONNECTIONS = 512
+_JSON = {"content-type": "application/json"}
+# Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
+BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
+
+log = logging.getLogger("gateway.vendors")
+
+# How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
+ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 
 
 def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:
@@ -37,6 +52,99 @@ def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, st
         timeout=httpx.Timeout(connect=t.connect, read=t.total, write=t.connect, pool=t.connect),
         transport=io,
     )
+
+
+async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                    on_error: ErrorMapper) -> Any:
+    """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, stream=False)
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
+
+
+async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                     on_error: ErrorMapper) -> AsyncIterator[Event]:
+    """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
+    timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
+    timeouts = config.timeouts
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, stream=True)
+    try:
+        body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
+        async for event in read_events(body_chunks):
+            yield event
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(config, exc) from None
+    except MalformedStream as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+    finally:
+        await response.aclose()
+
+
+async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, on_error: ErrorMapper, *,
+                stream: bool) -> httpx.Response:
+    """Send `request` and return the vendor's 200 response (a streamed one still open, for the
+    caller to close), or raise the gateway error its failure means.
+
+    Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
+    exponential backoff and full jitter, honouring Retry-After. This happens before anything
+    went to the client (a stream's headers wait for its first chunk), so a retry is invisible
+    to it. Timeouts are not retried: the time is already spent.
+    """
+    attempts = config.retries + 1
+    for attempt in range(attempts):
+        retry_after: float | None = None
+        try:
+            if stream:
+                async with asyncio.timeout(config.timeouts.first_byte):
+                    response = await client.send(request, stream=True)
+            else:
+                response = await client.send(request)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            error = transport_error(config, exc)
+            retryable = not is_timeout(exc)
+        else:
+            if response.status_code == 200:
+                return response
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            header = response.headers.get("retry-after")
+            error = on_error(response.status_code, body, header)
+            retryable = response.status_code in RETRY_STATUSES
+            retry_after = _seconds(header)
+        if not retryable or attempt + 1 == attempts or (retry_after or 0) > BACKOFF_CAP:
+            raise error
+        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2**attempt)
+        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt + 1, config.retries, delay)
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def error_message(body: bytes) -> str:
+    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
+    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
+    "status"}}`) all put it in `error.message`."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500].decode(errors="replace").strip()
+    return payload_message(payload)
+
+
+def payload_message(payload: Any) -> str:
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    if isinstance(error, str):
+        return error
+    return str(payload)[:500]
 
 
 def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:

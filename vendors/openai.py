@@ -5,37 +5,57 @@ with a base URL.
 The contract *is* this protocol, so every parameter passes through natively, including list
 prompts, `n` and their prompt-major choice indexing. Streams always ask the vendor for usage
 (`stream_options.include_usage`); the planner decides whether the client sees it.
+
+Compatible servers do not all implement everything (llama.cpp's server ignores `echo`, vLLM's V1
+engine dropped `best_of`). The vendor's configuration says what its server lacks, and the gateway
+then emulates it or rejects it with a 400 instead of letting the server ignore it:
+
+    lacks = ["echo", "best_of"]   # any request parameter, or "prompt" for list prompts
+    max_stop = 1                  # stop sequences it takes per request; more are matched by the gateway
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, ClassVar
 
 import httpx
 import orjson
 
-from gateway.config import Settings, VendorConfig
+from gateway.config import ConfigError, Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
-from vendors.http import paced, pooled_client, transport_error, vendor_error
-from vendors.sse import MalformedStream, read_events
+from vendors.http import error_message, payload_message, pooled_client, post_json, sse_events, vendor_error
 
-_JSON = {"content-type": "application/json"}
 _OPTIONAL = ("best_of", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "seed", "suffix",
              "temperature", "top_p", "user")  # fmt: skip
 
 
+def capabilities(config: VendorConfig) -> Capabilities:
+    """Everything natively, less what the configuration says this server lacks."""
+    lacks = config.option_names("lacks")
+    unknown = lacks - {"prompt", *PARAMETERS}
+    if unknown:
+        raise ConfigError(f"vendor {config.name!r}: lacks names unknown parameters: {', '.join(sorted(unknown))}")
+    return Capabilities(
+        native=frozenset(PARAMETERS) - lacks,
+        prompts_per_call=1 if "prompt" in lacks else None,
+        max_stop=0 if "stop" in lacks else config.option_int("max_stop", None),
+    )
+
+
 class OpenAIAdapter:
     protocol: ClassVar[str] = "openai"
-    capabilities = Capabilities(native=frozenset(PARAMETERS))
 
     def __init__(self, config: VendorConfig, settings: Settings) -> None:
         self.name = config.name
+        self.capabilities = capabilities(config)
         self._config = config
         headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._client = pooled_client(config, settings.http_transport, headers)
+        # Built once: httpx parses and merges a relative URL on every request (~50 µs).
+        self._url = httpx.URL(f"{config.base_url}/completions")
 
     async def start(self) -> None:
         return None
@@ -68,58 +88,34 @@ class OpenAIAdapter:
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
+        data = await post_json(self._client, self._config, self._url, self._payload(call), self._error)
         try:
-            response = await self._client.post("/completions", content=orjson.dumps(self._payload(call)),
-                                               headers=_JSON)
-        except httpx.HTTPError as exc:
-            raise transport_error(self._config, exc) from None
-        if response.status_code != 200:
-            raise self._error(response.status_code, response.content, response.headers.get("retry-after"))
-        try:
-            data = orjson.loads(response.content)
             return Result(
                 choices=[_choice(c) for c in data["choices"]],
                 usage=_usage(data.get("usage")),
                 system_fingerprint=data.get("system_fingerprint"),
             )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {exc}", vendor=self.name) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {exc!r}", vendor=self.name) from None
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
-        timeouts = self._config.timeouts
-        request = self._client.build_request("POST", "/completions", content=orjson.dumps(self._payload(call)),
-                                              headers=_JSON)
-        try:
-            async with asyncio.timeout(timeouts.first_byte):
-                response = await self._client.send(request, stream=True)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self._config, exc) from None
-        try:
-            if response.status_code != 200:
-                body = await response.aread()
-                raise self._error(response.status_code, body, response.headers.get("retry-after"))
-            body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
-            async for sse in read_events(body_chunks):
+        events = sse_events(self._client, self._config, self._url, self._payload(call), self._error)
+        async with aclosing(events):
+            async for sse in events:
                 if sse.data == "[DONE]":
                     return
                 yield _chunk(self.name, sse.data)
-            raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self._config, exc) from None
-        except MalformedStream as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed stream: {exc}", vendor=self.name) from None
-        finally:
-            await response.aclose()
+        raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        return vendor_error(self._config, status, _error_message(body), retry_after)
+        return vendor_error(self._config, status, error_message(body), retry_after)
 
 
 def _chunk(vendor: str, data: str) -> Chunk:
     try:
         payload = orjson.loads(data)
         if payload.get("error"):
-            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {_message(payload)}", vendor=vendor)
+            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {payload_message(payload)}", vendor=vendor)
         return Chunk(choices=[_choice(c) for c in payload.get("choices") or ()], usage=_usage(payload.get("usage")))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise VendorFailed(f"vendor '{vendor}' sent a malformed stream chunk: {exc}", vendor=vendor) from None
@@ -143,19 +139,3 @@ def _usage(raw: dict[str, Any] | None) -> Usage | None:
         prompt_tokens_details=raw.get("prompt_tokens_details") or None,
         completion_tokens_details=raw.get("completion_tokens_details") or None,
     )
-
-
-def _error_message(body: bytes) -> str:
-    try:
-        return _message(orjson.loads(body))
-    except (orjson.JSONDecodeError, TypeError, AttributeError):
-        return body[:500].decode(errors="replace").strip()
-
-
-def _message(payload: Any) -> str:
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    if isinstance(error, str):
-        return error
-    return str(payload)[:500]

@@ -11,6 +11,8 @@ from vendors.base import Adapter
 # protocol -> "module:class"; imported only when a vendor uses it (the local engine is heavy).
 PROTOCOLS = {
     "openai": "vendors.openai:OpenAIAdapter",
+    "anthropic": "vendors.anthropic:AnthropicAdapter",
+    "gemini": "vendors.gemini:GeminiAdapter",
     "local": "vendors.local:LocalAdapter",
 }
 

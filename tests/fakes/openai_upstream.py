@@ -3,7 +3,7 @@
 Deterministic text: choice i of a prompt is the words " w0 w1 ..." up to max_tokens, cut at the
 first stop sequence; a token is one word. The model name selects faults, so one server serves
 every test:
-  fail-<status>    answers that HTTP status with an OpenAI error body (429 adds Retry-After: 7);
+  fail-<status>    answers that HTTP status with an OpenAI error body (429 adds Retry-After: 30);
                    the message quotes the Authorization header, as some vendors do
   garbage          answers 200 with a body that is not JSON
   cut-stream       streams two chunks, then closes without [DONE]
@@ -11,6 +11,11 @@ every test:
   no-usage         never reports usage
   slow-<ms>        waits before each token (streams) or before answering
   stall            sends the stream's headers, then nothing
+  stall-later      streams two chunks, then nothing
+  limited-<n>      answers 429 with Retry-After: 1 to the first n requests with the same prompt
+  flaky-<n>        answers 503 to the first n requests with the same prompt, then succeeds
+  reset            streams two chunks, then breaks the connection (no clean end of the body)
+  truncated        answers 200 with half of a JSON completion, then breaks the connection
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body"}
         self.open_streams = 0
+        self.failures: dict[str, int] = {}  # flaky-<n>: failures served per prompt
 
     # -- ASGI ---------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
@@ -45,10 +51,26 @@ class FakeOpenAI:
         model = request.get("model", "")
         if model.startswith("fail-"):
             status = int(model.split("-")[1])
-            extra = [(b"retry-after", b"7")] if status == 429 else []
+            extra = [(b"retry-after", b"30")] if status == 429 else []
             message = f"fake failure {status}; credentials used: {headers.get('authorization')}"
             await _json(send, status, {"error": {"message": message, "type": "server_error"}}, extra)
             return
+        if model.startswith(("flaky-", "limited-")):
+            key = model + json.dumps(request.get("prompt"))
+            if self.failures.get(key, 0) < int(model.split("-")[1]):
+                self.failures[key] = self.failures.get(key, 0) + 1
+                if model.startswith("flaky-"):
+                    await _json(send, 503, {"error": {"message": "flaky vendor", "type": "server_error"}})
+                else:
+                    await _json(send, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
+                                [(b"retry-after", b"1")])
+                return
+        if model == "truncated":
+            body = json.dumps(completion(request)).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})
+            raise ConnectionAbortedError("fake vendor breaks the connection")
         if model == "garbage":
             await _raw(send, 200, b"{not json", b"application/json")
             return
@@ -64,24 +86,39 @@ class FakeOpenAI:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
         self.open_streams += 1
+        gone = asyncio.Event()  # like a real vendor, stop generating when the client leaves
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
         try:
-            if model == "stall":
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                return
-            events = list(stream_events(request, with_usage=model != "no-usage"))
-            if model == "cut-stream":
+            if model in ("stall", "stall-later"):
+                events = [] if model == "stall" else list(stream_events(request))[:2]
+            else:
+                events = list(stream_events(request, with_usage=model != "no-usage"))
+            if model in ("cut-stream", "reset"):
                 events = events[:2]
             if model == "bad-sse":
                 events = events[:1] + ["{broken"]
             for data in events:
                 if delay:
                     await asyncio.sleep(delay)
+                if gone.is_set():
+                    return
                 await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+            if model in ("stall", "stall-later"):
+                await gone.wait()
+                return
+            if model == "reset":
+                raise ConnectionAbortedError("fake vendor breaks the connection")
             if model not in ("cut-stream", "bad-sse"):
                 await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            watcher.cancel()
             self.open_streams -= 1
 
 
