@@ -138,6 +138,12 @@ class VendorFailed(GatewayError):
     retryable = True
 
 
+class VendorCredentialsRejected(VendorFailed):
+    """The vendor refused the gateway's own key: the operator must act, a client retry cannot help."""
+
+    retryable = False
+
+
 class VendorUnavailable(GatewayError):
     """Overloaded gateway, or a vendor that is not ready (the local model still loading)."""
 

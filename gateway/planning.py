@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic.experimental.missing_sentinel import MISSING
+from pydantic import MISSING
 
 from gateway import capabilities
 from gateway.emulation import Emulation

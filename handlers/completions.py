@@ -96,8 +96,8 @@ async def _start(request: CompletionRequest, services: Any, meter: Meter) -> _St
                 raise
         except GatewayError as exc:
             if first_error is None:  # the model the client asked for
-                if not exc.retryable:
-                    raise
+                if exc.status < 500 and exc.status != 429:
+                    raise  # the request's fault, not the vendor's: another vendor would not help
                 first_error = exc
             log.warning("model %s failed (%s)%s", model, exc.message, "; trying a fallback" if model != models[-1] else "")
     assert first_error is not None

@@ -249,6 +249,7 @@ def test_vendor_errors_are_translated_without_leaking_credentials(client, model,
         if code:
             assert error["code"] == code
         assert UPSTREAM_SECRET not in r.text
+        assert r.headers["x-should-retry"] == ("false" if code in ("vendor_rejected", "vendor_auth") else "true")
         if status == 429:
             assert r.headers["retry-after"] == "30" and r.headers["x-should-retry"] == "true"
 

@@ -152,7 +152,7 @@ def test_stream_failure_after_start_is_an_error_event(vclient, model, message):
     ("model", "status", "code", "retry"),
     [
         ("fail-400", 400, "vendor_rejected", "false"),
-        ("fail-401", 502, "vendor_auth", "true"),
+        ("fail-401", 502, "vendor_auth", "false"),  # only the operator can fix the gateway's key
         ("fail-429", 429, "vendor_rate_limited", "true"),
         ("fail-500", 502, "vendor_error", "true"),
         ("fail-529", 502, "vendor_error", "true"),  # overloaded_error

@@ -19,6 +19,7 @@ from gateway.errors import (
     InvalidRequest,
     NotFound,
     RateLimited,
+    VendorCredentialsRejected,
     VendorFailed,
     VendorTimeout,
 )
@@ -153,7 +154,7 @@ def vendor_error(config: VendorConfig, status: int, message: str, retry_after: s
     message = redact(config, message) or f"HTTP {status}"
     if status in (401, 403):
         # The client cannot fix the gateway's credentials; the vendor's text may quote the key.
-        return VendorFailed("vendor rejected the gateway's credentials", code="vendor_auth", vendor=name)
+        return VendorCredentialsRejected("vendor rejected the gateway's credentials", code="vendor_auth", vendor=name)
     if status == 404:
         return NotFound(f"vendor '{name}': {message}", code="vendor_not_found", vendor=name)
     if status == 429:
