@@ -45,11 +45,10 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
         log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
         await engine.dispose()
         raise
-    if first_key is not None:
-        print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and this API key for it "
-              f"(key id {first_key.info.id}; shown only this once, store it now):\n    {first_key.key}", flush=True)
     registry = Registry.from_settings(settings)
     await registry.start()
+    if first_key is not None:
+        _announce(first_key, settings, registry)
     ledger = Ledger(engine, settings.ledger_buffer_rows)
     ledger.start()
     services = Services(settings=settings, registry=registry, database=engine,
@@ -65,3 +64,16 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
         finally:
             await registry.close()
             await engine.dispose()
+
+
+def _announce(first_key: accounts.NewKey, settings: Settings, registry: Registry) -> None:
+    """The first start's key, on standard output (not the log), once, with a call to paste."""
+    vendor = "local" if "local" in registry.names() else next(iter(registry.names()), "vendor")
+    model = "local/smollm2-135m" if vendor == "local" else f"{vendor}/<model>"
+    body = f'{{"model": "{model}", "prompt": "The capital of France is", "max_tokens": 16}}'
+    print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
+          f"(id {first_key.info.id}). It is shown only this once: store it now.\n"
+          f"    {first_key.key}\n"
+          f"Try it:\n"
+          f"    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {first_key.key}' "
+          f"-H 'content-type: application/json' -d '{body}'", flush=True)

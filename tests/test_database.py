@@ -63,8 +63,10 @@ def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, u
         for process in processes:
             process.stop()
         logs = "".join(process.log() for process in processes)
-        keys = re.findall(r"sk-gw-[A-Za-z0-9_-]{43}", logs)
+        keys = sorted(set(re.findall(r"sk-gw-[A-Za-z0-9_-]{43}", logs)))  # the key, and the call to paste
         assert len(keys) == 1 and logs.count("empty database") == 1, logs
+        (announcer,) = [p for p in processes if "empty database" in p.log()]
+        assert f"curl http://127.0.0.1:{announcer.port}/v5/completions -H 'x-api-key: {keys[0]}'" in announcer.log()
         assert [a["id"] for a in json.loads(run_cli(url, "accounts", "list", "--format", "json"))] == ["default"]
         assert len(json.loads(run_cli(url, "keys", "list", "--format", "json"))) == 1
         with GatewayProcess(env) as again:
