@@ -3,14 +3,15 @@ request's path by one background writer per process.
 
 A handler opens a `Meter` per request, names the vendor call it makes, tells it what text went to
 the client, and closes it with the vendor's usage (`finish`), with what went wrong (`fail`) or
-because the client left (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text delivered so far, counted with
-a tokenizer (gateway/tokens.py) in a worker thread, and the row says `estimated`.
+because the client left (`left`). Without usage from the vendor the meter estimates it: every
+prompt sent plus the text delivered so far, counted with a tokenizer (gateway/tokens.py) in a
+worker thread, and the row says `estimated`.
 
 Durability, in the order things can go wrong:
 - Rows wait in memory until the writer commits them. The writer commits everything pending as
   soon as its previous commit ends (group commit): no timer, so a hard kill (SIGKILL, OOM) loses
-  only the rows of the commit in flight and those that arrived during it — milliseconds of
-  traffic, measured in tests/test_ledger_durability.py.
+  only the rows of the commit in flight and those that arrived during it — tens of milliseconds of
+  traffic, a few hundred on a saturated machine (tests/test_ledger_durability.py measures it).
 - A failing database does not fail requests: rows stay in memory and the writer retries with
   backoff, /readyz reports `degraded`, and the log says why. Past `ledger_buffer_rows` waiting
   rows, each further row is logged at ERROR in full (JSON; no key, only the key's id) and dropped.
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.ledger")
 
 # What became of a request.
-COMPLETED = "completed"  # the vendor finished and the client got the whole answer
+COMPLETED = "completed"  # the vendor finished its answer
 CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
 VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
 TIMEOUT = "timeout"  # the vendor did not answer in time
@@ -184,6 +185,7 @@ class Ledger:
         self._writer: asyncio.Task[None] | None = None
         self._connection: AsyncConnection | None = None  # the writer's own
         self._closing = False
+        self._close_deadline = 0.0  # set by close()
         self._closed = False
         self._failing_since: float | None = None
         self._failure = ""

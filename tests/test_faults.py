@@ -95,7 +95,8 @@ def test_broken_connections_are_vendor_errors(client, model, stream):
 def test_unreachable_vendor_is_a_502_after_retries(upstream, database):
     env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_DOWN_PROTOCOL="openai",
                       GATEWAY_VENDOR_DOWN_BASE_URL=f"http://127.0.0.1:{free_port()}/v1")
-    with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}) as client:
+    headers = {"x-api-key": database.key}
+    with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers=headers) as client:
         for stream in (False, True):
             r = post(client, "down/m", stream)
             assert r.status_code == 502, r.text

@@ -17,8 +17,8 @@ from tests.gateway_process import GatewayProcess
 
 @pytest.fixture(scope="module")
 def tight(upstream, database):
-    env = gateway_env(upstream.url, database.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4", GATEWAY_BODY_TIMEOUT="1",
-                      GATEWAY_HEADER_TIMEOUT="1",
+    env = gateway_env(upstream.url, database.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4",
+                      GATEWAY_BODY_TIMEOUT="1", GATEWAY_HEADER_TIMEOUT="1",
                       # the fake vendor again, as a server that takes one prompt per call
                       GATEWAY_VENDOR_SINGLE_PROTOCOL="openai", GATEWAY_VENDOR_SINGLE_BASE_URL=f"{upstream.url}/v1",
                       GATEWAY_VENDOR_SINGLE_LACKS="prompt,n")
@@ -48,7 +48,8 @@ def test_the_vendor_call_limit_is_configurable(tight, upstream, database):
     body = {"model": "single/m", "prompt": ["a", "b"], "n": 2, "max_tokens": 1}
     r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key}, json=body)
     assert r.status_code == 200 and len(upstream.requests) == 4  # 2 prompts x n=2, one call each
-    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key}, json={**body, "prompt": ["a", "b", "c"]})
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key},
+                   json={**body, "prompt": ["a", "b", "c"]})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "too_many_vendor_calls" and "limit of 4" in r.json()["error"]["message"]
     assert len(upstream.requests) == 4

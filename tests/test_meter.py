@@ -18,8 +18,8 @@ from tests.provision import empty_database, ledger_rows
 from vendors.base import Choice
 from vendors.registry import Registry
 
-SETTINGS = Settings.load({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai", "GATEWAY_VENDOR_FAKE_BASE_URL": "http://127.0.0.1:9",
-                          "GATEWAY_VENDOR_LOCAL_ENABLED": "0"})
+SETTINGS = Settings.load({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+                          "GATEWAY_VENDOR_FAKE_BASE_URL": "http://127.0.0.1:9", "GATEWAY_VENDOR_LOCAL_ENABLED": "0"})
 
 
 class OwnTokenizer:

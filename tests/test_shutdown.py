@@ -19,7 +19,8 @@ def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):
 
     def stream() -> None:
         body = {"model": "fake/slow-100", "prompt": "x", "max_tokens": 12, "stream": True}
-        results.append(httpx.post(f"{gateway.url}/v5/completions", json=body, headers={"x-api-key": database.key}, timeout=30))
+        headers = {"x-api-key": database.key}
+        results.append(httpx.post(f"{gateway.url}/v5/completions", json=body, headers=headers, timeout=30))
 
     threads = [threading.Thread(target=stream) for _ in range(3)]
     for t in threads:
