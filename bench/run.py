@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -24,8 +25,8 @@ import aiohttp
 
 from tests.fakes.server import free_port
 from tests.gateway_process import ROOT, GatewayProcess
+from tests.provision import sqlite_database
 
-KEY = "sk-bench"
 BODY = {"model": "fake/bench", "prompt": "The quick brown fox", "max_tokens": 16}
 STREAM_BODY = {**BODY, "max_tokens": 64, "stream": True}
 
@@ -133,8 +134,10 @@ def main() -> int:
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
     vendor_url = f"http://127.0.0.1:{vendor_port}"
+    database = contextlib.ExitStack()
+    db = database.enter_context(sqlite_database())  # both gateways write their ledger rows to it
     env = {
-        "GATEWAY_API_KEYS": f"{KEY}=bench",
+        "GATEWAY_DATABASE_URL": db.url,
         "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
         "GATEWAY_VENDOR_FAKE_BASE_URL": f"{vendor_url}/v1",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
@@ -146,7 +149,7 @@ def main() -> int:
             g.start()
         targets = {"direct": (f"{vendor_url}/v1/completions", {})}
         for transport, g in gateways.items():
-            targets[f"gateway ({transport})"] = (f"{g.url}/v5/completions", {"x-api-key": KEY})
+            targets[f"gateway ({transport})"] = (f"{g.url}/v5/completions", {"x-api-key": db.key})
         print(f"cpus: {os.cpu_count()}; one gateway worker per transport; vendor: tests/fakes/openai_upstream.py")
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
@@ -154,6 +157,7 @@ def main() -> int:
             g.stop()
         vendor.terminate()
         vendor.wait()
+        database.close()
     return 0
 
 

@@ -1,14 +1,14 @@
 """API keys -> callers -> the account a request is billed to.
 
 A key is only ever compared by its SHA-256 digest: keys carry 256 random bits, so a fast hash is
-as safe as a slow one and keeps the per-request check cheap.
+as safe as a slow one and keeps the per-request check cheap. Keys, accounts and the store that
+a running gateway uses live in the database (gateway/accounts.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,17 +46,12 @@ class Caller:
             param="x-selected-account-id",
         )
 
+    def visible_accounts(self, selected: str | None) -> frozenset[str]:
+        """The accounts a read (usage) may show: the selected one if granted, else every granted one."""
+        return frozenset({self.account(selected)}) if selected else self.accounts
+
 
 class KeyStore(Protocol):
     async def caller(self, key: str) -> Caller | None:
         """The caller a key belongs to, or None for an unknown or revoked key."""
 
-
-class StaticKeyStore:
-    """Keys given at start-up: `{key: accounts}`."""
-
-    def __init__(self, keys: Mapping[str, frozenset[str]]) -> None:
-        self._callers = {digest(key): Caller(digest(key)[:12], frozenset(accounts)) for key, accounts in keys.items()}
-
-    async def caller(self, key: str) -> Caller | None:
-        return self._callers.get(digest(key))

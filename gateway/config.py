@@ -6,6 +6,7 @@ holds its key (`api_key_env`), so the file can be committed and shared.
 
     GATEWAY_CONFIG=gateway.toml          the file (optional)
     GATEWAY_HOST / GATEWAY_PORT          listen address (127.0.0.1:8000)
+    GATEWAY_DATABASE_URL                 accounts, keys and the usage ledger (sqlite:///var/gateway.db)
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
     OPENAI_API_KEY [+ OPENAI_BASE_URL]   shortcut that configures the `openai` vendor
     ANTHROPIC_API_KEY [+ ANTHROPIC_BASE_URL]  ... the `anthropic` vendor (Messages API)
@@ -95,6 +96,15 @@ class Settings:
     # Which I/O the vendor HTTP clients use under httpx's API: "aiohttp" or "httpx" (see bench/).
     http_transport: str = "aiohttp"
     log_level: str = "info"
+    # Accounts, keys and the usage ledger. SQLite (a file, created on first start) suits one
+    # gateway process; several processes or hosts share one PostgreSQL (postgresql://...).
+    database_url: str = "sqlite:///var/gateway.db"
+    # How long a key's lookup is trusted before the database is asked again: a revoked key keeps
+    # working on a running gateway for at most this long.
+    key_cache_seconds: float = 10.0
+    # Ledger rows held in memory while the database cannot take them; beyond this, each further
+    # row is logged in full (so it can be replayed) and dropped.
+    ledger_buffer_rows: int = 100_000
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -148,6 +158,9 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         ("validate_responses", "GATEWAY_VALIDATE_RESPONSES", _boolean),
         ("http_transport", "GATEWAY_HTTP_TRANSPORT", str),
         ("log_level", "GATEWAY_LOG_LEVEL", str),
+        ("database_url", "GATEWAY_DATABASE_URL", str),
+        ("key_cache_seconds", "GATEWAY_KEY_CACHE_SECONDS", float),
+        ("ledger_buffer_rows", "GATEWAY_LEDGER_BUFFER_ROWS", int),
     ):
         if var in env:
             server[key] = _convert(var, env[var], kind)

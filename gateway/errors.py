@@ -152,6 +152,14 @@ class VendorUnavailable(GatewayError):
     retryable = True
 
 
+class StorageUnavailable(GatewayError):
+    """The gateway's own database cannot answer (checking a new key, reading usage)."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
 class VendorTimeout(GatewayError):
     status = 504
     type = "vendor_timeout"

@@ -8,52 +8,72 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.auth import KeyStore, StaticKeyStore, new_key
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway import accounts, database
+from gateway.auth import KeyStore
 from gateway.config import Settings
+from gateway.ledger import Ledger
 from gateway.limits import Admission
 from vendors.registry import Registry
 
 log = logging.getLogger("gateway")
-
-DEFAULT_ACCOUNT = "default"
 
 
 @dataclass(slots=True)
 class Services:
     settings: Settings
     registry: Registry
+    database: AsyncEngine
     keys: KeyStore
+    ledger: Ledger
     admission: Admission
-
-
-def key_store(env: dict[str, str] | os._Environ[str]) -> KeyStore:
-    """Keys from GATEWAY_API_KEYS ("key=account[,account];key2=account"), or one new key for
-    the default account, printed once so the README's curl works on a fresh clone."""
-    spec = env.get("GATEWAY_API_KEYS", "").strip()
-    keys: dict[str, frozenset[str]] = {}
-    for entry in filter(None, (part.strip() for part in spec.split(";"))):
-        key, _, accounts = entry.partition("=")
-        keys[key.strip()] = frozenset(a.strip() for a in (accounts or DEFAULT_ACCOUNT).split(",") if a.strip())
-    if not keys:
-        key = new_key()
-        keys[key] = frozenset({DEFAULT_ACCOUNT})
-        print(f"gateway: no GATEWAY_API_KEYS set; this run's API key (account '{DEFAULT_ACCOUNT}'): {key}", flush=True)
-    return StaticKeyStore(keys)
 
 
 @contextlib.asynccontextmanager
 async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]]:
+    engine = database.connect(settings.database_url)
+    try:
+        # Migrations run here, at every start; on an empty database the first account and key are
+        # created so that a fresh clone works (production creates its own with the CLI first).
+        first_key = await database.prepare(engine, accounts.bootstrap)
+    except BaseException as exc:
+        log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
+        await engine.dispose()
+        raise
     registry = Registry.from_settings(settings)
     await registry.start()
-    services = Services(settings=settings, registry=registry, keys=key_store(os.environ),
+    if first_key is not None:
+        _announce(first_key, settings, registry)
+    ledger = Ledger(engine, settings.ledger_buffer_rows)
+    ledger.start()
+    services = Services(settings=settings, registry=registry, database=engine,
+                        keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
                         admission=Admission(settings.max_concurrent))
-    log.info("gateway ready on http://%s:%s with vendors: %s", settings.host, settings.port, ", ".join(registry.names()))
+    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
+             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
     try:
         yield {"services": services}
     finally:
-        await registry.close()
+        try:
+            await ledger.close()  # after the server finished its requests: every pending row is written
+        finally:
+            await registry.close()
+            await engine.dispose()
+
+
+def _announce(first_key: accounts.NewKey, settings: Settings, registry: Registry) -> None:
+    """The first start's key, on standard output (not the log), once, with a call to paste."""
+    vendor = "local" if "local" in registry.names() else next(iter(registry.names()), "vendor")
+    model = "local/smollm2-135m" if vendor == "local" else f"{vendor}/<model>"
+    body = f'{{"model": "{model}", "prompt": "The capital of France is", "max_tokens": 16}}'
+    print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
+          f"(id {first_key.info.id}). It is shown only this once: store it now.\n"
+          f"    {first_key.key}\n"
+          f"Try it:\n"
+          f"    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {first_key.key}' "
+          f"-H 'content-type: application/json' -d '{body}'", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StringConstraints
 from pydantic.experimental.missing_sentinel import MISSING
 from typing_extensions import TypeAliasType
 
@@ -279,6 +279,49 @@ class ParameterSupport(BaseModel):
     """
 
 
+class UsageLine(BaseModel):
+    """
+    The requests of one account to one model, summed.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    account_id: Annotated[str, Field(title='Account Id')]
+    model: Annotated[str, Field(title='Model')]
+    """
+    `vendor/name`, as requested.
+    """
+    requests: Annotated[int, Field(ge=0)]
+    """
+    Requests that reached the vendor.
+    """
+    estimated_requests: Annotated[int, Field(ge=0)]
+    """
+    Of those, the requests whose tokens the gateway counted itself because the vendor did not report them (e.g. a stream cut short).
+    """
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens.
+    """
+    completion_tokens: Annotated[int, Field(ge=0)]
+    """
+    Completion tokens.
+    """
+    total_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt plus completion tokens.
+    """
+    cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens the vendors reported as served from their cache.
+    """
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+    """
+    Completion tokens the vendors reported as reasoning.
+    """
+
+
 class HTTPValidationError(BaseModel):
     detail: Annotated[list[ValidationError] | MISSING, Field(title='Detail')] = MISSING
 
@@ -327,6 +370,37 @@ class Vendor(BaseModel):
     parameters: Annotated[dict[str, ParameterSupport], Field(title='Parameters')]
     """
     Per request parameter of CompletionRequest, plus `prompt` for list prompts.
+    """
+
+
+class UsageReport(BaseModel):
+    """
+    Token usage per account and model over a time range.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Annotated[Literal['usage_report'], Field(title='Object')]
+    accounts: Annotated[list[str], Field(title='Accounts')]
+    """
+    The accounts the report covers: every account the key grants, or the selected one. An account without requests in the range has no line in `data`.
+    """
+    start: Annotated[AwareDatetime | None, Field(title='Start')]
+    """
+    The lower bound applied, in UTC; null for none.
+    """
+    end: Annotated[AwareDatetime | None, Field(title='End')]
+    """
+    The upper bound applied (exclusive), in UTC; null for none.
+    """
+    model: Annotated[str | None, Field(title='Model')]
+    """
+    The model filter applied; null for none.
+    """
+    data: Annotated[list[UsageLine], Field(title='Data')]
+    """
+    One line per account and model, ordered by account, then model.
     """
 
 

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from gateway import planning, sse
 from gateway.errors import GatewayError, RequestInvalid
 from gateway.lean import Incoming
+from gateway.ledger import Meter
 from gateway.security import TOKEN_INFO_KEY
 from generated.models import CompletionRequest
 from vendors.base import Choice, Chunk, Result, Usage
@@ -26,15 +27,18 @@ log = logging.getLogger("gateway")
 async def create(request: Incoming) -> Response:
     services = request.services
     caller = request.token_info[TOKEN_INFO_KEY]
-    caller.account(request.headers.get("x-selected-account-id"))
+    account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
+    # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
+    meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
     services.admission.enter()
     try:
-        started = await _start(completion_request, services)
-    except BaseException:
+        started = await _start(completion_request, services, meter)
+    except BaseException as exc:
         services.admission.leave()
+        meter.fail(exc)
         raise
     plan = started.plan
     headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
@@ -42,9 +46,11 @@ async def create(request: Incoming) -> Response:
         headers["x-gateway-fallback-from"] = completion_request.model
     if started.result is not None:
         services.admission.leave()
+        meter.finish(started.result.usage, started.result.choices)
         body = orjson.dumps(_completion(plan, started.result, request_id, created))
         return Response(body, media_type="application/json", headers=headers)
-    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave)
+    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
+                          meter=meter)
     return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
                                    send_timeout=services.settings.send_timeout)
 
@@ -59,13 +65,14 @@ class _Started:
     rest: AsyncIterator[Chunk] | None = None
 
 
-async def _start(request: CompletionRequest, services: Any) -> _Started:
+async def _start(request: CompletionRequest, services: Any, meter: Meter) -> _Started:
     """Plan and start the request on its model, or on the configured fallbacks in turn when the
     model fails in a way another vendor can help with (429, 5xx, timeouts). A fallback that
     cannot serve the request (a parameter it lacks, its own failure) is skipped; when none
     serves, the client gets the first model's error. Nothing reached the client yet: a stream's
     headers wait for its first chunk, so a fallback is invisible but for the x-gateway-* headers
-    and the `model` of the answer."""
+    and the `model` of the answer. The meter hears of each model tried: its row names the one that
+    answered, or the last one tried."""
     models = [request.model, *services.settings.fallbacks.get(request.model, ())]
     first_error: GatewayError | None = None
     for model in models:
@@ -77,6 +84,7 @@ async def _start(request: CompletionRequest, services: Any) -> _Started:
                 raise  # the request as the client wrote it cannot be served: its mistake, no fallback
             log.info("fallback %s cannot serve this request; skipped", model)
             continue
+        meter.trying(plan)
         try:
             if not plan.stream:
                 return _Started(plan, result=await planning.complete(plan))
@@ -125,19 +133,20 @@ class _EventStream:
     """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
     finish_reason per choice, the usage chunk when the client asked for it, and an error event
     instead of a silent cut. `aclose()` (called once by the response, however it ends) closes
-    the vendor stream and releases the request's admission."""
+    the vendor stream and releases the request's admission. The meter hears of every piece of text
+    sent and of how the stream ended; one still open at `aclose()` means the client left."""
 
     def __init__(self, plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                 created: int, on_close: Callable[[], None]) -> None:
+                 created: int, on_close: Callable[[], None], meter: Meter) -> None:
         self._plan = plan
         self._first = first
         self._rest = rest
         self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
         self._on_close = on_close
+        self._meter = meter
         self._events = self._generate()
         self._closed = False
         self.usage: Usage | None = None
-        self.outcome = "client_disconnected"  # until the stream ends otherwise
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._events
@@ -146,6 +155,7 @@ class _EventStream:
         if self._closed:
             return
         self._closed = True
+        self._meter.left()  # a stream that ended on its own closed its meter already
         try:
             await self._events.aclose()
             await self._rest.aclose()
@@ -170,22 +180,23 @@ class _EventStream:
                     if c.text or c.finish_reason or c.logprobs:
                         choices.append(_choice(c, c.finish_reason))
                 if choices:
+                    self._meter.sent(chunk.choices)
                     yield sse.event(head | {"choices": choices})
                 chunk = await anext(self._rest, None)
             # The vendor ended its stream cleanly; a choice it never closed ended there.
+            self._meter.finish(self.usage)
             unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
             if unfinished:
                 yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
             if plan.include_usage and self.usage is not None:
                 yield sse.event(head | {"choices": [], "usage": _usage(self.usage)})
-            self.outcome = "completed"
         except GatewayError as exc:
+            self._meter.fail(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
-            self.outcome = "vendor_timeout" if exc.status == 504 else "vendor_error"
             yield sse.event(exc.body())
-        except Exception:
+        except Exception as exc:
+            self._meter.fail(exc)
             log.exception("stream %s failed", head["id"])
-            self.outcome = "gateway_error"
             yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
         yield sse.DONE
 

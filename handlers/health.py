@@ -14,7 +14,10 @@ async def live(request: Incoming) -> JSONResponse:
 async def ready(request: Incoming) -> JSONResponse:
     services = request.services
     problems = services.registry.not_ready()
-    checks = {name: "ok" for name in services.registry.names()} | problems
+    # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.
+    # Taking every gateway sharing that database out of the load balancer would turn it into an outage.
+    database = services.ledger.not_ready()
+    checks = {name: "ok" for name in services.registry.names()} | problems | {"database": database or "ok"}
     if problems:
         return JSONResponse({"status": "starting", "checks": checks}, status_code=503)
-    return JSONResponse({"status": "ok", "checks": checks})
+    return JSONResponse({"status": "degraded" if database else "ok", "checks": checks})

@@ -1,4 +1,6 @@
-"""Shared fixtures: a fake OpenAI-compatible vendor on loopback and the real gateway in front of it."""
+"""Shared fixtures: a fake OpenAI-compatible vendor on loopback and the real gateway in front of it,
+on a SQLite database whose accounts and keys were made with the gateway's CLI (tests/provision.py):
+`database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b."""
 
 from __future__ import annotations
 
@@ -8,9 +10,8 @@ import pytest
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import ServerThread
 from tests.gateway_process import GatewayProcess
+from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
 
-KEY = "sk-test-single"  # grants acct-a
-MULTI_KEY = "sk-test-multi"  # grants acct-a and acct-b
 UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
 
 
@@ -28,9 +29,9 @@ def _clear_upstream_requests(request):
         request.getfixturevalue("upstream").requests.clear()
 
 
-def gateway_env(upstream_url: str, **extra: str) -> dict[str, str]:
+def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:
     return {
-        "GATEWAY_API_KEYS": f"{KEY}=acct-a;{MULTI_KEY}=acct-a,acct-b",
+        "GATEWAY_DATABASE_URL": database_url,
         "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
         "GATEWAY_VENDOR_FAKE_BASE_URL": f"{upstream_url}/v1",
         "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
@@ -51,12 +52,34 @@ def gateway_env(upstream_url: str, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def gateway(upstream):
-    with GatewayProcess(gateway_env(upstream.url)) as process:
+def database() -> TestDatabase:
+    with sqlite_database() as db:
+        yield db
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def backend_kind(request) -> str:
+    """Each database kind in turn. PostgreSQL is the server named by GATEWAY_TEST_DATABASE_URL
+    (.ci/run sets it); without one, these tests are skipped, saying why."""
+    if request.param == "postgresql" and (reason := postgres_unavailable()):
+        pytest.skip(reason)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def backend(backend_kind) -> TestDatabase:
+    """A fresh, provisioned database of each kind for a test module."""
+    with empty_database(backend_kind) as url:
+        yield provision(url)
+
+
+@pytest.fixture(scope="session")
+def gateway(upstream, database):
+    with GatewayProcess(gateway_env(upstream.url, database.url)) as process:
         yield process
 
 
 @pytest.fixture
-def client(gateway):
-    with httpx.Client(base_url=gateway.url, headers={"x-api-key": KEY}, timeout=30) as c:
+def client(gateway, database):
+    with httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}, timeout=30) as c:
         yield c

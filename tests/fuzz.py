@@ -12,17 +12,19 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import KEY, gateway_env
+from tests.conftest import gateway_env
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import ServerThread
 from tests.gateway_process import ROOT, GatewayProcess
+from tests.provision import sqlite_database
 
 
 def fuzz(max_examples: int, extra: list[str]) -> int:
-    with ServerThread(FakeOpenAI()) as upstream, GatewayProcess(gateway_env(upstream.url)) as gateway:
+    with (sqlite_database() as db, ServerThread(FakeOpenAI()) as upstream,
+          GatewayProcess(gateway_env(upstream.url, db.url)) as gateway):
         command = [
             str(ROOT / ".venv" / "bin" / "schemathesis"), "run", str(ROOT / "openapi.json"),
-            "--url", gateway.url, "-H", f"x-api-key: {KEY}", "-H", "x-selected-account-id: acct-a",
+            "--url", gateway.url, "-H", f"x-api-key: {db.key}", "-H", "x-selected-account-id: acct-a",
             "--checks", "all", "--max-examples", str(max_examples), "--no-color", *extra,
         ]  # fmt: skip
         env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz_hooks", "PYTHONPATH": str(ROOT)}

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import KEY, MULTI_KEY, UPSTREAM_SECRET
+from tests.conftest import UPSTREAM_SECRET
 
 
 def sse_events(text: str) -> list[dict]:
@@ -32,7 +32,7 @@ def chunks_of(text: str) -> list[dict]:
     return [json.loads(e["data"]) for e in sse_events(text) if e["event"] is None]
 
 
-def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream):
+def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream, database):
     body = {"model": "fake/gpt-x", "prompt": "Say hi", "max_tokens": 3, "temperature": 0.5, "top_p": 0.9,
             "frequency_penalty": 0.1, "presence_penalty": -0.2, "seed": 42, "user": "u-1",
             "logit_bias": {"50256": -100}, "stop": ["zz"]}
@@ -52,7 +52,7 @@ def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream):
                             "logit_bias": {"50256": -100}, "stop": ["zz"]}
     # The vendor gets the gateway's credentials, never the client's key.
     assert sent["headers"]["authorization"] == f"Bearer {UPSTREAM_SECRET}"
-    assert KEY not in json.dumps(sent["headers"])
+    assert database.key not in json.dumps(sent["headers"])
     assert "x-api-key" not in sent["headers"]
 
 
@@ -144,19 +144,21 @@ def test_stream_logprobs_per_chunk(client):
         ({}, 401, "authentication_error"),
         ({"x-api-key": "wrong"}, 401, "authentication_error"),
         ({"authorization": "Bearer wrong"}, 401, "authentication_error"),
-        ({"x-api-key": KEY, "x-selected-account-id": "acct-b"}, 403, "permission_error"),
-        ({"x-api-key": MULTI_KEY}, 400, "invalid_request_error"),
+        ({"x-api-key": "key", "x-selected-account-id": "acct-b"}, 403, "permission_error"),
+        ({"x-api-key": "multi_key"}, 400, "invalid_request_error"),
     ],
 )
-def test_auth_failures(gateway, headers, status, type_):
+def test_auth_failures(gateway, database, headers, status, type_):
+    # "key" and "multi_key" stand for the session's keys, which exist only once the database does.
+    headers = {name: getattr(database, value, value) for name, value in headers.items()}
     r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x"}, headers=headers)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == type_
 
 
-def test_bearer_and_account_selection_work(gateway):
-    for headers in ({"authorization": f"Bearer {KEY}"},
-                    {"x-api-key": MULTI_KEY, "x-selected-account-id": "acct-b"}):
+def test_bearer_and_account_selection_work(gateway, database):
+    for headers in ({"authorization": f"Bearer {database.key}"},
+                    {"x-api-key": database.multi_key, "x-selected-account-id": "acct-b"}):
         r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x", "max_tokens": 1},
                        headers=headers)
         assert r.status_code == 200, r.text
@@ -265,16 +267,16 @@ def test_stream_failure_after_start_is_an_error_event_then_done(client, model):
 def test_healthz_and_readyz(gateway):
     assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.url}/readyz").json()
-    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok"}}
+    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "database": "ok"}}
 
 
-def test_logs_never_hold_keys(client, gateway):
+def test_logs_never_hold_keys(client, gateway, database):
     for model in ("fail-400", "fail-401", "fail-500"):
         client.post("/v5/completions", json={"model": f"fake/{model}", "prompt": "x"})
     client.post("/v5/completions", json={"model": "fake/m", "prompt": "x"}, headers={"x-api-key": "sk-wrong-key-123456"})
     log = gateway.log()
     assert "fake failure" in log or "vendor 'fake'" in log  # the failures were logged...
-    for secret in (UPSTREAM_SECRET, KEY, "sk-wrong-key-123456"):
+    for secret in (UPSTREAM_SECRET, database.key, "sk-wrong-key-123456"):
         assert secret not in log  # ...without a secret
 
 

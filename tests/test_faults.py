@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import KEY, gateway_env
+from tests.conftest import gateway_env
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
 from tests.test_completions_openai import chunks_of, sse_events
@@ -92,10 +92,11 @@ def test_broken_connections_are_vendor_errors(client, model, stream):
         assert r.json()["error"]["vendor"] == "fake"
 
 
-def test_unreachable_vendor_is_a_502_after_retries(upstream):
-    env = gateway_env(upstream.url, GATEWAY_VENDOR_DOWN_PROTOCOL="openai",
+def test_unreachable_vendor_is_a_502_after_retries(upstream, database):
+    env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_DOWN_PROTOCOL="openai",
                       GATEWAY_VENDOR_DOWN_BASE_URL=f"http://127.0.0.1:{free_port()}/v1")
-    with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers={"x-api-key": KEY}) as client:
+    headers = {"x-api-key": database.key}
+    with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers=headers) as client:
         for stream in (False, True):
             r = post(client, "down/m", stream)
             assert r.status_code == 502, r.text

@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from gateway.sse import EventStreamResponse
-from tests.conftest import KEY, gateway_env
+from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 
 
 @pytest.fixture(scope="module")
-def tight(upstream):
-    env = gateway_env(upstream.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4", GATEWAY_BODY_TIMEOUT="1",
-                      GATEWAY_HEADER_TIMEOUT="1",
+def tight(upstream, database):
+    env = gateway_env(upstream.url, database.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4",
+                      GATEWAY_BODY_TIMEOUT="1", GATEWAY_HEADER_TIMEOUT="1",
                       # the fake vendor again, as a server that takes one prompt per call
                       GATEWAY_VENDOR_SINGLE_PROTOCOL="openai", GATEWAY_VENDOR_SINGLE_BASE_URL=f"{upstream.url}/v1",
                       GATEWAY_VENDOR_SINGLE_LACKS="prompt,n")
@@ -26,9 +26,9 @@ def tight(upstream):
         yield gateway
 
 
-def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight):
+def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight, database):
     body = {"model": "fake/stall-later", "prompt": "x", "stream": True}
-    with httpx.Client(base_url=tight.url, headers={"x-api-key": KEY}, timeout=10) as client:
+    with httpx.Client(base_url=tight.url, headers={"x-api-key": database.key}, timeout=10) as client:
         with client.stream("POST", "/v5/completions", json=body) as first, \
                 client.stream("POST", "/v5/completions", json=body) as second:
             assert first.status_code == second.status_code == 200
@@ -44,20 +44,21 @@ def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight):
         assert r.status_code == 200
 
 
-def test_the_vendor_call_limit_is_configurable(tight, upstream):
+def test_the_vendor_call_limit_is_configurable(tight, upstream, database):
     body = {"model": "single/m", "prompt": ["a", "b"], "n": 2, "max_tokens": 1}
-    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": KEY}, json=body)
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key}, json=body)
     assert r.status_code == 200 and len(upstream.requests) == 4  # 2 prompts x n=2, one call each
-    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": KEY}, json={**body, "prompt": ["a", "b", "c"]})
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key},
+                   json={**body, "prompt": ["a", "b", "c"]})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "too_many_vendor_calls" and "limit of 4" in r.json()["error"]["message"]
     assert len(upstream.requests) == 4
 
 
-def test_a_body_that_never_arrives_is_a_408(tight):
+def test_a_body_that_never_arrives_is_a_408(tight, database):
     with socket.create_connection(("127.0.0.1", tight.port), timeout=5) as s:
         s.sendall(b"POST /v5/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                  b"x-api-key: " + KEY.encode() + b"\r\ncontent-length: 100\r\n\r\n{\"model\"")
+                  b"x-api-key: " + database.key.encode() + b"\r\ncontent-length: 100\r\n\r\n{\"model\"")
         started = time.monotonic()
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408")

@@ -8,17 +8,15 @@ import pytest
 import scale_gp_beta
 from scale_gp_beta import SGPClient
 
-from tests.conftest import KEY
+
+@pytest.fixture
+def sgp(gateway, database):
+    return SGPClient(api_key=database.key, account_id="acct-a", base_url=gateway.url, max_retries=0)
 
 
 @pytest.fixture
-def sgp(gateway):
-    return SGPClient(api_key=KEY, account_id="acct-a", base_url=gateway.url, max_retries=0)
-
-
-@pytest.fixture
-def oai(gateway):
-    return openai.OpenAI(api_key=KEY, base_url=f"{gateway.url}/v5", max_retries=0)
+def oai(gateway, database):
+    return openai.OpenAI(api_key=database.key, base_url=f"{gateway.url}/v5", max_retries=0)
 
 
 def test_scale_sdk_non_streaming(sgp):

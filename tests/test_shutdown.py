@@ -8,18 +8,19 @@ import time
 
 import httpx
 
-from tests.conftest import KEY, gateway_env
+from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.test_completions_openai import chunks_of, sse_events
 
 
-def test_sigterm_lets_active_streams_finish_then_exits_0(upstream):
-    gateway = GatewayProcess(gateway_env(upstream.url, GATEWAY_VENDOR_FAKE_IDLE="5")).start()
+def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):
+    gateway = GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_VENDOR_FAKE_IDLE="5")).start()
     results: list[httpx.Response] = []
 
     def stream() -> None:
         body = {"model": "fake/slow-100", "prompt": "x", "max_tokens": 12, "stream": True}
-        results.append(httpx.post(f"{gateway.url}/v5/completions", json=body, headers={"x-api-key": KEY}, timeout=30))
+        headers = {"x-api-key": database.key}
+        results.append(httpx.post(f"{gateway.url}/v5/completions", json=body, headers=headers, timeout=30))
 
     threads = [threading.Thread(target=stream) for _ in range(3)]
     for t in threads:

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from tests.conftest import KEY
 from tests.test_completions_openai import chunks_of, sse_events
 from tests.vendor_fixtures import (  # noqa: F401
     ANTHROPIC_SECRET,
@@ -31,7 +30,7 @@ def streamed(text: str) -> tuple[dict[int, str], dict[int, list[str]], list[dict
     return texts, finishes, chunks
 
 
-def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, anthropic_upstream):
+def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, anthropic_upstream, database):
     body = {"model": "anthropic/claude-x", "prompt": "Once upon a time", "max_tokens": 3, "temperature": 0.3,
             "top_p": 0.9, "stop": ["zz", "yy"], "user": "end-user-7"}
     r = vclient.post("/v5/completions", json=body)
@@ -53,7 +52,7 @@ def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, ant
     }  # fmt: skip
     assert sent["headers"]["x-api-key"] == ANTHROPIC_SECRET
     assert sent["headers"]["anthropic-version"] == "2023-06-01"
-    assert "authorization" not in sent["headers"] and KEY not in json.dumps(sent["headers"])
+    assert "authorization" not in sent["headers"] and database.key not in json.dumps(sent["headers"])
 
 
 def test_default_max_tokens_is_the_contracts_16(vclient, anthropic_upstream):

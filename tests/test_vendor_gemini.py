@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from tests.conftest import KEY
 from tests.test_completions_openai import chunks_of, sse_events
 from tests.test_vendor_anthropic import streamed
 from tests.vendor_fixtures import (  # noqa: F401
@@ -18,7 +17,7 @@ from tests.vendor_fixtures import (  # noqa: F401
 )
 
 
-def test_parameters_map_to_generation_config(vclient, gemini_upstream):
+def test_parameters_map_to_generation_config(vclient, gemini_upstream, database):
     body = {"model": "gemini/gemini-2.5-flash", "prompt": "Say hi", "max_tokens": 3, "temperature": 1.5,
             "top_p": 0.9, "seed": 42, "presence_penalty": 0.5, "frequency_penalty": -0.5, "stop": ["zz"]}
     r = vclient.post("/v5/completions", json=body)
@@ -35,7 +34,7 @@ def test_parameters_map_to_generation_config(vclient, gemini_upstream):
                              "presencePenalty": 0.5, "frequencyPenalty": -0.5, "stopSequences": ["zz"]},
     }  # fmt: skip
     assert sent["headers"]["x-goog-api-key"] == GEMINI_SECRET and sent["query"] == {}
-    assert KEY not in json.dumps(sent["headers"])
+    assert database.key not in json.dumps(sent["headers"])
 
 
 def test_user_is_recorded_not_sent(vclient, gemini_upstream):

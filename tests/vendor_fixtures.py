@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gateway.config import VendorConfig
-from tests.conftest import KEY, gateway_env
+from tests.conftest import gateway_env
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.server import ServerThread
@@ -61,11 +61,11 @@ def gemini_upstream():
 
 
 @pytest.fixture(scope="session")
-def vendors_gateway(upstream, anthropic_upstream, gemini_upstream):
+def vendors_gateway(upstream, anthropic_upstream, gemini_upstream, database):
     urls = {"anthropic": anthropic_upstream.url, "gemini": f"{gemini_upstream.url}/v1beta",
             "openai": f"{upstream.url}/v1"}  # fmt: skip
     keys = {"anthropic": ANTHROPIC_SECRET, "gemini": GEMINI_SECRET, "openai": "sk-openai-compatible"}
-    env = gateway_env(upstream.url)
+    env = gateway_env(upstream.url, database.url)
     for name, (protocol, fake, options) in VENDORS.items():
         prefix = f"GATEWAY_VENDOR_{name.upper()}_"
         env |= {prefix + "PROTOCOL": protocol, prefix + "BASE_URL": urls[fake], prefix + "API_KEY": keys[fake],
@@ -76,10 +76,10 @@ def vendors_gateway(upstream, anthropic_upstream, gemini_upstream):
 
 
 @pytest.fixture
-def vclient(vendors_gateway, upstream, anthropic_upstream, gemini_upstream):
+def vclient(vendors_gateway, upstream, anthropic_upstream, gemini_upstream, database):
     upstream.requests.clear()
     anthropic_upstream.clear()
     gemini_upstream.clear()
-    with httpx.Client(base_url=vendors_gateway.url, headers={"x-api-key": KEY}, timeout=30) as c:
+    with httpx.Client(base_url=vendors_gateway.url, headers={"x-api-key": database.key}, timeout=30) as c:
         yield c
     assert anthropic_upstream.violations == [] and gemini_upstream.violations == []

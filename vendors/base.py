@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 # The request parameters a vendor may or may not support. `model`, `prompt`, `stream` and
 # `stream_options` are the gateway's own business for every vendor (it always asks for usage and
@@ -141,6 +141,18 @@ class Adapter(Protocol):
 
     def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         """Chunks as the vendor produces them; the last one carries the usage."""
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """Optional for an adapter: count tokens with the model's own tokenizer.
+
+    The gateway counts tokens itself only when the vendor did not report usage (a stream cut
+    short, a vendor without usage); the row is then marked estimated. Adapters without this
+    method are counted with an OpenAI vocabulary (gateway/tokens.py). Called from a worker
+    thread, so it must not touch the event loop."""
+
+    def count_tokens(self, model: str, text: str) -> int: ...
 
 
 def _number(value: float) -> str:

@@ -1,0 +1,150 @@
+"""The database layer on SQLite and PostgreSQL: migrations, first start, the ledger writer's
+handling of rows it cannot keep, and the time parser the usage filters share."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from gateway import database
+from gateway.accounts import bootstrap
+from gateway.ledger import Ledger
+from gateway.tables import metadata
+from gateway.usage import parse_instant
+from tests.conftest import gateway_env
+from tests.gateway_process import GatewayProcess
+from tests.provision import empty_database, ledger_rows, run_cli
+
+
+def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):
+    async def migrate(url: str) -> tuple[list, str | None]:
+        engine = database.connect(url)
+        try:
+            for _ in range(2):  # a second start finds nothing to do
+                await database.prepare(engine, bootstrap)
+            async with engine.connect() as connection:
+                diff = await connection.run_sync(
+                    lambda c: compare_metadata(MigrationContext.configure(c, opts={"compare_type": True}), metadata))
+                version = await connection.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
+            return diff, version
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url:
+        diff, version = asyncio.run(migrate(url))
+    config = Config()
+    config.set_main_option("script_location", "gateway:migrations")
+    assert diff == []
+    assert version == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, upstream):
+    """Two gateways starting together on an empty database: exactly one sets it up and prints the
+    key, which works; a restart prints nothing."""
+    with empty_database(backend_kind) as url:
+        env = gateway_env(upstream.url, url)
+        processes = [GatewayProcess(env), GatewayProcess(env)]
+        starters = [threading.Thread(target=process.start) for process in processes]
+        for starter in starters:
+            starter.start()
+        for starter in starters:
+            starter.join(60)
+        for process in processes:
+            process.stop()
+        logs = "".join(process.log() for process in processes)
+        keys = sorted(set(re.findall(r"sk-gw-[A-Za-z0-9_-]{43}", logs)))  # the key, and the call to paste
+        assert len(keys) == 1 and logs.count("empty database") == 1, logs
+        (announcer,) = [p for p in processes if "empty database" in p.log()]
+        assert f"curl http://127.0.0.1:{announcer.port}/v5/completions -H 'x-api-key: {keys[0]}'" in announcer.log()
+        assert [a["id"] for a in json.loads(run_cli(url, "accounts", "list", "--format", "json"))] == ["default"]
+        assert len(json.loads(run_cli(url, "keys", "list", "--format", "json"))) == 1
+        with GatewayProcess(env) as again:
+            r = httpx.get(f"{again.url}/v5/usage", headers={"x-api-key": keys[0]})
+            assert r.status_code == 200 and r.json()["accounts"] == ["default"]
+        assert "empty database" not in again.log()
+
+
+def row(request_id: str, **values) -> dict:
+    now = datetime.now(UTC)
+    return {"request_id": request_id, "account_id": "acct", "key_id": "key_1", "vendor": "v", "model": "v/m",
+            "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cached_tokens": None,
+            "reasoning_tokens": None, "estimated": False, "outcome": "completed", "streamed": False,
+            "end_user": None, "started_at": now, "ended_at": now, "ttft_ms": 1.0} | values
+
+
+def test_a_row_the_database_refuses_is_logged_and_does_not_hold_back_the_others(backend_kind, caplog):
+    async def write(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            ledger = Ledger(engine, max_pending=100)
+            ledger.add(row("r-1"))
+            ledger.add(row("r-bad", outcome=None))  # NOT NULL: refused for what it is, on both databases
+            ledger.add(row("r-2", model="v/m\x00x", end_user="\x00"))  # PostgreSQL text cannot hold NUL
+            ledger.add(row("r-1"))  # the same request again (a retried batch): stored once
+            ledger.start()
+            await ledger.close()
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url, caplog.at_level(logging.ERROR, logger="gateway.ledger"):
+        asyncio.run(write(url))
+        rows = {r["request_id"]: r for r in ledger_rows(url, "acct")}
+    assert sorted(rows) == ["r-1", "r-2"]
+    assert (rows["r-2"]["model"], rows["r-2"]["end_user"]) == ("v/m\ufffdx", "\ufffd")
+    (refused,) = [r.getMessage() for r in caplog.records]
+    assert "NOT written (the database refused it" in refused and '"request_id": "r-bad"' in refused
+
+
+def test_past_its_bound_the_buffer_logs_each_further_row_in_full(caplog):
+    async def overflow(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            ledger = Ledger(engine, max_pending=2)  # no writer started: nothing drains the buffer
+            for i in range(3):
+                ledger.add(row(f"r-{i}"))
+        finally:
+            await engine.dispose()
+
+    with empty_database("sqlite") as url, caplog.at_level(logging.ERROR, logger="gateway.ledger"):
+        asyncio.run(overflow(url))
+    (dropped,) = [r.getMessage() for r in caplog.records]
+    assert "2 rows already wait for the database (ledger_buffer_rows)" in dropped and '"r-2"' in dropped
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-30T12:00:00Z", datetime(2026, 11, 30, 12, tzinfo=UTC)),
+        ("2026-11-30t12:00:00.5z", datetime(2026, 11, 30, 12, 0, 0, 500_000, tzinfo=UTC)),
+        ("2026-11-30T12:00:00.123456789+01:30", datetime(2026, 11, 30, 10, 30, 0, 123_456, tzinfo=UTC)),
+        ("2026-12-31T23:59:60Z", datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)),  # a leap second
+        ("0001-01-01T00:00:00+01:00", datetime.min.replace(tzinfo=UTC)),  # before year 1 in UTC
+        ("9999-12-31T23:59:59-23:59", datetime.max.replace(tzinfo=UTC)),
+        ("2026-11-30", datetime(2026, 11, 30, tzinfo=UTC)),  # the CLI's shorthands
+        ("2026-11-30 08:15", datetime(2026, 11, 30, 8, 15, tzinfo=UTC)),
+    ],
+)
+def test_instants_are_read_as_rfc_3339_in_utc(text, expected):
+    assert parse_instant(text) == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-02-30T00:00:00Z", "2026-11-30T24:00:00Z", "2026-11-30T12:00Z0"])
+def test_what_is_not_an_instant_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_instant(text)
+
+
+def test_an_offset_moves_the_instant_not_the_clock():
+    assert parse_instant("2026-11-30T00:30:00-01:00") - parse_instant("2026-11-30T01:30:00Z") == timedelta(0)

