@@ -25,12 +25,13 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, ClassVar
 
+import httpx
 import orjson
 
 from gateway.config import Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import Capabilities, Choice, Chunk, CompletionCall, Range, Result, Usage
-from vendors.http import error_message, pooled_client, post_json, sse_events, vendor_error
+from vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
 
 API_VERSION = "2023-06-01"
 MESSAGES = "/v1/messages"
@@ -63,30 +64,19 @@ def capabilities(config: VendorConfig) -> Capabilities:
     )
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(HttpAdapter):
     protocol: ClassVar[str] = "anthropic"
 
     def __init__(self, config: VendorConfig, settings: Settings) -> None:
-        self.name = config.name
+        super().__init__(config, settings, {"x-api-key": config.api_key, "anthropic-version": API_VERSION})
         self.capabilities = capabilities(config)
-        self._config = config
         self._prompt_as = config.option_choice("prompt_as", ("prefill", "user"))
         self._user_turn_models = tuple(config.option_names("user_turn_models") or USER_TURN_MODELS)
-        headers = {"x-api-key": config.api_key, "anthropic-version": API_VERSION}
-        self._client = pooled_client(config, settings.http_transport, headers)
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    def not_ready(self) -> str | None:
-        return None
+        self._url = httpx.URL(f"{config.base_url}{MESSAGES}")  # built once, as in vendors/openai.py
 
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)
-        data = await post_json(self._client, self._config, MESSAGES, payload, self._error)
+        data = await post_json(self._client, self._config, self._url, payload, self._error)
         try:
             text = "".join(block["text"] for block in data["content"] if block.get("type") == "text")
             choice = Choice(0, reply.trim(text), _finish(data.get("stop_reason")))
@@ -99,7 +89,7 @@ class AnthropicAdapter:
         payload["stream"] = True
         usage: dict[str, Any] = {}
         finish: str | None = None
-        events = sse_events(self._client, self._config, MESSAGES, payload, self._error)
+        events = sse_events(self._client, self._config, self._url, payload, self._error)
         async with aclosing(events):
             try:
                 async for sse in events:

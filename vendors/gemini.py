@@ -21,7 +21,7 @@ import orjson
 from gateway.config import Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import Capabilities, Choice, Chunk, CompletionCall, Range, Result, Usage
-from vendors.http import error_message, pooled_client, post_json, sse_events, vendor_error
+from vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
 _FILTERED = "content_filter"
@@ -63,23 +63,12 @@ def capabilities(config: VendorConfig) -> Capabilities:
     )
 
 
-class GeminiAdapter:
+class GeminiAdapter(HttpAdapter):
     protocol: ClassVar[str] = "gemini"
 
     def __init__(self, config: VendorConfig, settings: Settings) -> None:
-        self.name = config.name
+        super().__init__(config, settings, {"x-goog-api-key": config.api_key})
         self.capabilities = capabilities(config)
-        self._config = config
-        self._client = pooled_client(config, settings.http_transport, {"x-goog-api-key": config.api_key})
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    def not_ready(self) -> str | None:
-        return None
 
     async def complete(self, call: CompletionCall) -> Result:
         data = await post_json(self._client, self._config, _url(call, "generateContent"), _payload(call), self._error)

@@ -13,7 +13,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from gateway.config import VendorConfig
+from gateway.config import Settings, VendorConfig
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -36,6 +36,25 @@ log = logging.getLogger("gateway.vendors")
 
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
 ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
+
+
+class HttpAdapter:
+    """What every adapter over HTTP shares: its vendor's configuration, one pooled client for the
+    process's life (opened here, closed by `close()`), and nothing to wait for before serving."""
+
+    def __init__(self, config: VendorConfig, settings: Settings, headers: Mapping[str, str]) -> None:
+        self.name = config.name
+        self._config = config
+        self._client = pooled_client(config, settings.http_transport, headers)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def not_ready(self) -> str | None:
+        return None
 
 
 def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:

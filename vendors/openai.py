@@ -26,7 +26,7 @@ import orjson
 from gateway.config import ConfigError, Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
-from vendors.http import error_message, payload_message, pooled_client, post_json, sse_events, vendor_error
+from vendors.http import HttpAdapter, error_message, payload_message, post_json, sse_events, vendor_error
 
 _OPTIONAL = ("best_of", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "seed", "suffix",
              "temperature", "top_p", "user")  # fmt: skip
@@ -45,26 +45,14 @@ def capabilities(config: VendorConfig) -> Capabilities:
     )
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(HttpAdapter):
     protocol: ClassVar[str] = "openai"
 
     def __init__(self, config: VendorConfig, settings: Settings) -> None:
-        self.name = config.name
+        super().__init__(config, settings, {"authorization": f"Bearer {config.api_key}"} if config.api_key else {})
         self.capabilities = capabilities(config)
-        self._config = config
-        headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        self._client = pooled_client(config, settings.http_transport, headers)
         # Built once: httpx parses and merges a relative URL on every request (~50 µs).
         self._url = httpx.URL(f"{config.base_url}/completions")
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-    def not_ready(self) -> str | None:
-        return None
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         payload: dict[str, Any] = {

@@ -25,6 +25,8 @@ import json
 import time
 from typing import Any
 
+from tests.fakes.asgi import read_request, send_json
+
 
 class FakeOpenAI:
     def __init__(self) -> None:
@@ -36,15 +38,9 @@ class FakeOpenAI:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        headers, body = await read_request(scope, receive)
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
-            await _json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+            await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
         request = json.loads(body)
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
@@ -53,16 +49,16 @@ class FakeOpenAI:
             status = int(model.split("-")[1])
             extra = [(b"retry-after", b"30")] if status == 429 else []
             message = f"fake failure {status}; credentials used: {headers.get('authorization')}"
-            await _json(send, status, {"error": {"message": message, "type": "server_error"}}, extra)
+            await send_json(send, status, {"error": {"message": message, "type": "server_error"}}, extra)
             return
         if model.startswith(("flaky-", "limited-")):
             key = model + json.dumps(request.get("prompt"))
             if self.failures.get(key, 0) < int(model.split("-")[1]):
                 self.failures[key] = self.failures.get(key, 0) + 1
                 if model.startswith("flaky-"):
-                    await _json(send, 503, {"error": {"message": "flaky vendor", "type": "server_error"}})
+                    await send_json(send, 503, {"error": {"message": "flaky vendor", "type": "server_error"}})
                 else:
-                    await _json(send, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
+                    await send_json(send, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
                                 [(b"retry-after", b"1")])
                 return
         if model == "truncated":
@@ -80,7 +76,7 @@ class FakeOpenAI:
         else:
             if delay:
                 await asyncio.sleep(delay)
-            await _json(send, 200, completion(request, with_usage=model != "no-usage"))
+            await send_json(send, 200, completion(request, with_usage=model != "no-usage"))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
         await send({"type": "http.response.start", "status": 200,
@@ -224,10 +220,6 @@ def stream_events(request: dict[str, Any], with_usage: bool = True):
             yield chunk([{"index": index, "text": "", "finish_reason": finish, "logprobs": None}])
     if include_usage:
         yield chunk([], usage=usage(request, len(tokens)))
-
-
-async def _json(send, status: int, body: Any, extra_headers=()) -> None:
-    await _raw(send, status, json.dumps(body).encode(), b"application/json", extra_headers)
 
 
 async def _raw(send, status: int, body: bytes, content_type: bytes, extra_headers=()) -> None:
