@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -74,6 +75,17 @@ def is_timeout(exc: BaseException) -> bool:
         cause = exc.__cause__
         return cause is None or isinstance(cause, TimeoutError)
     return False
+
+
+def connection_dropped(exc: BaseException) -> bool:
+    """Whether the connection closed under a request before any answer came: not a timeout, not
+    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return True  # httpx's own transport
+    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
+    cause = exc.__cause__
+    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
+        cause, aiohttp.ClientConnectorError)
 
 
 def redact(config: VendorConfig, text: str) -> str:

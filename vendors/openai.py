@@ -19,7 +19,7 @@ import orjson
 from gateway.config import Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
-from vendors.http import paced, pooled_client, transport_error, vendor_error
+from vendors.http import connection_dropped, paced, pooled_client, transport_error, vendor_error
 from vendors.sse import MalformedStream, read_events
 
 _JSON = {"content-type": "application/json"}
@@ -68,15 +68,20 @@ class OpenAIAdapter:
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
+        request = self._client.build_request("POST", "/completions", content=orjson.dumps(self._payload(call)),
+                                              headers=_JSON)
         try:
-            response = await self._client.post("/completions", content=orjson.dumps(self._payload(call)),
-                                               headers=_JSON)
+            response = await self._send(request)
+            try:
+                body = await response.aread()
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise transport_error(self._config, exc) from None
         if response.status_code != 200:
-            raise self._error(response.status_code, response.content, response.headers.get("retry-after"))
+            raise self._error(response.status_code, body, response.headers.get("retry-after"))
         try:
-            data = orjson.loads(response.content)
+            data = orjson.loads(body)
             return Result(
                 choices=[_choice(c) for c in data["choices"]],
                 usage=_usage(data.get("usage")),
@@ -91,7 +96,7 @@ class OpenAIAdapter:
                                               headers=_JSON)
         try:
             async with asyncio.timeout(timeouts.first_byte):
-                response = await self._client.send(request, stream=True)
+                response = await self._send(request)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise transport_error(self._config, exc) from None
         try:
@@ -110,6 +115,23 @@ class OpenAIAdapter:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed stream: {exc}", vendor=self.name) from None
         finally:
             await response.aclose()
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """The vendor's response, its body still to be read.
+
+        Sent a second time when the connection drops before any answer. An HTTP/1.1 server may
+        close a kept-alive connection just as the pool hands it out again; llama.cpp's server does
+        it after every streamed answer although it announced keep-alive, so a request that reuses
+        that connection right away fails (a few in a hundred under concurrency here). The vendor
+        closed the connection without answering, so it did not serve the request: sending it
+        again is safe, and by then the pool has noticed the closed connections."""
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            if not connection_dropped(exc):
+                raise
+        await asyncio.sleep(0)  # lets the event loop see the other connections the vendor closed
+        return await self._client.send(request, stream=True)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, _error_message(body), retry_after)
