@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from tests.conftest import KEY
+from tests.fakes.dropping_upstream import DroppingUpstream
 from tests.gateway_process import GatewayProcess
 from tests.test_completions_openai import chunks_of
 
@@ -59,12 +60,25 @@ def test_stream_matches_the_completion_and_reports_usage(llamacpp):
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 12)
 
 
-def test_requests_right_after_streams_reuse_no_dead_connection(llamacpp):
-    """llama.cpp closes its connection after a streamed answer although it announced keep-alive;
-    a pooled connection reused right then dies before answering (30-40% of the time here)."""
-    for i in range(20):
-        text, _ = stream_text(llamacpp, {"prompt": PROMPT, "max_tokens": 2, "temperature": 0})
-        assert text == " Paris."
-        r = llamacpp.post("/v5/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1,
-                                                   "temperature": 0})
-        assert r.status_code == 200, f"request {i} after a stream: {r.text}"
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_a_connection_dropped_before_any_answer_is_retried_once(transport):
+    """llama.cpp closes its connection after a streamed answer although it announced keep-alive,
+    so a pooled connection reused right then dies before answering (about 2% of requests under
+    concurrency). The fake drops every reused connection: each request after the first one
+    meets a dead connection, and must still be answered."""
+    with DroppingUpstream() as upstream:
+        env = {
+            "GATEWAY_API_KEYS": f"{KEY}=acct-a",
+            "GATEWAY_VENDOR_DROPPY_PROTOCOL": "openai",
+            "GATEWAY_VENDOR_DROPPY_BASE_URL": f"{upstream.url}/v1",
+            "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+            "GATEWAY_HTTP_TRANSPORT": transport,
+        }
+        with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers={"x-api-key": KEY}) as c:
+            for stream in (True, False, True, False):
+                r = c.post("/v5/completions", json={"model": "droppy/m", "prompt": "x", "stream": stream})
+                assert r.status_code == 200, r.text
+                assert " ok" in r.text and '"error"' not in r.text
+    # Every request was answered once; some met a dead connection first (with httpx's own pool a
+    # stream left before its last chunk is not reused, so fewer do).
+    assert upstream.answered == 4 and upstream.dropped >= 1
