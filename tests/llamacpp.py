@@ -1,4 +1,5 @@
-"""llama.cpp's server (xllamacpp) with the packaged model, run in the test process."""
+"""llama.cpp's server (xllamacpp) with the packaged model, run in this process, built with the
+local vendor's own engine settings."""
 
 from __future__ import annotations
 
@@ -9,19 +10,15 @@ import httpx
 import xllamacpp
 
 from vendors.local import PACKAGED_NAME, packaged_model
+from vendors.local_engine import EngineOptions, engine_params
 
 
 class EngineServer:
-    def __init__(self, parallel: int, context_size: int) -> None:
-        params = xllamacpp.CommonParams()
-        params.model.path = str(packaged_model())
-        params.model_alias = {PACKAGED_NAME}
-        params.n_parallel = parallel
-        params.n_ctx = parallel * context_size
-        params.verbosity = 0
-        params.offline = True
-        self._server = xllamacpp.Server(params)
-        self.url = self._server.listening_address
+    def __init__(self, parallel: int, context_size: int, threads: int | None = None) -> None:
+        options = EngineOptions(model_path=str(packaged_model()), alias=PACKAGED_NAME, parallel=parallel,
+                                context_size=context_size, threads=threads, quiet=True)
+        self.server = xllamacpp.Server(engine_params(options))
+        self.url = self.server.listening_address
         self.http = httpx.Client(base_url=self.url, timeout=60)
         self.vocab_size = self.http.get("/v1/models").json()["data"][0]["meta"]["n_vocab"]
 
@@ -29,7 +26,7 @@ class EngineServer:
         return self.http.post("/tokenize", json={"content": text, "parse_special": True}).json()["tokens"]
 
     def complete(self, body: dict) -> dict:
-        answer = self._server.handle_completions(body)
+        answer = self.server.handle_completions(body)
         assert "error" not in answer, answer
         return answer
 
@@ -47,5 +44,5 @@ class EngineServer:
 
     def close(self) -> None:
         self.http.close()
-        del self._server  # the destructor stops the engine and its HTTP server
+        del self.server  # the destructor stops the engine and its HTTP server
         gc.collect()

@@ -322,6 +322,11 @@ def _total(usages: list[Usage | None]) -> Usage:
 async def _merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
     """The items of several streams as they come, with their stream's number. Closing it (or a
     failing stream) closes every stream."""
+    if len(streams) == 1:  # n = 1, the usual case: no task and no queue hop for every token
+        async with aclosing(streams[0]) as only:  # type: ignore[type-var]
+            async for item in only:
+                yield 0, item
+        return
     queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
     done = object()
 

@@ -43,6 +43,26 @@ class EngineOptions:
     quiet: bool  # silence llama.cpp's own logging (it writes to stderr)
 
 
+def engine_params(o: EngineOptions) -> xllamacpp.CommonParams:
+    """llama.cpp's settings for `o` (tests and the benchmark build the same engine with them)."""
+    params = xllamacpp.CommonParams()
+    params.model.path = o.model_path
+    params.model_alias = {o.alias}
+    params.n_parallel = o.parallel
+    params.n_ctx = o.context_size * o.parallel  # the engine splits it evenly across slots
+    if o.threads:
+        params.cpuparams.n_threads = o.threads
+        params.cpuparams_batch.n_threads = o.threads
+    if o.quiet:
+        params.verbosity = 0
+    params.offline = True  # never download anything
+    params.cache_ram_mib = 0  # no host-RAM prompt cache (8 GiB by default); each slot keeps its own
+    params.endpoint_slots = False
+    params.hostnames = ["127.0.0.1"]  # its HTTP server, which cannot be turned off
+    params.port = 0
+    return params
+
+
 class EngineError(Exception):
     """An error the engine returned, e.g. a prompt longer than the context."""
 
@@ -66,24 +86,9 @@ class Engine:
 
     def load(self) -> None:
         """Load the model and start the engine. Blocks (~0.5 s for SmolLM2): run it on a thread."""
-        o = self.options
-        params = xllamacpp.CommonParams()
-        params.model.path = o.model_path
-        params.model_alias = {o.alias}
-        params.n_parallel = o.parallel
-        params.n_ctx = o.context_size * o.parallel  # the engine splits it evenly across slots
-        if o.threads:
-            params.cpuparams.n_threads = o.threads
-            params.cpuparams_batch.n_threads = o.threads
-        if o.quiet:
-            params.verbosity = 0
-        params.offline = True  # never download anything
-        params.cache_ram_mib = 0  # no host-RAM prompt cache (8 GiB by default); each slot keeps its own
-        params.endpoint_slots = False
+        params = engine_params(self.options)
         key = secrets.token_urlsafe(24)
         params.api_keys = [key]
-        params.hostnames = ["127.0.0.1"]
-        params.port = 0
         server = xllamacpp.Server(params)
         url = server.listening_address
         headers = {"authorization": f"Bearer {key}"}
