@@ -1,27 +1,29 @@
 """Tokens/s of the `local/` vendor through the gateway against the same engine called directly.
 
-    .venv/bin/python -m bench.local [--rounds 3] [--max-tokens 128] [--parallel 4]
+    .venv/bin/python -m bench.local [--rounds 7] [--max-tokens 128] [--parallel 4] [--threads N]
 
 Same model, same settings on both sides: the gateway (a `gateway serve` subprocess, real HTTP)
-and llama.cpp's engine in this process (xllamacpp's in-process API, one thread per request),
-measured in turns so that load from elsewhere hits both alike. Greedy
-decoding with the end-of-text tokens banned makes every request generate exactly --max-tokens
-tokens. A round runs each mode (stream or not, one request at a time or --parallel at once) on
-both sides back to back. Other work on the machine only ever slows a run down, so each side's
-best run over the rounds is its least disturbed one: the ratio of the bests is the result (the
-goal is >= 0.95); the median of the per-round ratios is printed too, to show the spread.
+and llama.cpp's engine in this process (xllamacpp's in-process API). Both are driven the same
+way: one thread per request in flight. The HTTP client is a bare socket that reads the answer
+whole, so that the numbers measure the gateway, not a Python HTTP client competing with the
+engine for the CPU. Greedy decoding with the end-of-text tokens banned makes every request
+generate exactly --max-tokens tokens.
+
+A round runs each mode (stream or not, one request at a time or --parallel at once) on both
+sides back to back. Other work on the machine only ever slows a run down, so each side's best
+run over the rounds is its least disturbed one: the ratio of the bests is the result (the goal
+is >= 0.95); the median of the per-round ratios is printed too, to show the spread.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import socket
 import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import orjson
 
 from tests.gateway_process import GatewayProcess
@@ -31,6 +33,9 @@ from vendors.local import PACKAGED_NAME
 KEY = "sk-bench"
 PROMPT = "Once upon a time"
 NO_EOS = {"0": -100, "2": -100}
+
+# One request: (max_tokens, stream) -> completion tokens.
+Request = Callable[[int, bool], int]
 
 
 def engine_body(max_tokens: int, stream: bool) -> dict:
@@ -47,17 +52,13 @@ def gateway_body(max_tokens: int, stream: bool) -> dict:
     return body
 
 
-class Direct:
-    """The engine in this process, with the adapter's settings, through its own non-streamed or
-    streamed call (the adapter always streams, and pays for it on non-streamed requests)."""
+def direct(engine: EngineServer) -> Request:
+    """The engine's own non-streamed or streamed call (the adapter always streams, and pays for
+    it on non-streamed requests)."""
 
-    def __init__(self, parallel: int, context_size: int, threads: int | None) -> None:
-        self.engine = EngineServer(parallel, context_size, threads)
-        self.server = self.engine.server
-
-    def one(self, max_tokens: int, stream: bool) -> int:
+    def one(max_tokens: int, stream: bool) -> int:
         if not stream:
-            return self.server.handle_completions(engine_body(max_tokens, False))["usage"]["completion_tokens"]
+            return engine.server.handle_completions(engine_body(max_tokens, False))["usage"]["completion_tokens"]
         usage = {}
 
         def on_chunk(chunk: dict | None) -> bool:
@@ -65,48 +66,36 @@ class Direct:
                 usage.update(chunk["usage"])
             return False
 
-        self.server.handle_completions(engine_body(max_tokens, True), on_chunk)
+        engine.server.handle_completions(engine_body(max_tokens, True), on_chunk)
         return usage["completion_tokens"]
 
-    def run(self, requests: int, concurrency: int, max_tokens: int, stream: bool) -> float:
-        started = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as threads:
-            tokens = sum(threads.map(lambda _: self.one(max_tokens, stream), range(requests)))
-        return tokens / (time.perf_counter() - started)
+    return one
 
 
-class ThroughGateway:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def _one(self, client: httpx.AsyncClient, max_tokens: int, stream: bool) -> int:
+def through_gateway(port: int) -> Request:
+    def one(max_tokens: int, stream: bool) -> int:
         body = orjson.dumps(gateway_body(max_tokens, stream))
-        headers = {"content-type": "application/json"}
+        head = (f"POST /v5/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: {KEY}\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n")
+        answer = bytearray()
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(head.encode() + body)
+            while data := s.recv(1 << 16):
+                answer += data
         if not stream:
-            r = await client.post("/v5/completions", content=body, headers=headers)
-            return r.json()["usage"]["completion_tokens"]
-        tail = b""
-        async with client.stream("POST", "/v5/completions", content=body, headers=headers) as r:
-            async for data in r.aiter_raw():
-                tail = (tail + data)[-2048:]  # only the usage chunk at the end is read
-        usage = next(e for e in reversed(tail.split(b"\n\n")) if e.startswith(b"data: {") and b'"usage"' in e)
-        return orjson.loads(usage[len(b"data: "):])["usage"]["completion_tokens"]
+            return orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["usage"]["completion_tokens"]
+        # The usage chunk, the last event with data; the chunked encoding's framing lies outside it.
+        event = next(e for e in reversed(answer.split(b"\n\n")) if b'"usage"' in e)
+        return orjson.loads(event[event.index(b"data: ") + len(b"data: "):])["usage"]["completion_tokens"]
 
-    async def _run(self, requests: int, concurrency: int, max_tokens: int, stream: bool) -> float:
-        gate = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=self.url, headers={"x-api-key": KEY}, timeout=600) as client:
-            await self._one(client, 1, stream)  # a warm connection, as the direct side has no connecting to do
+    return one
 
-            async def one() -> int:
-                async with gate:
-                    return await self._one(client, max_tokens, stream)
 
-            started = time.perf_counter()
-            tokens = sum(await asyncio.gather(*(one() for _ in range(requests))))
-            return tokens / (time.perf_counter() - started)
-
-    def run(self, requests: int, concurrency: int, max_tokens: int, stream: bool) -> float:
-        return asyncio.run(self._run(requests, concurrency, max_tokens, stream))
+def tokens_per_second(one: Request, requests: int, concurrency: int, max_tokens: int, stream: bool) -> float:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as threads:
+        tokens = sum(threads.map(lambda _: one(max_tokens, stream), range(requests)))
+    return tokens / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -122,27 +111,25 @@ def main() -> None:
     if args.threads:
         env["GATEWAY_VENDOR_LOCAL_THREADS"] = str(args.threads)
     modes = [(stream, concurrency) for stream in (False, True) for concurrency in (1, args.parallel)]
-    results: dict[tuple[bool, int], dict[str, list[float]]] = {m: {"gateway": [], "direct": []} for m in modes}
+    rates: dict[tuple[bool, int], dict[str, list[float]]] = {m: {"gateway": [], "direct": []} for m in modes}
     with GatewayProcess(env) as gateway:
-        sides: dict[str, Callable[..., float]] = {
-            "gateway": ThroughGateway(gateway.url).run,
-            "direct": Direct(args.parallel, args.context_size, args.threads).run,
-        }
-        for side in sides.values():  # warm-up: first decodes are slower
-            side(2, 1, 16, False)
+        sides = {"gateway": through_gateway(gateway.port),
+                 "direct": direct(EngineServer(args.parallel, args.context_size, args.threads))}
+        for one in sides.values():  # warm-up: the first decodes are slower
+            tokens_per_second(one, 2, 1, 16, False)
         for round_ in range(args.rounds):
             for stream, concurrency in modes:
                 requests = 2 if concurrency == 1 else concurrency
                 order = ("gateway", "direct") if round_ % 2 == 0 else ("direct", "gateway")
                 for name in order:
-                    rate = sides[name](requests, concurrency, args.max_tokens, stream)
-                    results[(stream, concurrency)][name].append(rate)
+                    rate = tokens_per_second(sides[name], requests, concurrency, args.max_tokens, stream)
+                    rates[(stream, concurrency)][name].append(rate)
     print(f"local/{PACKAGED_NAME}, {args.max_tokens} tokens per request, {args.parallel} slots, "
           f"{args.threads or 'default'} threads, best of {args.rounds} rounds (tokens/s)")
     print(f"{'mode':<24}{'gateway':>9}{'direct':>9}{'ratio':>7}{'median ratio':>14}")
-    for (stream, concurrency), rates in results.items():
-        best_gateway, best_direct = max(rates["gateway"]), max(rates["direct"])
-        ratios = [g / d for g, d in zip(rates["gateway"], rates["direct"], strict=True)]
+    for (stream, concurrency), measured in rates.items():
+        best_gateway, best_direct = max(measured["gateway"]), max(measured["direct"])
+        ratios = [g / d for g, d in zip(measured["gateway"], measured["direct"], strict=True)]
         mode = f"{'stream' if stream else 'non-stream'}, {concurrency} at once"
         print(f"{mode:<24}{best_gateway:>9.1f}{best_direct:>9.1f}{best_gateway / best_direct:>7.3f}"
               f"{statistics.median(ratios):>14.3f}")
