@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import KEY, LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL
+from tests.gateway_process import GatewayProcess
 from tests.test_completions_openai import chunks_of
 
 pytestmark = pytest.mark.slow
@@ -307,3 +308,19 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway):
 def test_readyz_reports_the_loaded_model(local_gateway):
     assert httpx.get(f"{local_gateway.url}/readyz").json() == {"status": "ok", "checks": {"local": "ok"}}
     assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
+
+
+def test_a_model_that_does_not_load_is_reported_not_ready(tmp_path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a model")
+    env = {"GATEWAY_API_KEYS": f"{KEY}=acct-a", "GATEWAY_VENDOR_LOCAL_MODEL_PATH": str(bogus)}
+    with GatewayProcess(env, ready_path="/healthz") as gateway:
+        deadline = time.monotonic() + 30
+        while "loading" in (ready := httpx.get(f"{gateway.url}/readyz").json())["checks"]["local"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert ready["status"] == "starting" and "cannot load model" in ready["checks"]["local"]
+        r = httpx.post(f"{gateway.url}/v5/completions", headers={"x-api-key": KEY},
+                       json={"model": "local/bogus", "prompt": "x"})
+        assert r.status_code == 503 and r.json()["error"]["vendor"] == "local"
+        assert "cannot load model" in r.json()["error"]["message"]
