@@ -146,8 +146,13 @@ async def complete(plan: Plan) -> Result:
             async with gate:
                 return await plan.adapter.complete(leg.call)
 
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(run(leg)) for leg in legs]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(run(leg)) for leg in legs]
+        except ExceptionGroup as failed:
+            # The first leg's failure is the request's answer (e.g. a 400 for one bad prompt of a
+            # list); the group itself would be an unhandled error, a 500.
+            raise failed.exceptions[0] from None
         results = [task.result() for task in tasks]
     choices = []
     for leg, result in zip(legs, results, strict=True):

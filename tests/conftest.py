@@ -83,3 +83,40 @@ def gateway(upstream, database):
 def client(gateway, database):
     with httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}, timeout=30) as c:
         yield c
+
+
+# -- the real embedded model -------------------------------------------------------------------
+LOCAL_MODEL = "local/smollm2-135m"
+LOCAL_PARALLEL = 2
+LOCAL_CONTEXT = 1024
+
+
+@pytest.fixture(scope="session")
+def local_gateway(database):
+    """The gateway with its default `local` vendor: the real model, loaded once per session."""
+    env = {
+        "GATEWAY_DATABASE_URL": database.url,
+        "GATEWAY_VENDOR_LOCAL_ENABLED": "1",
+        "GATEWAY_VENDOR_LOCAL_PARALLEL": str(LOCAL_PARALLEL),
+        "GATEWAY_VENDOR_LOCAL_CONTEXT_SIZE": str(LOCAL_CONTEXT),
+        "GATEWAY_VALIDATE_RESPONSES": "1",
+    }
+    with GatewayProcess(env) as process:
+        yield process
+
+
+@pytest.fixture
+def local(local_gateway, database):
+    with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The same model in llama.cpp's own server, in this process: a real third-party
+    OpenAI-compatible upstream, and an independent reference for what the model computes."""
+    from tests.llamacpp import EngineServer
+
+    server = EngineServer(parallel=LOCAL_PARALLEL, context_size=LOCAL_CONTEXT)
+    yield server
+    server.close()

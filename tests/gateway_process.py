@@ -16,10 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class GatewayProcess:
-    def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0) -> None:
+    def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0,
+                 ready_path: str = "/readyz") -> None:
         self.port = port or free_port()
         self.env = {**os.environ, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", **env}
         self.ready_timeout = ready_timeout
+        self.ready_path = ready_path  # /healthz: serving, whether or not its vendors are ready
         self.proc: subprocess.Popen | None = None
         self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
 
@@ -37,7 +39,7 @@ class GatewayProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

@@ -9,6 +9,7 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
@@ -78,9 +79,15 @@ async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.
                     on_error: ErrorMapper) -> Any:
     """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
     request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
-    response = await _send(client, config, request, on_error, stream=False)
+    response = await _send(client, config, request, on_error, first_byte=None)
     try:
-        return orjson.loads(response.content)
+        body = await response.aread()
+    except httpx.HTTPError as exc:
+        raise transport_error(config, exc) from None
+    finally:
+        await response.aclose()
+    try:
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
 
@@ -91,7 +98,7 @@ async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx
     timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
     timeouts = config.timeouts
     request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
-    response = await _send(client, config, request, on_error, stream=True)
+    response = await _send(client, config, request, on_error, first_byte=timeouts.first_byte)
     try:
         body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
         async for event in read_events(body_chunks):
@@ -105,25 +112,35 @@ async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx
 
 
 async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, on_error: ErrorMapper, *,
-                stream: bool) -> httpx.Response:
-    """Send `request` and return the vendor's 200 response (a streamed one still open, for the
-    caller to close), or raise the gateway error its failure means.
+                first_byte: float | None) -> httpx.Response:
+    """Send `request` and return the vendor's 200 response with its body still to be read (the
+    caller closes it), or raise the gateway error its failure means. `first_byte` bounds the wait
+    for the response head (a stream's; a non-streamed head comes with the whole answer).
 
     Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
     exponential backoff and full jitter, honouring Retry-After. This happens before anything
     went to the client (a stream's headers wait for its first chunk), so a retry is invisible
     to it. Timeouts are not retried: the time is already spent.
+
+    Apart from that budget, a request is sent once more at once when its connection dropped
+    before any answer: an HTTP/1.1 server may close a kept-alive connection just as the pool
+    hands it out again (llama.cpp's server does it after every streamed answer although it
+    announced keep-alive; a few requests in a hundred under concurrency failed). The vendor
+    closed the connection without answering, so it did not serve the request.
     """
     attempts = config.retries + 1
-    for attempt in range(attempts):
+    attempt = 0
+    resent_after_drop = False
+    while True:
         retry_after: float | None = None
         try:
-            if stream:
-                async with asyncio.timeout(config.timeouts.first_byte):
-                    response = await client.send(request, stream=True)
-            else:
-                response = await client.send(request)
+            async with asyncio.timeout(first_byte):
+                response = await client.send(request, stream=True)
         except (httpx.HTTPError, TimeoutError) as exc:
+            if connection_dropped(exc) and not resent_after_drop:
+                resent_after_drop = True
+                await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
+                continue
             error = transport_error(config, exc)
             retryable = not is_timeout(exc)
         else:
@@ -139,12 +156,12 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
             error = on_error(response.status_code, body, header)
             retryable = response.status_code in RETRY_STATUSES
             retry_after = _seconds(header)
-        if not retryable or attempt + 1 == attempts or (retry_after or 0) > BACKOFF_CAP:
+        attempt += 1
+        if not retryable or attempt == attempts or (retry_after or 0) > BACKOFF_CAP:
             raise error
-        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2**attempt)
-        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt + 1, config.retries, delay)
+        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (attempt - 1))
+        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt, config.retries, delay)
         await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
 
 
 def error_message(body: bytes) -> str:
@@ -202,6 +219,17 @@ def is_timeout(exc: BaseException) -> bool:
         cause = exc.__cause__
         return cause is None or isinstance(cause, TimeoutError)
     return False
+
+
+def connection_dropped(exc: BaseException) -> bool:
+    """Whether the connection closed under a request before any answer came: not a timeout, not
+    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return True  # httpx's own transport
+    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
+    cause = exc.__cause__
+    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
+        cause, aiohttp.ClientConnectorError)
 
 
 def redact(config: VendorConfig, text: str) -> str:
