@@ -16,7 +16,7 @@ from gateway.capabilities import EMULATIONS, NATIVE, UNSUPPORTED, Verdict, verdi
 from gateway.config import ROOT, VendorConfig
 
 PATH = ROOT / "docs" / "capabilities.md"
-PROTOCOLS = ("openai", "anthropic", "gemini")  # the hosted protocols; `local` documents itself
+PROTOCOLS = ("openai", "anthropic", "gemini", "local")
 
 
 def render() -> str:
@@ -29,7 +29,8 @@ def render() -> str:
         "rejected with a 400 that names the parameter and the vendor (`code: unsupported_parameter`). A value outside",
         "a vendor's narrower range is a 400 too (`parameter_out_of_range`), never clamped. `GET /v5/vendors` answers",
         "the same for the vendors a gateway is configured with. The columns are each protocol with its default",
-        "configuration: a full OpenAI server, Anthropic's Messages API, Gemini with `max_candidates = 1`.",
+        "configuration: a full OpenAI server, Anthropic's Messages API, Gemini with `max_candidates = 1`, and the",
+        "embedded model (`local`).",
         "",
         "| parameter | " + " | ".join(PROTOCOLS) + " |",
         "| --- | " + " | ".join("---" for _ in PROTOCOLS) + " |",

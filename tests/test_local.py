@@ -306,7 +306,7 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
 
 
 def test_readyz_reports_the_loaded_model(local_gateway):
-    assert httpx.get(f"{local_gateway.url}/readyz").json() == {"status": "ok", "checks": {"local": "ok"}}
+    assert httpx.get(f"{local_gateway.url}/readyz").json() == {"status": "ok", "checks": {"local": "ok", "database": "ok"}}
     assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
 
 
@@ -324,3 +324,28 @@ def test_a_model_that_does_not_load_is_reported_not_ready(tmp_path, database):
                        json={"model": "local/bogus", "prompt": "x"})
         assert r.status_code == 503 and r.json()["error"]["vendor"] == "local"
         assert "cannot load model" in r.json()["error"]["message"]
+
+
+def test_cut_streams_are_estimated_with_the_models_own_tokenizer(engine):
+    """The ledger counts a cut stream's text with the adapter's tokenizer when it has one."""
+    import asyncio
+
+    from gateway.config import Settings, VendorConfig
+    from gateway.tokens import counter
+    from vendors.local import LocalAdapter
+
+    async def count(text: str) -> int:
+        adapter = LocalAdapter(VendorConfig("local", "local", options={"context_size": "256", "parallel": "1"}),
+                               Settings())
+        await adapter.start()
+        while adapter.not_ready():
+            await asyncio.sleep(0.02)
+        try:
+            return await asyncio.to_thread(counter(adapter, "smollm2-135m"), text)
+        finally:
+            await adapter.close()
+
+    generated = engine.complete({"prompt": "The capital of France is", "max_tokens": 7, "temperature": 0})
+    text = generated["choices"][0]["text"]
+    assert len(text) > 7  # several characters per token: a character count would not pass
+    assert asyncio.run(count(text)) == generated["usage"]["completion_tokens"] == 7

@@ -53,17 +53,22 @@ def engine_seed(seed: int) -> int:
     return seed % SEED_MODULUS
 
 
-class LocalAdapter:
-    protocol: ClassVar[str] = "local"
-    capabilities = Capabilities(
-        # `user` is recorded with the usage by the gateway; a local model has nothing to do with it.
-        native=frozenset(PARAMETERS) - {"suffix"},
+def capabilities(config: VendorConfig) -> Capabilities:
+    return Capabilities(
+        # `user` is only recorded with the usage (an emulation of the gateway): a local model has
+        # no use for it.
+        native=frozenset(PARAMETERS) - {"suffix", "user"},
         unsupported={"suffix": "the model has no fill-in-the-middle tokens"},
         prompts_per_call=1,  # the planner fans a list of prompts out, one call per prompt
     )
 
+
+class LocalAdapter:
+    protocol: ClassVar[str] = "local"
+
     def __init__(self, config: VendorConfig, settings: Settings) -> None:
         self.name = config.name
+        self.capabilities = capabilities(config)
         options = _engine_options(config, quiet=settings.log_level.lower() != "debug")
         self.model = options.alias
         self._engine = Engine(options)
@@ -92,6 +97,10 @@ class LocalAdapter:
         if self._loading is not None:
             await self._loading  # a load cannot be interrupted; it takes about half a second
         await self._engine.close()
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """vendors.base.CountsTokens: the ledger's estimate of a cut stream, with the model's own tokenizer."""
+        return self._engine.count_tokens(text)
 
     def not_ready(self) -> str | None:
         if self._failure:

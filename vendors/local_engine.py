@@ -80,6 +80,7 @@ class Engine:
         self.vocab_size = 0
         self._server: Any = None
         self._http: httpx.AsyncClient | None = None
+        self._counting: httpx.Client | None = None  # count_tokens runs on worker threads
         self._probe = 0  # a token that is a whole character, forced when looking other tokens up
         self._slots = asyncio.Semaphore(options.parallel)
         self._threads = ThreadPoolExecutor(options.parallel, thread_name_prefix="local-engine")
@@ -98,14 +99,29 @@ class Engine:
         self.vocab_size = int(meta["n_vocab"])
         self._probe = probe[0]
         self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
+        self._counting = httpx.Client(base_url=url, headers=headers, timeout=30)
         self._server = server
 
     async def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
         if self._http is not None:
             await self._http.aclose()
+        if self._counting is not None:
+            self._counting.close()
         # The destructor stops the engine; a call still running holds its own reference.
         self._server = None
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is as generated text (no start token, special-token text as
+        plain text). Blocking: for the ledger's worker thread, never the event loop."""
+        if self._counting is None:
+            raise EngineError("the model is not loaded")
+        try:
+            response = self._counting.post("/tokenize", json={"content": text, "parse_special": False,
+                                                              "add_special": False})
+            return len(response.raise_for_status().json()["tokens"])
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise EngineError(f"tokenization failed: {exc}") from None
 
     async def tokenize(self, text: str) -> list[tuple[int, bytes]]:
         """`text` as the engine tokenizes a prompt: (token id, token bytes) pairs."""
