@@ -20,6 +20,7 @@ from gateway.errors import GatewayError, RequestInvalid, from_http_status
 from gateway.lean import LeanApp, PreparedValidationMiddleware
 from gateway.security import SECURITY_MAP
 from gateway.services import lifespan
+from vendors.registry import Registry
 from handlers import resolve
 
 log = logging.getLogger("gateway")
@@ -32,7 +33,9 @@ def create_app(settings: Settings | None = None) -> LeanApp:
     _accept_openapi_31()
     app = LeanApp(
         __name__,
-        lifespan=functools.partial(lifespan, settings),
+        # Adapters are built here, so a configuration they refuse stops the start with a clear
+        # message (gateway/cli.py) instead of a traceback from the lifespan.
+        lifespan=functools.partial(lifespan, settings, Registry.from_settings(settings)),
         middlewares=_middlewares(settings),
     )
     app.add_api(

@@ -194,7 +194,12 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from gateway.app import create_app
 
     settings = dataclasses.replace(settings, host=host or settings.host, port=port or settings.port)
-    server.run(create_app(settings), settings)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    server.run(app, settings)
     return 0
 
 

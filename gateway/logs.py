@@ -35,6 +35,11 @@ def _replacement(match: re.Match[str]) -> str:
 
 def configure(level: str, secrets: Iterable[str]) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One INFO line per vendor request (httpx) or migration step (alembic) is noise, and on the
+    # hot path a cost; they still speak at debug level.
+    if level.lower() != "debug":
+        for noisy in ("httpx", "alembic"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     redact = RedactSecrets(secrets)
     for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
         for handler in logging.getLogger(name).handlers:

@@ -35,7 +35,7 @@ class Services:
 
 
 @contextlib.asynccontextmanager
-async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]]:
+async def lifespan(settings: Settings, registry: Registry, app: Any) -> AsyncIterator[dict[str, Any]]:
     engine = database.connect(settings.database_url)
     try:
         # Migrations run here, at every start; on an empty database the first account and key are
@@ -45,10 +45,8 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
         log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
         await engine.dispose()
         raise
-    registry = Registry.from_settings(settings)
     await registry.start()
-    if first_key is not None:
-        _announce(first_key, settings, registry)
+    _announce(first_key, settings, registry)
     ledger = Ledger(engine, settings.ledger_buffer_rows)
     ledger.start()
     services = Services(settings=settings, registry=registry, database=engine,
@@ -66,14 +64,19 @@ async def lifespan(settings: Settings, app: Any) -> AsyncIterator[dict[str, Any]
             await engine.dispose()
 
 
-def _announce(first_key: accounts.NewKey, settings: Settings, registry: Registry) -> None:
-    """The first start's key, on standard output (not the log), once, with a call to paste."""
+def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: Registry) -> None:
+    """How to call the gateway, on standard output (not the log). On the first start that
+    includes the new key, shown this once."""
     vendor = "local" if "local" in registry.names() else next(iter(registry.names()), "vendor")
     model = "local/smollm2-135m" if vendor == "local" else f"{vendor}/<model>"
-    body = f'{{"model": "{model}", "prompt": "The capital of France is", "max_tokens": 16}}'
-    print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
-          f"(id {first_key.info.id}). It is shown only this once: store it now.\n"
-          f"    {first_key.key}\n"
-          f"Try it:\n"
-          f"    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {first_key.key}' "
+    body = f'{{"model": "{model}", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}}'
+    if first_key is not None:
+        key = first_key.key
+        print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
+              f"(id {first_key.info.id}). It is shown only this once: store it now.\n    {key}", flush=True)
+    else:
+        key = "$KEY"
+        print("gateway: KEY is the key printed at the first start, or a new one from "
+              f"`gateway keys create --account {accounts.DEFAULT_ACCOUNT}`", flush=True)
+    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {key}' "
           f"-H 'content-type: application/json' -d '{body}'", flush=True)
