@@ -82,3 +82,19 @@ def test_a_connection_dropped_before_any_answer_is_retried_once(transport, datab
     # Every request was answered once; some met a dead connection first (with httpx's own pool a
     # stream left before its last chunk is not reused, so fewer do).
     assert upstream.answered == 4 and upstream.dropped >= 1
+
+
+def test_chat_style_logprobs_of_a_compatible_server_arrive_in_the_legacy_shape(llamacpp):
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 2}
+    whole = llamacpp.post("/v5/completions", json=body).json()["choices"][0]
+    lp = whole["logprobs"]
+    assert set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+    assert "".join(lp["tokens"]) == whole["text"]
+    assert lp["text_offset"] == [len("".join(lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+    assert all(len(top) <= 2 and lp["tokens"][i] in top for i, top in enumerate(lp["top_logprobs"]))
+    assert all(value <= 0 for value in lp["token_logprobs"])
+    r = llamacpp.post("/v5/completions", json={**body, "stream": True})
+    pieces = [c["logprobs"] for chunk in chunks_of(r.text) for c in chunk["choices"] if c.get("logprobs")]
+    streamed = {key: [v for piece in pieces for v in piece[key]] for key in lp}
+    assert streamed["tokens"] == lp["tokens"] and streamed["text_offset"] == lp["text_offset"]
+    assert streamed["token_logprobs"] == pytest.approx(lp["token_logprobs"], abs=1e-4)

@@ -29,7 +29,7 @@ from gateway.config import Settings, VendorConfig
 from gateway.errors import ConfigError, GatewayError, InvalidRequest, NotFound, VendorFailed, VendorUnavailable
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
 from vendors.local_engine import Engine, EngineError, EngineOptions
-from vendors.local_logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
+from vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
 
 log = logging.getLogger("gateway")
 T = TypeVar("T")

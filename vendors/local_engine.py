@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import httpx
 import xllamacpp
 
-from vendors.local_logprobs import TokenLogprob, engine_entries, from_engine
+from vendors.logprobs import TokenLogprob, engine_entries, from_engine
 
 T = TypeVar("T")
 

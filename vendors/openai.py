@@ -27,6 +27,7 @@ from gateway.config import ConfigError, Settings, VendorConfig
 from gateway.errors import GatewayError, VendorFailed
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
 from vendors.http import HttpAdapter, error_message, payload_message, post_json, sse_events, vendor_error
+from vendors.logprobs import Offsets, from_engine, legacy
 
 _OPTIONAL = ("best_of", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "seed", "suffix",
              "temperature", "top_p", "user")  # fmt: skip
@@ -79,7 +80,7 @@ class OpenAIAdapter(HttpAdapter):
         data = await post_json(self._client, self._config, self._url, self._payload(call), self._error)
         try:
             return Result(
-                choices=[_choice(c) for c in data["choices"]],
+                choices=[_choice(c, _Logprobs(call)) for c in data["choices"]],
                 usage=_usage(data.get("usage")),
                 system_fingerprint=data.get("system_fingerprint"),
             )
@@ -88,34 +89,53 @@ class OpenAIAdapter(HttpAdapter):
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         events = sse_events(self._client, self._config, self._url, self._payload(call), self._error)
+        logprobs = _Logprobs(call)  # one per stream: offsets run on across its chunks
         async with aclosing(events):
             async for sse in events:
                 if sse.data == "[DONE]":
                     return
-                yield _chunk(self.name, sse.data)
+                yield _chunk(self.name, sse.data, logprobs)
         raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
 
 
-def _chunk(vendor: str, data: str) -> Chunk:
+def _chunk(vendor: str, data: str, logprobs: _Logprobs) -> Chunk:
     try:
         payload = orjson.loads(data)
         if payload.get("error"):
             raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {payload_message(payload)}", vendor=vendor)
-        return Chunk(choices=[_choice(c) for c in payload.get("choices") or ()], usage=_usage(payload.get("usage")))
+        choices = [_choice(c, logprobs) for c in payload.get("choices") or ()]
+        return Chunk(choices=choices, usage=_usage(payload.get("usage")))
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise VendorFailed(f"vendor '{vendor}' sent a malformed stream chunk: {exc}", vendor=vendor) from None
 
 
-def _choice(raw: dict[str, Any]) -> Choice:
+def _choice(raw: dict[str, Any], logprobs: _Logprobs) -> Choice:
+    index = int(raw["index"])
     return Choice(
-        index=int(raw["index"]),
+        index=index,
         text=raw.get("text") or "",
         finish_reason=raw.get("finish_reason"),
-        logprobs=raw.get("logprobs"),
+        logprobs=logprobs.legacy(index, raw.get("logprobs")),
     )
+
+
+class _Logprobs:
+    """A choice's logprobs as the contract shapes them. OpenAI answers in the legacy shape, passed
+    on as it is; servers built on llama.cpp answer chat-style (`{"content": [...]}`), converted
+    here with character offsets that run on across a stream's chunks."""
+
+    def __init__(self, call: CompletionCall) -> None:
+        self._top = call.logprobs or 0
+        self._offsets: dict[int, Offsets] = {}
+
+    def legacy(self, index: int, raw: Any) -> dict[str, Any] | None:
+        if not isinstance(raw, dict) or "content" not in raw:
+            return raw
+        offsets = self._offsets.setdefault(index, Offsets())
+        return legacy([from_engine(entry) for entry in raw["content"] or ()], self._top, offsets)
 
 
 def _usage(raw: dict[str, Any] | None) -> Usage | None:

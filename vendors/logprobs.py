@@ -1,4 +1,5 @@
-"""Token log-probabilities of the local engine, in the legacy completions shape.
+"""Token log-probabilities in the legacy completions shape, from llama.cpp's chat-style ones (the
+embedded engine, and OpenAI-compatible servers built on llama.cpp, answer /v1/completions so).
 
 llama.cpp reports logprobs chat-style (`{"content": [{"id", "token", "bytes", "logprob",
 "top_logprobs": [...]}]}`); the contract wants the legacy shape: parallel lists `tokens`,
