@@ -85,11 +85,12 @@ class Meter:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
     away. A request that never reached a vendor (refused by the gateway) records nothing."""
 
-    __slots__ = ("_ledger", "_plan", "_row", "_clock", "_first_text", "_sent", "_closed")
+    __slots__ = ("_ledger", "_plan", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
 
     def __init__(self, ledger_: Ledger, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
         self._plan: Plan | None = None
+        self._requested: str | None = None  # the first model tried is the one the client asked for
         self._clock = time.monotonic()
         self._first_text: float | None = None
         self._sent: dict[int, list[str]] = {}
@@ -104,6 +105,8 @@ class Meter:
     def trying(self, plan: Plan) -> None:
         """A vendor call is made on `plan` (a fallback replaces the model tried before it)."""
         self._plan = plan
+        if self._requested is None:
+            self._requested = plan.model
 
     def sent(self, choices: Iterable[Choice]) -> None:
         """Text went to the client: the first time is the time to first token, and all of it is
@@ -137,6 +140,7 @@ class Meter:
         row |= {
             "vendor": plan.adapter.name,
             "model": plan.model,
+            "fallback_from": self._requested if self._requested != plan.model else None,
             "streamed": plan.stream,
             "end_user": plan.legs[0].call.user,
             "outcome": outcome,

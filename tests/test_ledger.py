@@ -114,7 +114,7 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
         assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage), body
         assert row["outcome"] == "completed" and row["estimated"] is False
         assert row["streamed"] is bool(body.get("stream"))
-        assert (row["vendor"], row["model"], row["end_user"]) == ("fake", body["model"], body["user"])
+        assert (row["vendor"], row["model"], row["end_user"], row["fallback_from"]) == ("fake", body["model"], body["user"], None)
         assert row["cached_tokens"] == 0 and row["reasoning_tokens"] is None  # the fake reports cached only
         assert row["started_at"] <= row["ended_at"] and 0 <= row["ttft_ms"] <= 60_000
     told = [sum(tokens(usage)[i] for _, usage in results) for i in range(3)]
@@ -172,6 +172,7 @@ def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(le
     time.sleep(0.2)
     (row,) = ledger_rows(backend.url, account)
     assert (row["model"], row["outcome"], row["estimated"]) == ("fake/backup", "completed", False)
+    assert row["fallback_from"] == "fake/fail-503"
     assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage)
 
 
