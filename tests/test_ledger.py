@@ -138,6 +138,10 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
         ("fail-500", False, 502, "vendor_error"),
         ("fail-429", True, 429, "vendor_error"),
         ("stall", True, 504, "timeout"),
+        ("stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
+        ("reset", True, 200, "vendor_error"),  # the connection broke mid-stream
+        ("truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
+        ("garbage", False, 502, "vendor_error"),
     ],
 )
 def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledger_gateway, backend, model, stream,
@@ -175,6 +179,19 @@ def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(le
     assert (row["model"], row["outcome"], row["estimated"]) == ("fake/backup", "completed", False)
     assert row["fallback_from"] == "fake/fail-503"
     assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage)
+
+
+def test_retries_before_the_first_byte_are_one_row(ledger_gateway, backend):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
+                   json={"model": "retrying/flaky-2", "prompt": f"retry {account}", "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    wait_for_rows(backend.url, account, 1)
+    time.sleep(0.2)
+    (row,) = ledger_rows(backend.url, account)
+    assert (row["model"], row["outcome"], row["estimated"]) == ("retrying/flaky-2", "completed", False)
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(r.json()["usage"])
 
 
 def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway, backend):
