@@ -7,6 +7,7 @@ can live in one process (tests) without globals.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ async def lifespan(settings: Settings, registry: Registry, app: Any) -> AsyncIte
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
                         admission=Admission(settings.max_concurrent))
+    # Everything built so far lives as long as the process: out of the collector's sight, a full
+    # collection no longer walks it (fewer long pauses under load).
+    gc.collect()
+    gc.freeze()
     log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
              ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
     try:
