@@ -8,10 +8,10 @@ prompt sent plus the text delivered so far, counted with a tokenizer (gateway/to
 worker thread, and the row says `estimated`.
 
 Durability, in the order things can go wrong:
-- Rows wait in memory until the writer commits them. The writer commits everything pending as
-  soon as its previous commit ends (group commit): no timer, so a hard kill (SIGKILL, OOM) loses
-  only the rows of the commit in flight and those that arrived during it — tens of milliseconds of
-  traffic, a few hundred on a saturated machine (tests/test_ledger_durability.py measures it).
+- Rows wait in memory until the writer commits them. The writer commits everything pending in
+  one statement (group commit), at most every COMMIT_INTERVAL (50 ms), so a hard kill (SIGKILL,
+  OOM) loses only the rows answered since the last commit began — tens of milliseconds of traffic
+  (tests/test_ledger_durability.py measures it).
 - A failing database does not fail requests: rows stay in memory and the writer retries with
   backoff, /readyz reports `degraded`, and the log says why. Past `ledger_buffer_rows` waiting
   rows, each further row is logged at ERROR in full (JSON; no key, only the key's id) and dropped.
