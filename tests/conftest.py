@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.fakes.server import ServerThread
+from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
 
@@ -17,10 +17,7 @@ UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
 
 @pytest.fixture(scope="session")
 def upstream():
-    fake = FakeOpenAI()
-    with ServerThread(fake) as server:
-        fake.url = server.url
-        yield fake
+    yield from serve(FakeOpenAI())
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from gateway.config import VendorConfig
 from tests.conftest import gateway_env
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
-from tests.fakes.server import ServerThread
+from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 
 ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
@@ -46,18 +46,12 @@ def capabilities_of(name: str):
 
 @pytest.fixture(scope="session")
 def anthropic_upstream():
-    fake = FakeAnthropic()
-    with ServerThread(fake) as server:
-        fake.url = server.url
-        yield fake
+    yield from serve(FakeAnthropic())
 
 
 @pytest.fixture(scope="session")
 def gemini_upstream():
-    fake = FakeGemini()
-    with ServerThread(fake) as server:
-        fake.url = server.url
-        yield fake
+    yield from serve(FakeGemini())
 
 
 @pytest.fixture(scope="session")

@@ -43,3 +43,10 @@ class ServerThread:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=5)
+
+
+def serve(fake):
+    """For a fixture: `fake` served on loopback for the fixture's life, its URL as `fake.url`."""
+    with ServerThread(fake) as server:
+        fake.url = server.url
+        yield fake
