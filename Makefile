@@ -25,16 +25,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The models, and a copy of the contract inside the `generated` package so that an installed
+# gateway (a wheel) serves the same spec.
 generate: $(STAMP)
 	$(BIN)/datamodel-codegen $(CODEGEN_FLAGS)
+	cp openapi.json generated/openapi.json
 
 # CI: generated/ must be exactly what openapi.json produces.
 check-generated: generate
 	git diff --exit-code -- generated/
 
-# docs/capabilities.md (the README's parameter table) from gateway/capabilities.py.
+# docs/capabilities.md (the README's parameter table) from the adapters' support records.
 docs: install
-	$(BIN)/python -m gateway.capability_table
+	$(BIN)/python -m gateway.planner.capability_table
 
 serve: install generate
 	$(BIN)/gateway serve

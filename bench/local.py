@@ -26,10 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
+from gateway.vendors.local import PACKAGED_NAME
 from tests.gateway_process import GatewayProcess
 from tests.llamacpp import EngineServer
 from tests.provision import TestDatabase, sqlite_database
-from vendors.local import PACKAGED_NAME
 
 PROMPT = "Once upon a time"
 NO_EOS = {"0": -100, "2": -100}

@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway import accounts, database, usage
-from gateway.accounts import AccountsError, NewKey
-from gateway.config import Settings
-from gateway.errors import ConfigError
+from gateway import __version__
+from gateway.core.config import Settings
+from gateway.core.errors import ConfigError
+from gateway.store import accounts, database, usage
+from gateway.store.accounts import AccountsError, NewKey
+from gateway.vendors.registry import load_settings
 
 T = TypeVar("T")
 
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     """`env` stands in for the environment (tests provision databases in-process with it)."""
     args = _parser().parse_args(argv)
     try:
-        settings = Settings.load(env)
+        settings = load_settings(env)
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="LLM completions gateway (EGP API v5)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP server")
@@ -190,10 +193,10 @@ def _text(value: Any) -> str:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    from gateway import server
-    from gateway.app import create_app
+    from gateway.http import server
+    from gateway.services import create_app
 
-    settings = dataclasses.replace(settings, host=host or settings.host, port=port or settings.port)
+    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
     try:
         app = create_app(settings)
     except ConfigError as exc:

@@ -1,38 +1,44 @@
-"""What a running gateway holds for its whole life, created and closed by the app's lifespan.
+"""The service assembly: settings, the vendors, the database, the key store, the ledger and
+admission, built into one app and kept for the gateway's life.
 
-Handlers reach it through the ASGI lifespan state (`scope["state"]["services"]`), so several apps
-can live in one process (tests) without globals.
+`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/app.py) with the handlers'
+operation table and a lifespan that opens everything at start and closes it at shutdown, in order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from gateway import accounts, database
-from gateway.auth import KeyStore
-from gateway.config import Settings
-from gateway.ledger import Ledger
-from gateway.limits import Admission
-from vendors.registry import Registry
+from gateway.core.config import Settings
+from gateway.http import app as http_app
+from gateway.http.connexion_overrides import DirectCallApp
+from gateway.http.context import Services
+from gateway.planner.admission import Admission
+from gateway.store import accounts, database
+from gateway.store.ledger import Ledger
+from gateway.vendors import registry as vendors
+from gateway.vendors.registry import Registry
+from handlers import resolve
 
 log = logging.getLogger("gateway")
 
 
-@dataclass(slots=True)
-class Services:
-    settings: Settings
-    registry: Registry
-    database: AsyncEngine
-    keys: KeyStore
-    ledger: Ledger
-    admission: Admission
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings from GATEWAY_CONFIG and the environment (`env`, default os.environ)."""
+    return vendors.load_settings(env)
+
+
+def create_app(settings: Settings | None = None) -> DirectCallApp:
+    settings = settings or load_settings()
+    # Adapters are built here, so a configuration they refuse stops the start with a clear
+    # message (gateway/cli.py) instead of a traceback from the lifespan.
+    registry = Registry.from_settings(settings)
+    return http_app.create_app(settings, functools.partial(lifespan, settings, registry), resolve)
 
 
 @contextlib.asynccontextmanager

@@ -6,27 +6,27 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway import planning, sse
-from gateway.errors import GatewayError, RequestInvalid
-from gateway.lean import Incoming
-from gateway.ledger import Meter
-from gateway.security import TOKEN_INFO_KEY
+from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.errors import GatewayError, ValidationFailed
+from gateway.http import event_stream
+from gateway.http.context import HandlerRequest
+from gateway.planner import fallbacks
+from gateway.planner.plan import Plan
+from gateway.store.ledger import Meter
 from generated.models import CompletionRequest
-from vendors.base import Choice, Chunk, Result, Usage
 
 log = logging.getLogger("gateway")
 
 
-async def create(request: Incoming) -> Response:
+async def create(request: HandlerRequest) -> Response:
     services = request.services
-    caller = request.token_info[TOKEN_INFO_KEY]
+    caller = request.caller
     account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
     request_id = f"cmpl-{uuid.uuid4().hex}"
@@ -35,7 +35,9 @@ async def create(request: Incoming) -> Response:
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
     services.admission.enter()
     try:
-        started = await _start(completion_request, services, meter)
+        settings = services.settings
+        started = await fallbacks.start(completion_request, services.registry, settings.fallbacks,
+                                        settings.max_vendor_calls, on_attempt=meter.trying)
     except BaseException as exc:
         services.admission.leave()
         meter.fail(exc)
@@ -49,59 +51,11 @@ async def create(request: Incoming) -> Response:
         meter.finish(started.result.usage, started.result.choices)
         body = orjson.dumps(_completion(plan, started.result, request_id, created))
         return Response(body, media_type="application/json", headers=headers)
+    assert started.first is not None and started.rest is not None
     events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
                           meter=meter)
-    return sse.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
-                                   send_timeout=services.settings.send_timeout)
-
-
-@dataclass(slots=True)
-class _Started:
-    """A vendor call that has begun to answer: a whole result, or a stream's first chunk."""
-
-    plan: planning.Plan
-    result: Result | None = None
-    first: Chunk | None = None
-    rest: AsyncIterator[Chunk] | None = None
-
-
-async def _start(request: CompletionRequest, services: Any, meter: Meter) -> _Started:
-    """Plan and start the request on its model, or on the configured fallbacks in turn when the
-    model fails in a way another vendor can help with (429, 5xx, timeouts). A fallback that
-    cannot serve the request (a parameter it lacks, its own failure) is skipped; when none
-    serves, the client gets the first model's error. Nothing reached the client yet: a stream's
-    headers wait for its first chunk, so a fallback is invisible but for the x-gateway-* headers
-    and the `model` of the answer. The meter hears of each model tried: its row names the one that
-    answered, or the last one tried."""
-    models = [request.model, *services.settings.fallbacks.get(request.model, ())]
-    first_error: GatewayError | None = None
-    for model in models:
-        try:
-            plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
-                                 services.registry, services.settings.max_vendor_calls)
-        except GatewayError:
-            if first_error is None:
-                raise  # the request as the client wrote it cannot be served: its mistake, no fallback
-            log.info("fallback %s cannot serve this request; skipped", model)
-            continue
-        meter.trying(plan)
-        try:
-            if not plan.stream:
-                return _Started(plan, result=await planning.complete(plan))
-            chunks = planning.stream(plan)
-            try:
-                return _Started(plan, first=await anext(chunks), rest=chunks)
-            except BaseException:
-                await chunks.aclose()
-                raise
-        except GatewayError as exc:
-            if first_error is None:  # the model the client asked for
-                if exc.status < 500 and exc.status != 429:
-                    raise  # the request's fault, not the vendor's: another vendor would not help
-                first_error = exc
-            log.warning("model %s failed (%s)%s", model, exc.message, "; trying a fallback" if model != models[-1] else "")
-    assert first_error is not None
-    raise first_error
+    return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
+                                            send_timeout=services.settings.send_timeout)
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:
@@ -111,10 +65,10 @@ def _parse(body: dict[str, Any]) -> CompletionRequest:
         return CompletionRequest.model_validate(body)
     except pydantic.ValidationError as exc:
         detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-        raise RequestInvalid(detail) from None
+        raise ValidationFailed(detail) from None
 
 
-def _completion(plan: planning.Plan, result: Result, request_id: str, created: int) -> dict[str, Any]:
+def _completion(plan: Plan, result: Result, request_id: str, created: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": request_id,
         "object": "text_completion",
@@ -136,7 +90,7 @@ class _EventStream:
     the vendor stream and releases the request's admission. The meter hears of every piece of text
     sent and of how the stream ended; one still open at `aclose()` means the client left."""
 
-    def __init__(self, plan: planning.Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
+    def __init__(self, plan: Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
                  created: int, on_close: Callable[[], None], meter: Meter) -> None:
         self._plan = plan
         self._first = first
@@ -181,24 +135,24 @@ class _EventStream:
                         choices.append(_choice(c, c.finish_reason))
                 if choices:
                     self._meter.sent(chunk.choices)
-                    yield sse.event(head | {"choices": choices})
+                    yield event_stream.event(head | {"choices": choices})
                 chunk = await anext(self._rest, None)
             # The vendor ended its stream cleanly; a choice it never closed ended there.
             self._meter.finish(self.usage)
             unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
             if unfinished:
-                yield sse.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
+                yield event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
             if plan.include_usage and self.usage is not None:
-                yield sse.event(head | {"choices": [], "usage": _usage(self.usage)})
+                yield event_stream.event(head | {"choices": [], "usage": _usage(self.usage)})
         except GatewayError as exc:
             self._meter.fail(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
-            yield sse.event(exc.body())
+            yield event_stream.event(exc.body())
         except Exception as exc:
             self._meter.fail(exc)
             log.exception("stream %s failed", head["id"])
-            yield sse.event(GatewayError("internal error in the gateway", code="internal_error").body())
-        yield sse.DONE
+            yield event_stream.event(GatewayError("internal error in the gateway", code="internal_error").body())
+        yield event_stream.DONE
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from gateway.lean import Incoming
+from gateway.http.context import HandlerRequest
 
 
-async def live(request: Incoming) -> JSONResponse:
+async def live(request: HandlerRequest) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-async def ready(request: Incoming) -> JSONResponse:
+async def ready(request: HandlerRequest) -> JSONResponse:
     services = request.services
     problems = services.registry.not_ready()
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.

@@ -9,10 +9,9 @@ from datetime import datetime
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
-from gateway import usage
-from gateway.errors import RequestInvalid, StorageUnavailable
-from gateway.lean import Incoming
-from gateway.security import TOKEN_INFO_KEY
+from gateway.core.errors import StorageUnavailable, ValidationFailed
+from gateway.http.context import HandlerRequest
+from gateway.store import usage
 from generated.models import UsageLine, UsageReport
 
 log = logging.getLogger("gateway")
@@ -20,8 +19,8 @@ log = logging.getLogger("gateway")
 QUERY_TIMEOUT = 30.0  # seconds; past it the report is a 503, not a request held open
 
 
-async def report(request: Incoming) -> Response:
-    caller = request.token_info[TOKEN_INFO_KEY]
+async def report(request: HandlerRequest) -> Response:
+    caller = request.caller
     accounts = caller.visible_accounts(request.headers.get("x-selected-account-id"))
     query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
     since, until, model = _instant("start", query.get("start")), _instant("end", query.get("end")), query.get("model")
@@ -50,4 +49,4 @@ def _instant(name: str, value: str | None) -> datetime | None:
         return usage.parse_instant(value)
     except ValueError as exc:  # should the schema's date-time check and this parser ever disagree
         problem = {"loc": ["query", name], "msg": str(exc), "type": "value_error", "input": value}
-        raise RequestInvalid([problem]) from None
+        raise ValidationFailed([problem]) from None

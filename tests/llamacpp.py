@@ -9,8 +9,8 @@ import math
 import httpx
 import xllamacpp
 
-from vendors.local import PACKAGED_NAME, packaged_model
-from vendors.local_engine import EngineOptions, engine_params
+from gateway.vendors.local import PACKAGED_NAME, packaged_model
+from gateway.vendors.local_engine import EngineOptions, engine_params
 
 
 class EngineServer:

@@ -28,8 +28,9 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy import make_url, select
 
-from gateway import cli, database
-from gateway.tables import ledger
+from gateway import cli
+from gateway.store import database
+from gateway.store.tables import ledger
 
 PG_URL_VARIABLE = "GATEWAY_TEST_DATABASE_URL"
 

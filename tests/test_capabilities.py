@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import capability_table
-from gateway.capabilities import NATIVE, UNSUPPORTED, verdicts
+from gateway.core.parameters import NATIVE, UNSUPPORTED
+from gateway.planner import capability_table
+from gateway.planner.capabilities import verdicts
 from handlers.vendors import describe
 from tests.vendor_fixtures import (  # noqa: F401
     VENDORS,
@@ -52,7 +53,7 @@ def test_every_parameter_is_served_or_rejected_naming_it(vclient, upstream, anth
     fakes = (upstream, anthropic_upstream, gemini_upstream)
     body = {"model": f"{vendor}/m", "prompt": "x", "max_tokens": 5, name: EXAMPLES[name]}
     r = vclient.post("/v5/completions", json=body)
-    if found.support == UNSUPPORTED:
+    if found.kind == UNSUPPORTED:
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert (error["code"], error["param"], error["vendor"]) == ("unsupported_parameter", name, vendor)
@@ -60,7 +61,7 @@ def test_every_parameter_is_served_or_rejected_naming_it(vclient, upstream, anth
         assert requests_of(fakes) == []  # rejected before any vendor call
         return
     assert r.status_code == 200, r.text
-    if found.support == NATIVE:
+    if found.kind == NATIVE:
         value = EXAMPLES[name]
         sent = [req["body"] for req in requests_of(fakes)]
         assert any(contains(b, value) or contains(b, [value]) for b in sent), (name, sent)
@@ -115,4 +116,4 @@ def test_vendors_operation_needs_a_key(vendors_gateway):
 
 
 def test_capability_table_is_generated_from_the_map():
-    assert capability_table.PATH.read_text() == capability_table.render(), "run `make docs`"
+    assert capability_table.DEFAULT_PATH.read_text() == capability_table.render(), "run `make docs`"

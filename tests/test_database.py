@@ -17,11 +17,11 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from gateway import database
-from gateway.accounts import bootstrap
-from gateway.ledger import Ledger
-from gateway.tables import metadata
-from gateway.usage import parse_instant
+from gateway.store import database
+from gateway.store.accounts import bootstrap
+from gateway.store.ledger import Ledger
+from gateway.store.tables import metadata
+from gateway.store.usage import parse_instant
 from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, ledger_rows, run_cli
@@ -44,7 +44,7 @@ def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):
     with empty_database(backend_kind) as url:
         diff, version = asyncio.run(migrate(url))
     config = Config()
-    config.set_main_option("script_location", "gateway:migrations")
+    config.set_main_option("script_location", "gateway.store:migrations")
     assert diff == []
     assert version == ScriptDirectory.from_config(config).get_current_head()
 

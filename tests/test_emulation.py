@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.emulation import StopMatcher
+from gateway.planner.emulation import StopMatcher
 from tests.test_vendor_anthropic import streamed
 from tests.vendor_fixtures import anthropic_upstream, gemini_upstream, vclient, vendors_gateway  # noqa: F401
 

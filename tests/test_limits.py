@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from gateway.sse import EventStreamResponse
+from gateway.http.event_stream import EventStreamResponse
 from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 

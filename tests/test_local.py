@@ -330,18 +330,19 @@ def test_cut_streams_are_estimated_with_the_models_own_tokenizer(engine):
     """The ledger counts a cut stream's text with the adapter's tokenizer when it has one."""
     import asyncio
 
-    from gateway.config import Settings, VendorConfig
-    from gateway.tokens import counter
-    from vendors.local import LocalAdapter
+    from gateway.core.config import Settings, VendorConfig
+    from gateway.store.tokens import counter
+    from gateway.vendors import registry
 
     async def count(text: str) -> int:
-        adapter = LocalAdapter(VendorConfig("local", "local", options={"context_size": "256", "parallel": "1"}),
-                               Settings())
+        vendor = VendorConfig(name="local", protocol="local", options={"context_size": "256", "parallel": "1"})
+        adapter = registry.build(vendor, Settings())
         await adapter.start()
         while adapter.not_ready():
             await asyncio.sleep(0.02)
         try:
-            return await asyncio.to_thread(counter(adapter, "smollm2-135m"), text)
+            own = counter("local/smollm2-135m", lambda t: adapter.count_tokens("smollm2-135m", t))
+            return await asyncio.to_thread(own, text)
         finally:
             await adapter.close()
 

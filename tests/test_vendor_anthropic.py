@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gateway.vendors.anthropic import PREFILL_INSTRUCTION
 from tests.test_completions_openai import chunks_of, sse_events
 from tests.vendor_fixtures import (  # noqa: F401
     ANTHROPIC_SECRET,
@@ -14,7 +15,6 @@ from tests.vendor_fixtures import (  # noqa: F401
     vclient,
     vendors_gateway,
 )
-from vendors.anthropic import PREFILL_INSTRUCTION
 
 
 def streamed(text: str) -> tuple[dict[int, str], dict[int, list[str]], list[dict]]:

@@ -6,12 +6,11 @@ Every fake checks the requests it gets against its vendor's documented shape; a 
 
 from __future__ import annotations
 
-import importlib
-
 import httpx
 import pytest
 
-from gateway.config import VendorConfig
+from gateway.core.config import VendorConfig
+from gateway.vendors import registry
 from tests.conftest import gateway_env
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
@@ -36,12 +35,12 @@ VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
 
 def vendor_config(name: str) -> VendorConfig:
     protocol, _, options = VENDORS[name]
-    return VendorConfig(name, protocol, options=options)
+    return VendorConfig(name=name, protocol=protocol, options=options)
 
 
 def capabilities_of(name: str):
-    protocol = VENDORS[name][0]
-    return importlib.import_module(f"vendors.{protocol}").capabilities(vendor_config(name))
+    adapter, options = registry.options_of(vendor_config(name))
+    return adapter.capabilities_of(options)
 
 
 @pytest.fixture(scope="session")
