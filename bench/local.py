@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
-from gateway.vendors.local import PACKAGED_NAME
+from gateway.vendors.local_model import PACKAGED_NAME
 from tests.gateway_process import GatewayProcess
 from tests.llamacpp import EngineServer
 from tests.provision import TestDatabase, sqlite_database

@@ -9,7 +9,7 @@ import math
 import httpx
 import xllamacpp
 
-from gateway.vendors.local import PACKAGED_NAME, packaged_model
+from gateway.vendors.local_model import PACKAGED_NAME, packaged_model
 from gateway.vendors.local_engine import EngineOptions, engine_params
 
 

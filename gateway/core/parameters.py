@@ -21,14 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 from generated.models import CompletionRequest
 
 # Fields every vendor leaves to the gateway.
 GATEWAY_FIELDS = frozenset({"model", "stream", "stream_options"})
-# `prompt` first (as a parameter it means "a list of prompts"), then the rest alphabetically.
-PARAMETERS: tuple[str, ...] = tuple(
-    sorted(set(CompletionRequest.model_fields) - GATEWAY_FIELDS, key=lambda name: (name != "prompt", name))
-)
+
+
+def request_parameters(request_model: type[BaseModel]) -> tuple[str, ...]:
+    """The parameters of a request model: its fields less the gateway's own, `prompt` first (as a
+    parameter it means "a list of prompts"), then the rest alphabetically."""
+    return tuple(sorted(set(request_model.model_fields) - GATEWAY_FIELDS, key=lambda name: (name != "prompt", name)))
+
+
+PARAMETERS: tuple[str, ...] = request_parameters(CompletionRequest)
 # Parameters the planner knows how to emulate (planner/emulation.py, planner/plan.py describe how).
 EMULATABLE = frozenset({"prompt", "n", "echo", "stop", "best_of", "user"})
 # Parameters whose support may be limited per vendor call: list prompts, choices, stop sequences.

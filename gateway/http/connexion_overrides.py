@@ -21,6 +21,7 @@ upgrade that removes a hook fails loudly at once instead of misbehaving later.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -75,14 +76,16 @@ class ConnexionHookMissing(RuntimeError):
 
 def check_hooks() -> None:
     """Fail when a private Connexion hook used here is gone; warn when the version differs."""
-    import inspect
-
     missing = []
     for owner, name in _HOOKS:
         if hasattr(owner, name):
             continue
         # Instance attributes only exist once __init__ ran: look for their assignment.
-        if f"self.{name}" not in inspect.getsource(owner.__init__):
+        try:
+            assigned = f"self.{name}" in inspect.getsource(owner.__init__)
+        except (OSError, TypeError):  # an __init__ without Python source (object's own)
+            assigned = False
+        if not assigned:
             missing.append(f"{owner.__module__}.{owner.__qualname__}.{name}")
     if missing:
         raise ConnexionHookMissing(

@@ -46,7 +46,13 @@ class HttpAdapter:
     def __init__(self, config: VendorConfig, settings: Settings, headers: Mapping[str, str]) -> None:
         self.name = config.name
         self._config = config
+        self._headers = dict(headers)
         self._client = pooled_client(config, settings.http_transport, headers)
+
+    def use_transport(self, transport: httpx.AsyncBaseTransport) -> None:
+        """Send this vendor's requests through `transport` instead of the network, with the same
+        headers, base URL and timeouts (in-process tests: httpx.MockTransport)."""
+        self._client = pooled_client(self._config, transport, self._headers)
 
     async def start(self) -> None:
         return None
@@ -58,13 +64,19 @@ class HttpAdapter:
         return None
 
 
-def pooled_client(config: VendorConfig, transport: str, headers: Mapping[str, str]) -> httpx.AsyncClient:
+def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
+                  headers: Mapping[str, str]) -> httpx.AsyncClient:
     """One client per vendor for the process's life. `transport` picks the I/O under httpx's API:
     "aiohttp" (httpx-aiohttp; httpx's own pool is several times slower under concurrency,
-    encode/httpx#3215) or "httpx". bench/ measures both."""
+    encode/httpx#3215), "httpx" (bench/ measures both), or a transport of the caller's."""
     t = config.timeouts
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    io = AiohttpTransport(limits=limits) if transport == "aiohttp" else httpx.AsyncHTTPTransport(limits=limits)
+    if isinstance(transport, httpx.AsyncBaseTransport):
+        io = transport
+    elif transport == "aiohttp":
+        io = AiohttpTransport(limits=limits)
+    else:
+        io = httpx.AsyncHTTPTransport(limits=limits)
     return httpx.AsyncClient(
         base_url=config.base_url,
         headers=dict(headers),

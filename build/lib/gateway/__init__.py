@@ -1,0 +1,25 @@
+"""The completions gateway: Scale GP's `POST /v5/completions` (the OpenAI legacy text-completions
+contract) in front of many model vendors, with one key system and one usage ledger.
+
+The package's folders are its layers; imports run one way (tests/test_layers.py checks it):
+
+    http/      Connexion assembly and fast path, validation, security, SSE writer, server, logs
+      -> planner/   request -> vendor calls -> answer: capabilities, emulations, fan-out, fallbacks,
+                    admission
+           -> vendors/   one module per wire protocol (openai, anthropic, gemini, local) + registry
+                -> core/      errors, the vendor call/result types, parameters and their support
+                              records, configuration
+      -> store/     database, tables, migrations, ledger, accounts and keys, usage reports, token
+                    counting (-> core/ only)
+
+At the top: `cli` (the `gateway` command) and `services` (the assembly of settings, vendors,
+database, ledger and app). The contract (openapi.json), its generated models (generated/) and the
+handlers per operation (handlers/) sit beside this package, as the design card asks.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("completions-gateway")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"

@@ -1,0 +1,210 @@
+"""The `gateway` command: the server, and the operator's tools for accounts, keys and usage.
+
+    gateway serve [--host H] [--port P]
+    gateway accounts create ID [--name NAME]          gateway accounts list
+    gateway keys create --account ID [--account ID2 ...] [--name NAME]
+    gateway keys list [--account ID]                  gateway keys revoke KEY_ID
+    gateway usage [--account ID ...] [--model vendor/name] [--since T] [--until T]
+
+Lists and reports print as a table, or with --format json or csv. Every command works on the
+database of GATEWAY_DATABASE_URL (or the config file), upgrading its schema first if needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import dataclasses
+import json
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway import __version__
+from gateway.core.config import Settings
+from gateway.core.errors import ConfigError
+from gateway.store import accounts, database, usage
+from gateway.store.accounts import AccountsError, NewKey
+from gateway.vendors.registry import load_settings
+
+T = TypeVar("T")
+
+
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """`env` stands in for the environment (tests provision databases in-process with it)."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(env)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        return _serve(settings, args.host, args.port)
+    try:
+        return asyncio.run(_administer(settings, args))
+    except (AccountsError, ConfigError) as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    except (SQLAlchemyError, OSError) as exc:
+        print(f"gateway: cannot use the database: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
+              file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="LLM completions gateway (EGP API v5)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host", help="listen address (default GATEWAY_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default GATEWAY_PORT or 8000)")
+
+    account_commands = commands.add_parser("accounts", help="create and list accounts").add_subparsers(
+        dest="action", required=True)
+    create = account_commands.add_parser("create", help="create an account")
+    create.add_argument("id", help="the account id clients select with x-selected-account-id")
+    create.add_argument("--name", default="", help="a description for people")
+    _format_option(account_commands.add_parser("list", help="list accounts"))
+
+    key_commands = commands.add_parser("keys", help="create, list and revoke API keys").add_subparsers(
+        dest="action", required=True)
+    create = key_commands.add_parser("create", help="create a key (printed once; only its hash is stored)")
+    create.add_argument("--account", action="append", required=True, dest="accounts", metavar="ID",
+                        help="an account the key grants (repeat for several)")
+    create.add_argument("--name", default="", help="a description for people, e.g. who holds the key")
+    create.add_argument("--format", choices=("text", "json"), default="text")
+    listing = key_commands.add_parser("list", help="list keys (never the keys themselves)")
+    listing.add_argument("--account", help="only keys that grant this account")
+    _format_option(listing)
+    revoke = key_commands.add_parser(
+        "revoke", help="revoke a key (running gateways stop taking it within key_cache_seconds)")
+    revoke.add_argument("key_id", help="the key's id (key_...), as `keys list` shows it")
+
+    report = commands.add_parser("usage", help="token usage per account and model over a time range")
+    report.add_argument("--account", action="append", dest="accounts", metavar="ID",
+                        help="only this account (repeat for several; default: all)")
+    report.add_argument("--model", help="only this model (vendor/name)")
+    report.add_argument("--since", type=_instant, help="from this instant, inclusive (e.g. 2026-11-01 or "
+                        "2026-11-01T08:00:00+01:00; UTC unless an offset is given)")
+    report.add_argument("--until", type=_instant, help="to this instant, exclusive")
+    _format_option(report)
+    return parser
+
+
+def _format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+
+def _instant(text: str) -> datetime:
+    try:
+        return usage.parse_instant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+async def _administer(settings: Settings, args: argparse.Namespace) -> int:
+    engine = database.connect(settings.database_url)
+    try:
+        await database.prepare(engine, _nothing)
+        match args.command, args.action if args.command != "usage" else None:
+            case "accounts", "create":
+                account = await _write(engine, lambda c: accounts.create_account(c, args.id, args.name))
+                print(f"created account {account.id}")
+            case "accounts", "list":
+                found = await _read(engine, accounts.list_accounts)
+                _emit([dataclasses.asdict(a) for a in found], ("id", "name", "created_at"), args.format)
+            case "keys", "create":
+                new = await _write(engine, lambda c: accounts.create_key(c, args.accounts, args.name))
+                _print_new_key(new, args.format)
+            case "keys", "list":
+                found = await _read(engine, lambda c: accounts.list_keys(c, args.account))
+                rows = [dataclasses.asdict(k) | {"accounts": " ".join(k.accounts)} for k in found]
+                _emit(rows, ("id", "name", "accounts", "created_at", "revoked_at"), args.format)
+            case "keys", "revoke":
+                await _write(engine, lambda c: accounts.revoke_key(c, args.key_id))
+                print(f"revoked key {args.key_id}; running gateways refuse it within "
+                      f"{settings.key_cache_seconds:g}s")
+            case "usage", None:
+                lines = await _read(engine, lambda c: usage.report(c, accounts=args.accounts, start=args.since,
+                                                                   end=args.until, model=args.model))
+                columns = tuple(f.name for f in dataclasses.fields(usage.UsageLine))
+                _emit([dataclasses.asdict(line) for line in lines], columns, args.format)
+        return 0
+    finally:
+        await engine.dispose()
+
+
+async def _nothing(connection: AsyncConnection) -> None:
+    return None  # the CLI never creates the first-start account: an operator creates their own
+
+
+async def _write(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async with database.writing(engine) as connection:
+        return await work(connection)
+
+
+async def _read(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async with engine.connect() as connection:
+        return await work(connection)
+
+
+def _print_new_key(new: NewKey, fmt: str) -> None:
+    info = new.info
+    if fmt == "json":
+        print(json.dumps({"id": info.id, "name": info.name, "accounts": list(info.accounts),
+                          "created_at": _text(info.created_at), "key": new.key}))
+    else:
+        print(f"created key {info.id} for account(s) {', '.join(info.accounts)}")
+        print(new.key)
+    print("The key is shown only this once: store it now (the gateway keeps only its hash).", file=sys.stderr)
+
+
+def _emit(rows: list[dict[str, Any]], columns: Sequence[str], fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps([{c: _json(row[c]) for c in columns} for row in rows], indent=2))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_text(row[c]) for c in columns] for row in rows])
+        return
+    cells = [list(columns)] + [[_text(row[c]) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    numeric = [bool(rows) and all(isinstance(row[c], int) for row in rows) for c in columns]
+    for line in cells:
+        print("  ".join(cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(line, widths, numeric))
+              .rstrip())
+
+
+def _json(value: Any) -> Any:
+    return value.isoformat().replace("+00:00", "Z") if isinstance(value, datetime) else value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return str(_json(value))
+
+
+def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+    from gateway.http import server
+    from gateway.services import create_app
+
+    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    server.run(app, settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The vendor-neutral types that cross every layer: one vendor call (`CompletionCall`), what comes
+back (`Choice`, `Chunk`, `Result`, `Usage`), and the record the ledger keeps of an attempt.
+
+The helpers here are the gateway's rules for fanned-out choices, shared by the planner (which fans
+a request out over vendor calls) and by adapters that fan out themselves (the embedded model):
+choice *i* samples with `seed + i`, `best_of` keeps the candidates with the highest cumulative
+logprob, and usage is either summed over independent calls or counted once per prompt over
+candidates that read the same prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_MAX_TOKENS = 16  # the contract's default
+
+
+@dataclass(slots=True)
+class CompletionCall:
+    """One call to one vendor, with every contract default already applied. Its fields are the
+    request parameters (core/parameters.py), with `prompt` as the list `prompts`."""
+
+    model: str  # the vendor's own model name (what follows "vendor/")
+    prompts: list[str]
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    n: int = 1
+    stream: bool = False
+    best_of: int | None = None
+    echo: bool = False
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, int] | None = None
+    logprobs: int | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    suffix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+
+    def given(self, name: str) -> Any:
+        """The value of parameter `name` when the request sets it to something other than its
+        default, else None. `prompt` is given when there are several."""
+        if name == "prompt":
+            return self.prompts if len(self.prompts) > 1 else None
+        value = getattr(self, name)
+        return None if value == _DEFAULTS[name] else value
+
+
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(CompletionCall)
+}
+
+
+@dataclass(slots=True)
+class Choice:
+    """One choice, or in a stream one choice's new piece. `index` counts within the call."""
+
+    index: int
+    text: str
+    finish_reason: str | None = None
+    logprobs: dict[str, Any] | None = None  # legacy shape: tokens, token_logprobs, top_logprobs, text_offset
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_tokens_details: dict[str, Any] | None = None  # e.g. {"cached_tokens": 12}
+    completion_tokens_details: dict[str, Any] | None = None  # e.g. {"reasoning_tokens": 40}
+    estimated: bool = False  # counted by the gateway, not reported by the vendor
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            _add_details(self.prompt_tokens_details, other.prompt_tokens_details),
+            _add_details(self.completion_tokens_details, other.completion_tokens_details),
+            self.estimated or other.estimated,
+        )
+
+
+def summed_usage(usages: Sequence[Usage | None]) -> Usage | None:
+    """The usage of independent vendor calls (each read its own prompts): every count added up.
+    None when some call did not report its usage."""
+    if not usages or any(u is None for u in usages):
+        return None
+    total = usages[0]
+    for usage in usages[1:]:
+        total = total + usage  # type: ignore[operator]
+    return total
+
+
+def candidates_usage(usages: Sequence[Usage | None]) -> Usage | None:
+    """The usage of candidates generated for one prompt (n, best_of): the prompt counted once,
+    since every candidate read the same one, and every candidate's completion, kept or not (it was
+    generated). None when some candidate did not report its usage."""
+    if not usages or any(u is None for u in usages):
+        return None
+    first = usages[0]
+    assert first is not None
+    completion = sum(u.completion_tokens for u in usages if u is not None)
+    return Usage(first.prompt_tokens, completion, first.prompt_tokens_details,
+                 estimated=any(u.estimated for u in usages if u is not None))
+
+
+def choice_seed(seed: int | None, choice: int) -> int | None:
+    """The seed choice `choice` samples with: distinct samples for each of n, still reproducible."""
+    return None if seed is None else seed + choice
+
+
+def best_candidates(candidates: Iterable[T], n: int, score: Callable[[T], float]) -> list[T]:
+    """The `n` candidates with the highest score (their cumulative logprob), best first; ties keep
+    the order they came in."""
+    return sorted(candidates, key=score, reverse=True)[:n]
+
+
+def cumulative_logprob(logprobs: dict[str, Any] | None) -> float | None:
+    """A choice's cumulative logprob from its legacy logprobs (None when it has none)."""
+    if logprobs is None:
+        return None
+    return sum(lp for lp in logprobs.get("token_logprobs") or () if lp is not None)
+
+
+@dataclass(slots=True)
+class Result:
+    choices: list[Choice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+@dataclass(slots=True)
+class Chunk:
+    choices: list[Choice]
+    usage: Usage | None = None  # set on the vendor's final usage chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What the usage ledger records about the vendor calls that serve a request on one model
+    (a fallback is a new attempt). Built by the planner, so storage needs nothing of it."""
+
+    vendor: str  # the configured vendor name
+    model: str  # "vendor/name", as the client (or the fallback chain) wrote it
+    streamed: bool
+    end_user: str | None  # the request's `user`, whether or not the vendor was sent it
+    prompts_sent: tuple[str, ...]  # each prompt as often as it went to the vendor, for an estimate
+    # The model's own tokenizer when the adapter has one; else the ledger counts with an OpenAI
+    # vocabulary (store/tokens.py). Called from a worker thread.
+    count_tokens: Callable[[str], int] | None = None
+
+
+def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return a or b
+    merged = dict(a)
+    for key, value in b.items():
+        if isinstance(value, int) and isinstance(merged.get(key), int):
+            merged[key] += value
+        else:
+            merged.setdefault(key, value)
+    return merged

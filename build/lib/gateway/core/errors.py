@@ -1,0 +1,224 @@
+"""Every error a client can see, in one place.
+
+Two bodies exist, both documented in openapi.json:
+- 422 `HTTPValidationError` (`{"detail": [{"loc", "msg", "type", ...}]}`) for a body that is not
+  valid JSON or does not match `CompletionRequest` — every problem at once;
+- `ErrorResponse` (`{"error": {"message", "type", "code", "param", "vendor"}}`) for the rest.
+
+A `GatewayError` subclass per status keeps the status, the error type and the retry advice
+together, so a handler only says what went wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ConfigError(Exception):
+    """The gateway's configuration is wrong; raised at start-up, never during a request."""
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "internal_error"
+    # Whether the official SDKs (which retry 408/409/429/5xx) should retry: sent as x-should-retry.
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        vendor: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.vendor = vendor
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+                "vendor": self.vendor,
+            }
+        }
+
+    def headers(self) -> dict[str, str]:
+        headers = {"x-should-retry": "true" if self.retryable else "false"}
+        if self.retry_after is not None:
+            headers["retry-after"] = str(max(0, round(self.retry_after)))
+        return headers
+
+
+class BadRequest(GatewayError):
+    """400: the request is well-formed but cannot be served as asked (a parameter the vendor
+    lacks, a value out of the vendor's range, a vendor's own rejection)."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class UnsupportedParameter(BadRequest):
+    """A parameter the selected vendor can neither honour nor have emulated."""
+
+    def __init__(self, param: str, vendor: str, why: str) -> None:
+        super().__init__(
+            f"parameter '{param}' is not supported for vendor '{vendor}': {why}",
+            code="unsupported_parameter",
+            param=param,
+            vendor=vendor,
+        )
+
+
+class ParameterOutOfRange(BadRequest):
+    """A value the contract allows but the selected vendor does not (it is never clamped)."""
+
+    def __init__(self, param: str, vendor: str, value: Any, allowed: str) -> None:
+        super().__init__(
+            f"parameter '{param}' = {value} is out of range for vendor '{vendor}', which accepts {allowed}",
+            code="parameter_out_of_range",
+            param=param,
+            vendor=vendor,
+        )
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+
+
+class RequestTimeout(GatewayError):
+    """The client took too long to send its request body."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    retryable = True
+
+
+class VendorFailed(GatewayError):
+    """The vendor answered with an error or with something we cannot read."""
+
+    status = 502
+    type = "vendor_error"
+    retryable = True
+
+
+class VendorCredentialsRejected(VendorFailed):
+    """The vendor refused the gateway's own key: the operator must act, a client retry cannot help."""
+
+    retryable = False
+
+
+class GatewayOverloaded(GatewayError):
+    """The gateway itself is at its limit of requests in flight."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
+class VendorNotReady(GatewayError):
+    """A vendor that cannot serve yet (the local model still loading) or at all (it failed to load)."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
+class StorageUnavailable(GatewayError):
+    """The gateway's own database cannot answer (checking a new key, reading usage)."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
+class VendorTimeout(GatewayError):
+    status = 504
+    type = "vendor_timeout"
+    retryable = True
+
+
+class ValidationFailed(Exception):
+    """422: the body is not JSON or does not match the schema (or a query parameter its schema):
+    the spec's HTTPValidationError, listing every problem."""
+
+    def __init__(self, detail: list[dict[str, Any]]) -> None:
+        super().__init__(detail[0]["msg"] if detail else "invalid request body")
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail}
+
+
+def invalid_field(loc: tuple[str | int, ...], msg: str, type_: str, value: Any = None) -> ValidationFailed:
+    """One 422 problem, for cross-field rules the schema cannot express (e.g. best_of >= n)."""
+    entry: dict[str, Any] = {"loc": ["body", *loc], "msg": msg, "type": type_}
+    if value is not None:
+        entry["input"] = value
+    return ValidationFailed([entry])
+
+
+# Statuses that Connexion or Starlette raise themselves (missing key, wrong method, unknown path,
+# wrong content type), rendered in our error body instead of problem+json.
+_BY_STATUS: dict[int, type[GatewayError]] = {
+    400: BadRequest,
+    401: AuthenticationFailed,
+    403: PermissionDenied,
+    404: NotFound,
+    405: MethodNotAllowed,
+    413: PayloadTooLarge,
+    415: UnsupportedMediaType,
+}
+_MESSAGES = {
+    401: "missing API key: send x-api-key or Authorization: Bearer <key>",
+    404: "no such path",
+    405: "method not allowed on this path",
+}
+
+
+def from_http_status(status: int, detail: str | None) -> GatewayError:
+    """A GatewayError for an HTTP exception raised by the framework."""
+    cls = _BY_STATUS.get(status, GatewayError)
+    message = detail or _MESSAGES.get(status) or f"HTTP {status}"
+    if status == 401 and detail in (None, "No authorization token provided"):
+        message = _MESSAGES[401]
+    return cls(message)

@@ -1,0 +1,104 @@
+"""The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
+security handlers and error rendering. What a request meets, outermost first: Connexion's
+routing, the key check (http/security.py), the body and parameter validation
+(http/validation.py), then the handler the operationId maps to."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import orjson
+from connexion.exceptions import ProblemException
+from connexion.lifecycle import ConnexionRequest, ConnexionResponse
+from connexion.middleware import main as connexion_middlewares
+from connexion.resolver import Resolver
+from starlette.exceptions import HTTPException
+
+from gateway.core.config import Settings
+from gateway.core.errors import GatewayError, ValidationFailed, from_http_status
+from gateway.http import validation
+from gateway.http.connexion_overrides import (
+    DirectCallApp,
+    Handler,
+    PreparedValidationMiddleware,
+    accept_openapi_31,
+    check_hooks,
+)
+from gateway.http.security import SECURITY_MAP
+
+log = logging.getLogger("gateway")
+
+
+def spec_path() -> Path:
+    """The contract as installed: `make generate` copies openapi.json into the `generated`
+    package, so a wheel carries it (tests check the copy is current)."""
+    return Path(str(files("generated") / "openapi.json"))
+
+
+def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handler]) -> DirectCallApp:
+    """The app for `settings`. `lifespan` builds and closes the Services; `resolve` maps each
+    operationId of the spec to its handler (and raises for one it lacks, failing the start)."""
+    check_hooks()
+    accept_openapi_31()
+    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings))
+    app.add_api(
+        spec_path(),
+        resolver=Resolver(function_resolver=resolve),
+        validator_map=validation.validator_map(settings.max_body_bytes, settings.body_timeout),
+        security_map=SECURITY_MAP,
+        validate_responses=settings.validate_responses,
+        strict_validation=True,
+    )
+    app.add_error_handler(GatewayError, _gateway_error)
+    app.add_error_handler(ValidationFailed, _validation_failed)
+    app.add_error_handler(ProblemException, _http_error)
+    app.add_error_handler(HTTPException, _http_error)
+    app.add_error_handler(Exception, _internal_error)
+    return app
+
+
+def _middlewares(settings: Settings) -> list:
+    # Connexion's default stack without the Swagger UI and the context proxies (handlers get
+    # an explicit HandlerRequest), with validators prepared once per operation.
+    m = connexion_middlewares
+    stack = [
+        m.ServerErrorMiddleware,
+        m.ExceptionMiddleware,
+        m.RoutingMiddleware,
+        m.SecurityMiddleware,
+        PreparedValidationMiddleware,
+        m.LifespanMiddleware,
+    ]
+    if settings.validate_responses:
+        stack.insert(stack.index(m.LifespanMiddleware), m.ResponseValidationMiddleware)
+    return stack
+
+
+def _json(status: int, body: dict, headers: dict[str, str] | None = None) -> ConnexionResponse:
+    return ConnexionResponse(status_code=status, mimetype="application/json", body=orjson.dumps(body), headers=headers)
+
+
+def _gateway_error(request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
+    if exc.status >= 500:
+        log.warning("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.message)
+    return _json(exc.status, exc.body(), exc.headers())
+
+
+def _validation_failed(request: ConnexionRequest, exc: ValidationFailed) -> ConnexionResponse:
+    return _json(422, exc.body())
+
+
+def _http_error(request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
+    error = from_http_status(exc.status_code, getattr(exc, "detail", None))
+    response = _gateway_error(request, error)
+    response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
+    return response
+
+
+def _internal_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _gateway_error(request, GatewayError("internal error in the gateway", code="internal_error"))

@@ -1,0 +1,239 @@
+"""Request body validation against openapi.json, replacing Connexion's JSON body validator.
+
+Connexion 3.3's own validator uses jsonschema Draft 4 (it ignores `const`, `if`/`then` and
+`dependentSchemas`, which our 3.1 document uses), rebuilds the validator on every request, reports
+only the first error as a 400, treats a chunked body as missing and answers 500 to a body that is
+not UTF-8. This one reads the whole body (chunked or not, bounded by `max_body_bytes`), parses it
+once, validates it with a cached Draft 2020-12 validator (jsonschema-rs) and raises a 422 that
+lists every problem in the spec's `HTTPValidationError` shape.
+
+The parsed body is left in the ASGI scope (`BODY_KEY`) so the operation does not parse it again.
+
+Query, header and path parameters get the same treatment (ParameterValidator): Connexion's own
+builds a Draft 4 validator per parameter per request and answers the first problem as a 400;
+ours uses cached Draft 2020-12 validators that also check `format` (e.g. `date-time`) and
+answers every problem as the same 422, located as ["query", name], ["header", name]...
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import jsonschema_rs
+import orjson
+from connexion.datastructures import MediaTypeDict
+from connexion.lifecycle import ConnexionRequest
+from connexion.validators import AbstractRequestBodyValidator
+from starlette.types import Receive, Scope
+
+from gateway.core.errors import PayloadTooLarge, RequestTimeout, ValidationFailed
+from gateway.http.context import BODY_KEY
+
+# jsonschema keyword -> the error `type` FastAPI/pydantic clients already know.
+_ERROR_TYPES = {
+    "required": "missing",
+    "additionalProperties": "extra_forbidden",
+    "maximum": "less_than_equal",
+    "minimum": "greater_than_equal",
+    "exclusiveMaximum": "less_than",
+    "exclusiveMinimum": "greater_than",
+    "maxItems": "too_long",
+    "minItems": "too_short",
+    "maxLength": "string_too_long",
+    "minLength": "string_too_short",
+    "pattern": "string_pattern_mismatch",
+    "type": "type_error",
+    "anyOf": "union_error",
+    "const": "literal_error",
+    "enum": "enum",
+    "propertyNames": "key_error",
+}
+
+# Rules that span fields: the schema expresses them, but the keyword's own message would not say why.
+_CROSS_FIELD = {
+    "dependentSchemas": (("stream_options",), "stream_options is only allowed when stream is true"),
+    "then": (("best_of",), "best_of greater than 1 cannot be used with stream"),
+}
+
+
+class SchemaValidators:
+    """Compiled validators, one per schema object of the loaded spec (they live as long as the app)."""
+
+    def __init__(self, validate_formats: bool = False) -> None:
+        self._by_id: dict[int, tuple[dict, jsonschema_rs.Validator]] = {}
+        self._validate_formats = validate_formats
+
+    def get(self, schema: dict) -> jsonschema_rs.Validator:
+        hit = self._by_id.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        validator = jsonschema_rs.Draft202012Validator(schema, validate_formats=self._validate_formats)
+        self._by_id[id(schema)] = (schema, validator)
+        return validator
+
+
+def problems(
+    validator: jsonschema_rs.Validator, instance: Any, where: tuple[str, ...] = ("body",)
+) -> list[dict[str, Any]]:
+    """Every schema violation of `instance`, as HTTPValidationError entries located under `where`."""
+    detail: list[dict[str, Any]] = []
+    for error in validator.iter_errors(instance):
+        for entry in _entries(error, instance, where):
+            if entry not in detail:  # one cross-field rule can fail through several schema paths
+                detail.append(entry)
+    return detail
+
+
+def _entries(error: jsonschema_rs.ValidationError, root: Any, where: tuple[str, ...]) -> list[dict[str, Any]]:
+    for step in error.schema_path:
+        if step in _CROSS_FIELD:
+            fields, message = _CROSS_FIELD[step]
+            return [{"loc": [*where, *fields], "msg": message, "type": "value_error"}]
+    kind = error.kind
+    keyword = str(error.schema_path[-1]) if error.schema_path else ""
+    loc = [*where, *_path(root, error.instance_path)]
+    if keyword == "required":
+        return [{"loc": [*loc, kind.property], "msg": "Field required", "type": "missing"}]
+    if keyword == "additionalProperties":
+        return [{"loc": [*loc, name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+                for name in kind.unexpected]
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.PropertyNames):
+        inner = kind.error
+        return [{"loc": [*loc, inner.instance], "msg": f"invalid key: {inner.message}", "type": "key_error"}]
+    if keyword == "anyOf":
+        # Report the branch the value was meant for (the one whose type matches), not "no branch matched".
+        meant = [branch for branch in kind.context if not any(e.schema_path[-1] == "type" for e in branch)]
+        if len(meant) == 1:
+            return [entry for e in meant[0] for entry in _entries(e, root, where)]
+    entry: dict[str, Any] = {"loc": loc, "msg": error.message, "type": _ERROR_TYPES.get(keyword, keyword)}
+    entry["input"] = error.instance
+    limit = getattr(kind, "limit", None)
+    if limit is not None:
+        entry["ctx"] = {"limit": limit}
+    return [entry]
+
+
+def _path(root: Any, steps: list[str | int]) -> list[str | int]:
+    """The instance path with object keys as strings (jsonschema-rs turns numeric keys into ints)."""
+    out: list[str | int] = []
+    node = root
+    for step in steps:
+        if isinstance(node, dict):
+            step = str(step)
+            node = node.get(step)
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        out.append(step)
+    return out
+
+
+def json_invalid(message: str) -> ValidationFailed:
+    return ValidationFailed([{"loc": ["body"], "msg": message, "type": "json_invalid"}])
+
+
+def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
+    """Connexion's `validator_map` entry for JSON bodies, bound to this app's limits."""
+    validators = SchemaValidators()
+
+    class JSONBodyValidator(AbstractRequestBodyValidator):
+        async def wrap_receive(self, receive: Receive, *, scope: Scope) -> tuple[Receive, Scope]:
+            declared = _content_length(scope)
+            if declared is not None and declared > max_body_bytes:
+                raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body_bytes}")
+            try:
+                async with asyncio.timeout(body_timeout):
+                    body = await _read_body(receive, max_body_bytes)
+            except TimeoutError:
+                raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
+            if not body:
+                if self._required:
+                    raise ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
+                return receive, scope
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise json_invalid(f"JSON decode error: {exc}") from None
+            detail = problems(validators.get(self._schema), parsed)
+            if detail:
+                raise ValidationFailed(detail)
+            scope.setdefault("extensions", {})[BODY_KEY] = parsed
+            return _replay(body, receive), scope
+
+    return {"body": MediaTypeDict({"*/*json": JSONBodyValidator}), "parameter": ParameterValidator}
+
+
+_PARAMETER_SCHEMAS = SchemaValidators(validate_formats=True)  # the spec's parameter schemas live as long as the app
+
+
+class ParameterValidator:
+    """Connexion's `validator_map["parameter"]`; Connexion makes one per request, so it only holds
+    references, and the compiled validators are shared."""
+
+    def __init__(self, parameters: list[dict[str, Any]], uri_parser: Any, strict_validation: bool = False,
+                 security_query_params: list[str] | None = None) -> None:
+        self._parameters = parameters
+        self._uri_parser = uri_parser
+        self._strict = strict_validation
+        self._security_query_params = set(security_query_params or ())
+
+    def validate(self, scope: Scope) -> None:
+        request = ConnexionRequest(scope, uri_parser=self._uri_parser)
+        detail: list[dict[str, Any]] = []
+        if self._strict:
+            known = {p["name"] for p in self._parameters if p["in"] == "query"} | self._security_query_params
+            detail += [{"loc": ["query", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+                       for name in request.query_params if name not in known]
+        sources = {"query": request.query_params, "header": request.headers, "path": request.path_params,
+                   "cookie": request.cookies}
+        for parameter in self._parameters:
+            where, name = parameter["in"], parameter["name"]
+            value = sources[where].get(name)
+            if value is None:
+                if parameter.get("required"):
+                    detail.append({"loc": [where, name], "msg": "Field required", "type": "missing"})
+                continue
+            detail += problems(_PARAMETER_SCHEMAS.get(parameter.get("schema", {})), value, (where, name))
+        if detail:
+            raise ValidationFailed(detail)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive channel that hands out the already-read body once, then the original channel."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

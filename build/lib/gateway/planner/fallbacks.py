@@ -1,0 +1,80 @@
+"""Starting a request on its model, or on the configured fallbacks in turn.
+
+When the model fails in a way another vendor can help with (429, 5xx, timeouts), the next model of
+its chain that can serve the request is tried. A fallback that cannot serve it (a parameter it
+lacks, its own failure) is skipped; when none serves, the client gets the first model's error. A
+client mistake (a 4xx of the request itself) never falls back: another vendor would not help.
+
+Nothing reached the client yet: a stream's headers wait for its first chunk, so a fallback is
+invisible but for the x-gateway-* headers and the `model` of the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.core.completion import Attempt, Chunk, Result
+from gateway.core.errors import GatewayError
+from gateway.planner import plan as planning
+from gateway.vendors.registry import Registry
+from generated.models import CompletionRequest
+
+log = logging.getLogger("gateway")
+
+
+@dataclass(slots=True)
+class Started:
+    """A vendor call that has begun to answer: a whole result, or a stream's first chunk."""
+
+    plan: planning.Plan
+    result: Result | None = None
+    first: Chunk | None = None
+    rest: AsyncIterator[Chunk] | None = None
+
+
+def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
+    """The models to try for `model`, in order."""
+    return [model, *fallbacks.get(model, ())]
+
+
+async def start(request: CompletionRequest, registry: Registry, fallbacks: Mapping[str, Sequence[str]],
+                max_vendor_calls: int, on_attempt: Callable[[Attempt], None]) -> Started:
+    """Plan and start `request`, falling back along its model's chain. `on_attempt` hears of each
+    model tried before its vendor is called (the ledger's row names the one that answered, or the
+    last one tried)."""
+    models = chain(request.model, fallbacks)
+    first_error: GatewayError | None = None
+    for model in models:
+        try:
+            plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
+                                 registry, max_vendor_calls)
+        except GatewayError:
+            if first_error is None:
+                raise  # the request as the client wrote it cannot be served: its mistake, no fallback
+            log.info("fallback %s cannot serve this request; skipped", model)
+            continue
+        on_attempt(plan.attempt())
+        try:
+            return await _begin(plan)
+        except GatewayError as exc:
+            if first_error is None:  # the model the client asked for
+                if exc.status < 500 and exc.status != 429:
+                    raise  # the request's fault, not the vendor's: another vendor would not help
+                first_error = exc
+            log.warning("model %s failed (%s)%s", model, exc.message,
+                        "; trying a fallback" if model != models[-1] else "")
+    assert first_error is not None
+    raise first_error
+
+
+async def _begin(plan: planning.Plan) -> Started:
+    if not plan.stream:
+        return Started(plan, result=await planning.complete(plan))
+    chunks = planning.stream(plan)
+    try:
+        return Started(plan, first=await anext(chunks), rest=chunks)
+    except BaseException:
+        await chunks.aclose()
+        raise

@@ -1,0 +1,227 @@
+"""From a validated request to vendor calls, and their answers back into one completion.
+
+The planner reads the adapter's `Capabilities` before any vendor call (planner/capabilities.py):
+each parameter a request uses is passed through (native), emulated by the gateway, or rejected
+with a 400 naming it and the vendor. List prompts and `n` beyond what one vendor call takes are
+emulated by concurrent fan-out; the answers are merged with OpenAI's prompt-major indexing,
+`index = prompt_index * n + i`. The other emulations (echo, stop, best_of) are applied to each
+vendor call's answer by planner/emulation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import MISSING
+
+from gateway.core.completion import (
+    DEFAULT_MAX_TOKENS,
+    Attempt,
+    Chunk,
+    CompletionCall,
+    Result,
+    Usage,
+    choice_seed,
+    summed_usage,
+)
+from gateway.core.errors import BadRequest, invalid_field
+from gateway.core.parameters import PARAMETERS
+from gateway.core.streams import merged
+from gateway.planner import capabilities
+from gateway.planner.emulation import Emulation
+from gateway.vendors.base import Adapter, CountsTokens
+from gateway.vendors.registry import Registry
+from generated.models import CompletionRequest
+
+FANOUT_CONCURRENCY = 16  # vendor calls in flight for one request
+
+
+@dataclass(slots=True)
+class Leg:
+    """One vendor call of a plan, and where its choices land in the client's answer."""
+
+    call: CompletionCall
+    first_prompt: int
+    first_choice: int  # offset within n
+
+    def index(self, local: int, per_prompt: int) -> int:
+        prompt, i = divmod(local, self.call.n)
+        return (self.first_prompt + prompt) * per_prompt + self.first_choice + i
+
+
+@dataclass(slots=True)
+class Plan:
+    adapter: Adapter
+    model: str  # as the client wrote it: "vendor/name"
+    prompts: list[str]
+    n: int
+    legs: list[Leg]
+    stream: bool
+    include_usage: bool
+    emulation: Emulation
+    user: str | None  # the request's end user, whether or not the vendor is sent it
+
+    @property
+    def per_prompt(self) -> int:
+        """Choices generated per prompt (best_of candidates when the gateway ranks them)."""
+        return self.emulation.per_prompt(self.n)
+
+    def attempt(self) -> Attempt:
+        """What the usage ledger records of this plan's vendor calls."""
+        adapter = self.adapter
+        model = self.legs[0].call.model
+        own = (lambda text: adapter.count_tokens(model, text)) if isinstance(adapter, CountsTokens) else None
+        return Attempt(vendor=adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
+                       prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
+                       count_tokens=own)
+
+
+def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
+    """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
+    vendor, _, model = request.model.partition("/")
+    adapter = registry.get(vendor)
+    call = completion_call(request, model)
+    if call.best_of is not None and call.best_of < call.n:
+        raise invalid_field(("best_of",), f"best_of ({call.best_of}) must be at least n ({call.n})", "value_error",
+                            call.best_of)
+    if call.best_of == call.n:
+        call.best_of = None  # as many candidates as choices: nothing to rank
+    emulation = capabilities.check(adapter, call)
+    options = _value(request.stream_options)
+    return Plan(
+        adapter=adapter,
+        model=request.model,
+        prompts=call.prompts,
+        n=call.n,
+        legs=_fan_out(adapter, emulation.vendor_call(call), max_vendor_calls),
+        stream=call.stream,
+        include_usage=bool(options and _value(options.include_usage)),
+        emulation=emulation,
+        user=call.user,
+    )
+
+
+def completion_call(request: CompletionRequest, model: str) -> CompletionCall:
+    """The request's parameters as one vendor-neutral call, defaults applied. Every parameter of
+    the contract is carried over (a new one the call has no field for fails here, loudly)."""
+    values: dict[str, Any] = {name: _value(getattr(request, name)) for name in PARAMETERS if name != "prompt"}
+    prompt = request.prompt
+    values |= {
+        "prompts": [prompt] if isinstance(prompt, str) else list(prompt.root),
+        "max_tokens": _value(request.max_tokens, DEFAULT_MAX_TOKENS),
+        "n": _value(request.n, 1),
+        "echo": bool(_value(request.echo)),
+        "stop": _stop(request.stop),
+        "logit_bias": _value(request.logit_bias) or None,
+    }
+    return CompletionCall(model=model, stream=bool(_value(request.stream)), **values)
+
+
+def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg]:
+    caps = adapter.capabilities
+    per_call = caps.per_call("prompt") or len(call.prompts)
+    n_per_call = caps.per_call("n") or call.n
+    calls = -(-len(call.prompts) // per_call) * -(-call.n // n_per_call)
+    if calls > max_calls:
+        # Concurrency is bounded too (FANOUT_CONCURRENCY), but a request must not turn into an
+        # unbounded number of billed vendor calls.
+        raise BadRequest(
+            f"vendor '{adapter.name}' takes {per_call} prompt(s) and {n_per_call} choice(s) per call: this request "
+            f"would need {calls} vendor calls, more than the gateway's limit of {max_calls}",
+            code="too_many_vendor_calls",
+            param="prompt" if len(call.prompts) > 1 else "n",
+            vendor=adapter.name,
+        )
+    legs = []
+    for first_prompt in range(0, len(call.prompts), per_call):
+        for first_choice in range(0, call.n, n_per_call):
+            leg_call = dataclasses.replace(
+                call,
+                prompts=call.prompts[first_prompt : first_prompt + per_call],
+                n=min(n_per_call, call.n - first_choice),
+                seed=choice_seed(call.seed, first_choice),
+            )
+            legs.append(Leg(leg_call, first_prompt, first_choice))
+    return legs
+
+
+async def complete(plan: Plan) -> Result:
+    """Run every leg (bounded concurrency) and merge the answers in the client's index order."""
+    legs = plan.legs
+    if len(legs) == 1:
+        results = [await plan.adapter.complete(legs[0].call)]
+    else:
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+
+        async def run(leg: Leg) -> Result:
+            async with gate:
+                return await plan.adapter.complete(leg.call)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(run(leg)) for leg in legs]
+        except ExceptionGroup as failed:
+            # The first leg's failure is the request's answer (e.g. a 400 for one bad prompt of a
+            # list); the group itself would be an unhandled error, a 500.
+            raise failed.exceptions[0] from None
+        results = [task.result() for task in tasks]
+    choices = []
+    for leg, result in zip(legs, results, strict=True):
+        for choice in result.choices:
+            choice.index = leg.index(choice.index, plan.per_prompt)
+            choices.append(choice)
+    choices.sort(key=lambda c: c.index)
+    merged = Result(choices=choices, usage=summed_usage([r.usage for r in results]),
+                    system_fingerprint=results[0].system_fingerprint)
+    if plan.emulation.rewrites_result:
+        return plan.emulation.complete(merged, plan.prompts, plan.n, plan.adapter.name)
+    return merged
+
+
+async def stream(plan: Plan) -> AsyncIterator[Chunk]:
+    """Chunks of every leg as they come (at most FANOUT_CONCURRENCY legs at once), re-indexed,
+    then one final chunk with the total usage (`usage` is None when some leg did not report it)."""
+    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+    usages: list[Usage | None] = [None] * len(plan.legs)
+
+    async def leg_chunks(leg: Leg) -> AsyncIterator[Chunk]:
+        async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    legs = [leg_chunks(leg) for leg in plan.legs]
+    async with aclosing(merged(legs, buffered=64)) as chunks:  # a slow client slows the legs down
+        async for number, chunk in chunks:
+            if chunk.usage is not None:
+                usages[number] = chunk.usage
+            if chunk.choices:
+                leg = plan.legs[number]
+                for choice in chunk.choices:
+                    choice.index = leg.index(choice.index, plan.per_prompt)
+                yield Chunk(chunk.choices)
+    yield Chunk([], summed_usage(usages))
+
+
+def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
+    chunks = plan.adapter.stream(leg.call)
+    if plan.emulation.rewrites_stream:
+        return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n)
+    return chunks
+
+
+def _value(value: Any, default: Any = None) -> Any:
+    """A request field's value, or `default` when it is absent or null (null means "not set")."""
+    return default if value is MISSING or value is None else value
+
+
+def _stop(value: Any) -> list[str]:
+    value = _value(value)
+    if value is None:
+        return []
+    root = value.root
+    return [root] if isinstance(root, str) else [item.root for item in root]

@@ -1,0 +1,93 @@
+"""The service assembly: settings, the vendors, the database, the key store, the ledger and
+admission, built into one app and kept for the gateway's life.
+
+`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/app.py) with the handlers'
+operation table and a lifespan that opens everything at start and closes it at shutdown, in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from gateway.core.config import Settings
+from gateway.http import app as http_app
+from gateway.http.connexion_overrides import DirectCallApp
+from gateway.http.context import Services
+from gateway.planner.admission import Admission
+from gateway.store import accounts, database
+from gateway.store.ledger import Ledger
+from gateway.vendors import registry as vendors
+from gateway.vendors.registry import Registry
+from handlers import resolve
+
+log = logging.getLogger("gateway")
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings from GATEWAY_CONFIG and the environment (`env`, default os.environ)."""
+    return vendors.load_settings(env)
+
+
+def create_app(settings: Settings | None = None) -> DirectCallApp:
+    settings = settings or load_settings()
+    # Adapters are built here, so a configuration they refuse stops the start with a clear
+    # message (gateway/cli.py) instead of a traceback from the lifespan.
+    registry = Registry.from_settings(settings)
+    return http_app.create_app(settings, functools.partial(lifespan, settings, registry), resolve)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(settings: Settings, registry: Registry, app: Any) -> AsyncIterator[dict[str, Any]]:
+    engine = database.connect(settings.database_url)
+    try:
+        # Migrations run here, at every start; on an empty database the first account and key are
+        # created so that a fresh clone works (production creates its own with the CLI first).
+        first_key = await database.prepare(engine, accounts.bootstrap)
+    except BaseException as exc:
+        log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
+        await engine.dispose()
+        raise
+    await registry.start()
+    _announce(first_key, settings, registry)
+    ledger = Ledger(engine, settings.ledger_buffer_rows)
+    ledger.start()
+    services = Services(settings=settings, registry=registry, database=engine,
+                        keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
+                        admission=Admission(settings.max_concurrent))
+    # Everything built so far lives as long as the process: out of the collector's sight, a full
+    # collection no longer walks it (fewer long pauses under load).
+    gc.collect()
+    gc.freeze()
+    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
+             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
+    try:
+        yield {"services": services}
+    finally:
+        try:
+            await ledger.close()  # after the server finished its requests: every pending row is written
+        finally:
+            await registry.close()
+            await engine.dispose()
+
+
+def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: Registry) -> None:
+    """How to call the gateway, on standard output (not the log). On the first start that
+    includes the new key, shown this once."""
+    vendor = "local" if "local" in registry.names() else next(iter(registry.names()), "vendor")
+    model = "local/smollm2-135m" if vendor == "local" else f"{vendor}/<model>"
+    body = f'{{"model": "{model}", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}}'
+    if first_key is not None:
+        key = first_key.key
+        print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
+              f"(id {first_key.info.id}). It is shown only this once: store it now.\n    {key}", flush=True)
+    else:
+        key = "$KEY"
+        print("gateway: KEY is the key printed at the first start, or a new one from "
+              f"`gateway keys create --account {accounts.DEFAULT_ACCOUNT}`", flush=True)
+    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {key}' "
+          f"-H 'content-type: application/json' -d '{body}'", flush=True)

@@ -1,0 +1,120 @@
+"""The gateway's database: SQLite (one file, the default) or PostgreSQL (shared by several gateway
+processes or hosts), through one SQLAlchemy async engine, its schema kept by alembic.
+
+    sqlite:///var/gateway.db                     a file relative to the working directory
+    sqlite:////srv/gateway/gateway.db            an absolute path
+    postgresql://user:password@host:5432/name    PostgreSQL (driver: asyncpg)
+
+SQLite runs in WAL mode with `synchronous=FULL`: a committed ledger row survives a crash of the
+process and of the machine, and readers (key lookups, usage reports) never wait for the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import URL, Connection, event, make_url, text
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from gateway.core.errors import ConfigError
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 5_000  # how long a writer waits for another process's write to finish
+PG_CONNECT_TIMEOUT = 5.0  # seconds; asyncpg's own default (60 s) would hold a retry loop for a minute
+# pg_advisory_xact_lock key serialising schema upgrades and first-start set-up across processes.
+_PREPARE_LOCK = 0x67617465  # "gate"
+_IMMEDIATE = "gateway_sqlite_immediate"
+
+
+def engine_url(url: str) -> URL:
+    """The SQLAlchemy URL of a `database_url` setting, with the async driver we ship."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"database_url is not a database URL: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigError("database_url: SQLite needs a file (sqlite:///var/gateway.db); memory is not shared")
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise ConfigError(f"database_url: unsupported database {backend!r} (use sqlite:/// or postgresql://)")
+
+
+def connect(url: str) -> AsyncEngine:
+    """An engine for `url` (no connection is made yet)."""
+    parsed = engine_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(parsed, pool_pre_ping=True)
+        _sqlite_events(engine)
+        return engine
+    return create_async_engine(
+        parsed,
+        pool_pre_ping=True,  # a connection broken by a database restart is replaced, not used
+        connect_args={"timeout": PG_CONNECT_TIMEOUT, "server_settings": {"application_name": "completions-gateway"}},
+    )
+
+
+def _sqlite_events(engine: AsyncEngine) -> None:
+    # The driver's own transaction handling neither wraps DDL in transactions nor lets us choose
+    # BEGIN IMMEDIATE; SQLAlchemy's documented recipe: switch it off and emit BEGIN ourselves.
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+                       "foreign_keys=ON"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get(_IMMEDIATE)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+async def write_connection(engine: AsyncEngine) -> AsyncConnection:
+    """A connection for write transactions. On SQLite they take the write lock at BEGIN (BEGIN
+    IMMEDIATE): a deferred transaction that reads before it writes fails at once, without waiting,
+    when another process wrote in between."""
+    connection = await engine.connect()
+    await connection.execution_options(**{_IMMEDIATE: True})
+    return connection
+
+
+@contextlib.asynccontextmanager
+async def writing(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A write transaction, committed when the block ends without an exception."""
+    connection = await write_connection(engine)
+    try:
+        async with connection.begin():
+            yield connection
+    finally:
+        await connection.close()
+
+
+async def prepare(engine: AsyncEngine, then: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """Upgrade the schema to the newest migration, then run `then` (first-start set-up) in the same
+    transaction, holding a lock so that processes starting together do both exactly once."""
+    async with writing(engine) as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PREPARE_LOCK})
+        await connection.run_sync(upgrade)
+        return await then(connection)
+
+
+def upgrade(connection: Connection) -> None:
+    """alembic `upgrade head` on an open connection (inside its transaction)."""
+    config = Config()
+    config.set_main_option("script_location", "gateway.store:migrations")
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")

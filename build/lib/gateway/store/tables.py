@@ -1,0 +1,106 @@
+"""The database's tables, as SQLAlchemy Core metadata: what queries are written against.
+
+The DDL itself lives in the alembic migrations (gateway/migrations/); tests/test_database.py checks
+that migrating an empty database yields exactly these tables.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime on both databases: PostgreSQL keeps `timestamptz`, SQLite keeps text
+    without an offset, which is read back as UTC. Naive datetimes are refused rather than guessed."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+accounts = Table(
+    "accounts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),  # public: shown in lists, logs and ledger rows
+    Column("digest", String(64), nullable=False, unique=True),  # SHA-256 of the key; the key itself is never stored
+    Column("name", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime, nullable=True),
+)
+
+key_accounts = Table(
+    "key_accounts",
+    metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.id"), primary_key=True),
+    Column("account_id", String(64), ForeignKey("accounts.id"), primary_key=True),
+)
+
+# One row per completion request that reached a vendor. No foreign keys on purpose: a row records
+# what happened and must be writable whatever becomes of the account or key later.
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("request_id", String(64), primary_key=True),  # also makes a retried batch idempotent
+    Column("account_id", String(64), nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("vendor", Text, nullable=False),
+    Column("model", Text, nullable=False),  # the model that answered: "vendor/name"
+    Column("fallback_from", Text, nullable=True),  # the model the client asked for, when a fallback answered
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("total_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=True),  # null: the vendor did not say
+    Column("reasoning_tokens", Integer, nullable=True),  # null: the vendor did not say
+    Column("estimated", Boolean, nullable=False),  # counted by the gateway, not reported by the vendor
+    Column("outcome", String(32), nullable=False),
+    Column("streamed", Boolean, nullable=False),
+    Column("end_user", Text, nullable=True),  # the request's `user` field ("user" is reserved in SQL)
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("ended_at", UTCDateTime, nullable=False),
+    Column("ttft_ms", Float, nullable=True),  # streams only: until the first text was sent
+    Index(None, "account_id", "started_at"),
+    Index(None, "started_at"),
+)

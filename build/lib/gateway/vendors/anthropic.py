@@ -1,0 +1,211 @@
+"""Anthropic's Messages API (`POST /v1/messages`, `x-api-key`, `anthropic-version: 2023-06-01`)
+as a completions vendor.
+
+A text prompt becomes messages in one of two ways, chosen per vendor (`prompt_as`) and per model
+(`user_turn_models`, glob patterns):
+
+- "prefill" (the default): the prompt is the beginning of the assistant's reply, after a short
+  user turn asking to continue it, so the model continues the text the way a completion model
+  does. The Messages API rejects a prefill that ends in whitespace, so trailing whitespace is
+  moved out of it: the prefill ends before it, and the same whitespace is dropped from the start
+  of the reply, so that prompt + completion still reads as one text. The API also requires the
+  first message to be the user's, hence the user turn.
+- "user": the prompt is the user's message and the completion is the model's answer to it. Models
+  that refuse prefills ("This model does not support assistant message prefill", Claude Opus 4.6,
+  Sonnet 4.6 and later) need this; `user_turn_models` lists them by default.
+
+`user` goes to `metadata.user_id`. The Messages API has no `n`, echo, logprobs, penalties, seed,
+logit bias or suffix: `n` and echo are emulated by the gateway, the rest are rejected (400).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any, ClassVar, Literal
+
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.config import Names, Settings, VendorConfig
+from gateway.core.errors import GatewayError, VendorFailed
+from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
+
+API_VERSION = "2023-06-01"
+MESSAGES = "/v1/messages"
+PREFILL_INSTRUCTION = "Continue the text exactly where it stops. Reply with the continuation only."
+# Models documented to reject an assistant prefill; `user_turn_models` replaces this list.
+USER_TURN_MODELS = frozenset({"claude-opus-4-6*", "claude-sonnet-4-6*"})
+
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+# How each native parameter goes into the Messages API request (prompt and max_tokens always do).
+_WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
+    "stop": lambda payload, value: payload.update(stop_sequences=value),
+    "temperature": lambda payload, value: payload.update(temperature=value),
+    "top_p": lambda payload, value: payload.update(top_p=value),
+    "user": lambda payload, value: payload.update(metadata={"user_id": value}),
+}
+
+
+class AnthropicOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt_as: Literal["prefill", "user"] = "prefill"
+    user_turn_models: Names = USER_TURN_MODELS  # glob patterns of models that get the prompt as a user turn
+
+
+def capabilities(options: AnthropicOptions) -> Capabilities:
+    return Capabilities("anthropic", {
+        "prompt": emulated(),  # one prompt per Messages request
+        "max_tokens": native(),
+        "stop": native(),
+        "temperature": native(range=Range(0, 1)),
+        "top_p": native(),
+        "user": native(),
+        "n": emulated(),
+        "echo": emulated(),
+        "best_of": emulated(),  # needs logprobs, so the planner finds it unsupported
+        "logprobs": unsupported("the Messages API returns no token log probabilities"),
+        "logit_bias": unsupported("the Messages API has no token biasing"),
+        "frequency_penalty": unsupported("the Messages API has no repetition penalties"),
+        "presence_penalty": unsupported("the Messages API has no repetition penalties"),
+        "seed": unsupported("the Messages API has no sampling seed"),
+        "suffix": unsupported("the Messages API has no fill-in-the-middle (text after the insertion point)"),
+    })
+
+
+class AnthropicAdapter(HttpAdapter):
+    protocol: ClassVar[str] = "anthropic"
+    Options: ClassVar[type[BaseModel]] = AnthropicOptions
+    capabilities_of = staticmethod(capabilities)  # the support records for given options
+
+    def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
+        super().__init__(config, settings, {"x-api-key": config.secret, "anthropic-version": API_VERSION})
+        self.capabilities = capabilities(options)
+        self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"prompt", "max_tokens"})}
+        self._prompt_as = options.prompt_as
+        self._user_turn_models = tuple(sorted(options.user_turn_models))
+        self._url = httpx.URL(f"{config.base_url}{MESSAGES}")  # built once, as in vendors/openai.py
+
+    async def complete(self, call: CompletionCall) -> Result:
+        payload, reply = self._request(call)
+        data = await post_json(self._client, self._config, self._url, payload, self._error)
+        try:
+            text = "".join(block["text"] for block in data["content"] if block.get("type") == "text")
+            choice = Choice(0, reply.trim(text), _finish(data.get("stop_reason")))
+            return Result(choices=[choice], usage=_usage(data["usage"]))
+        except (LookupError, TypeError, ValueError, AttributeError) as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {exc!r}", vendor=self.name) from None
+
+    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        payload, reply = self._request(call)
+        payload["stream"] = True
+        usage: dict[str, Any] = {}
+        finish: str | None = None
+        events = sse_events(self._client, self._config, self._url, payload, self._error)
+        async with aclosing(events):
+            try:
+                async for sse in events:
+                    event = self._event(sse.data)
+                    kind = event.get("type")
+                    if kind == "content_block_delta" and event["delta"].get("type") == "text_delta":
+                        if text := reply.trim(event["delta"]["text"]):
+                            yield Chunk([Choice(0, text)])
+                    elif kind == "message_start":
+                        usage.update(event["message"].get("usage") or {})
+                    elif kind == "message_delta":  # its usage counts are cumulative
+                        usage.update(event.get("usage") or {})
+                        finish = _finish(event["delta"].get("stop_reason"))
+                    elif kind == "message_stop":
+                        yield Chunk([Choice(0, "", finish or "stop")], _usage(usage))
+                        return
+                    elif kind == "error":
+                        error = event.get("error") or {}
+                        raise VendorFailed(
+                            f"vendor '{self.name}' failed mid-stream: {error.get('type')}: {error.get('message')}",
+                            vendor=self.name,
+                        )
+                    # ping, content_block_start/stop, thinking and other deltas, and event types added
+                    # later (Anthropic's versioning policy) carry no completion text.
+            except (LookupError, TypeError, AttributeError) as exc:
+                raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {exc!r}",
+                                   vendor=self.name) from None
+        raise VendorFailed(f"vendor '{self.name}' ended the stream before message_stop", vendor=self.name)
+
+    def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
+        (prompt,) = call.prompts  # prompts_per_call = 1
+        reply = _Reply("")
+        if self._prompt_as == "user" or any(fnmatch.fnmatchcase(call.model, p) for p in self._user_turn_models):
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            prefill = prompt.rstrip()
+            reply = _Reply(prompt[len(prefill) :])
+            messages = [{"role": "user", "content": PREFILL_INSTRUCTION}]
+            if prefill:  # text content must not be empty
+                messages.append({"role": "assistant", "content": prefill})
+        payload: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens, "messages": messages}
+        for name, write in self._wire.items():
+            value = call.given(name)
+            if value is not None:
+                write(payload, value)
+        return payload, reply
+
+    def _event(self, data: str) -> dict[str, Any]:
+        try:
+            event = orjson.loads(data)
+            if not isinstance(event, dict):
+                raise TypeError("an event is not a JSON object")
+            return event
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {exc}", vendor=self.name) from None
+
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.
+        return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+class _Reply:
+    """Drops the whitespace that was moved out of the prefill from the start of the reply."""
+
+    def __init__(self, moved: str) -> None:
+        self._moved = moved
+
+    def trim(self, text: str) -> str:
+        if not self._moved:
+            return text
+        same = 0
+        while same < min(len(text), len(self._moved)) and text[same] == self._moved[same]:
+            same += 1
+        # The reply diverges from the moved whitespace, or has used it up: nothing more to drop.
+        self._moved = self._moved[same:] if same == len(text) else ""
+        return text[same:]
+
+
+def _finish(stop_reason: str | None) -> str:
+    # tool_use and pause_turn need tools, which completions never send.
+    return _FINISH.get(stop_reason or "", "stop")
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    """Anthropic counts cache reads and writes apart from `input_tokens`; OpenAI's prompt_tokens
+    includes them, with the cache reads as `cached_tokens`."""
+    read = int(raw.get("cache_read_input_tokens") or 0)
+    written = int(raw.get("cache_creation_input_tokens") or 0)
+    details: dict[str, int] = {"cached_tokens": read}
+    if written:
+        details["cache_creation_tokens"] = written
+    return Usage(
+        prompt_tokens=int(raw.get("input_tokens") or 0) + read + written,
+        completion_tokens=int(raw.get("output_tokens") or 0),
+        prompt_tokens_details=details,
+    )

@@ -1,0 +1,58 @@
+"""The vendor adapter protocol.
+
+An adapter speaks one vendor wire protocol. It turns a `CompletionCall` into vendor requests and
+the vendor's answers back into `Choice`s, `Chunk`s and `Usage` (gateway/core/completion.py). It
+knows nothing of the HTTP server, accounts or the ledger; the planner decides what each call asks
+for, after checking the adapter's `Capabilities` (gateway/core/parameters.py).
+
+A protocol is one module here that defines an adapter class with:
+- `protocol`, its name in the configuration;
+- `Options`, a pydantic model of its own configuration options (environment names derive from
+  them: GATEWAY_VENDOR_<NAME>_<OPTION>);
+- `capabilities_of(options)`, its support record for every request parameter;
+plus one line in gateway/vendors/registry.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from gateway.core.completion import Chunk, CompletionCall, Result
+from gateway.core.parameters import Capabilities
+
+
+class Adapter(Protocol):
+    protocol: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+    capabilities_of: ClassVar[Callable[[Any], Capabilities]]
+    name: str  # the configured vendor name, the part before "/" in `model`
+    capabilities: Capabilities
+
+    async def start(self) -> None:
+        """Open pools, load models. Called once by the app's lifespan."""
+
+    async def close(self) -> None:
+        """Release everything start() acquired."""
+
+    def not_ready(self) -> str | None:
+        """None when requests can be served, else why not (shown by /readyz)."""
+
+    async def complete(self, call: CompletionCall) -> Result: ...
+
+    def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        """Chunks as the vendor produces them; the last one carries the usage."""
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """Optional for an adapter: count tokens with the model's own tokenizer.
+
+    The gateway counts tokens itself only when the vendor did not report usage (a stream cut
+    short, a vendor without usage); the row is then marked estimated. Adapters without this
+    method are counted with an OpenAI vocabulary (gateway/store/tokens.py). Called from a worker
+    thread, so it must not touch the event loop."""
+
+    def count_tokens(self, model: str, text: str) -> int: ...

@@ -1,0 +1,221 @@
+"""Google's Gemini API (`models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
+`x-goog-api-key`) as a completions vendor.
+
+The prompt is the user's turn; the completion is the model's reply. `n` is `candidateCount` up to
+`max_candidates` per call (1 by default, since the limit differs per model: Gemini 2.5 takes up to
+8, others only 1; more choices are fanned out by the gateway). `logprobs` asks for
+`responseLogprobs` and that many top candidates and comes back in the legacy shape. Thinking
+models spend part of `maxOutputTokens` on thoughts: they count as completion tokens and as
+`reasoning_tokens`, and their text is not part of the completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import orjson
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.config import Settings, VendorConfig
+from gateway.core.errors import GatewayError, VendorFailed
+from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
+
+MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
+_FILTERED = "content_filter"
+_FINISH = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": _FILTERED,
+    "RECITATION": _FILTERED,
+    "LANGUAGE": _FILTERED,
+    "BLOCKLIST": _FILTERED,
+    "PROHIBITED_CONTENT": _FILTERED,
+    "SPII": _FILTERED,
+    "IMAGE_SAFETY": _FILTERED,
+}
+
+
+def _field(name: str) -> Callable[[dict[str, Any], Any], None]:
+    return lambda config, value: config.update({name: value})
+
+
+def _logprobs(config: dict[str, Any], top: int) -> None:
+    config["responseLogprobs"] = True
+    config["logprobs"] = top
+
+
+# How each native parameter goes into GenerationConfig (the prompt is the user's turn; one per call).
+_WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
+    "max_tokens": _field("maxOutputTokens"),
+    "n": _field("candidateCount"),
+    "stop": _field("stopSequences"),
+    "temperature": _field("temperature"),
+    "top_p": _field("topP"),
+    "seed": _field("seed"),
+    "presence_penalty": _field("presencePenalty"),
+    "frequency_penalty": _field("frequencyPenalty"),
+    "logprobs": _logprobs,
+}
+
+
+class GeminiOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # candidateCount per call: the limit differs per model (Gemini 2.5 takes up to 8, others 1).
+    max_candidates: PositiveInt = 1
+
+
+def capabilities(options: GeminiOptions) -> Capabilities:
+    candidates = options.max_candidates
+    return Capabilities("gemini", {
+        "prompt": emulated(),  # one prompt per call
+        "max_tokens": native(),
+        "n": native(per_call=candidates) if candidates > 1 else emulated(),
+        "stop": native(per_call=MAX_STOP),
+        "temperature": native(),
+        "top_p": native(),
+        "seed": native(range=Range(-(2**31), 2**31 - 1)),  # an int32 field
+        "presence_penalty": native(),
+        "frequency_penalty": native(),
+        "logprobs": native(),
+        "best_of": emulated(),
+        "echo": emulated(),
+        "user": emulated(),  # generateContent has no end-user field: recorded in the ledger only
+        "logit_bias": unsupported("generateContent has no token biasing"),
+        "suffix": unsupported("generateContent has no fill-in-the-middle (text after the insertion point)"),
+    })
+
+
+class GeminiAdapter(HttpAdapter):
+    protocol: ClassVar[str] = "gemini"
+    Options: ClassVar[type[BaseModel]] = GeminiOptions
+    capabilities_of = staticmethod(capabilities)  # the support records for given options
+
+    def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
+        super().__init__(config, settings, {"x-goog-api-key": config.secret})
+        self.capabilities = capabilities(options)
+        self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"max_tokens"})}
+
+    def _payload(self, call: CompletionCall) -> dict[str, Any]:
+        (prompt,) = call.prompts  # prompts_per_call = 1
+        config: dict[str, Any] = {"maxOutputTokens": call.max_tokens}
+        for name, write in self._wire.items():
+            value = call.given(name)
+            if value is not None:
+                write(config, value)
+        return {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
+
+    async def complete(self, call: CompletionCall) -> Result:
+        url = _url(call, "generateContent")
+        data = await post_json(self._client, self._config, url, self._payload(call), self._error)
+        try:
+            reader = _Reader(call)
+            choices = reader.read(data)
+            for choice in choices:
+                choice.finish_reason = choice.finish_reason or "stop"
+            return Result(choices=choices, usage=reader.usage)
+        except (LookupError, TypeError, ValueError, AttributeError) as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed answer: {exc!r}", vendor=self.name) from None
+
+    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        reader = _Reader(call)
+        url = _url(call, "streamGenerateContent") + "?alt=sse"
+        events = sse_events(self._client, self._config, url, self._payload(call), self._error)
+        async with aclosing(events):
+            async for sse in events:
+                try:
+                    choices = reader.read(orjson.loads(sse.data))
+                except (orjson.JSONDecodeError, LookupError, TypeError, ValueError, AttributeError) as exc:
+                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {exc!r}",
+                                       vendor=self.name) from None
+                if choices:
+                    yield Chunk(choices)
+        # The stream has no end marker of its own: it ends when every candidate has finished.
+        if not reader.finished_all:
+            raise VendorFailed(f"vendor '{self.name}' ended the stream before every candidate finished",
+                               vendor=self.name)
+        yield Chunk([], reader.usage)
+
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's
+        # credentials, not the client's request, are at fault.
+        if status == 400 and b"API_KEY_INVALID" in body:
+            status = 401
+        return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+def _url(call: CompletionCall, method: str) -> str:
+    model = call.model.removeprefix("models/")
+    return f"/models/{quote(model, safe='')}:{method}"
+
+
+class _Reader:
+    """GenerateContentResponse objects (one, or one per stream event) as choices and usage."""
+
+    def __init__(self, call: CompletionCall) -> None:
+        self._n = call.n
+        self._top = call.logprobs
+        self._offsets = [0] * call.n  # text so far per candidate, for logprobs' text_offset
+        self._finished: set[int] = set()
+        self.usage: Usage | None = None
+
+    @property
+    def finished_all(self) -> bool:
+        return len(self._finished) == self._n
+
+    def read(self, response: dict[str, Any]) -> list[Choice]:
+        if (metadata := response.get("usageMetadata")) is not None:
+            self.usage = _usage(metadata)
+        candidates = response.get("candidates") or []
+        if not candidates and (response.get("promptFeedback") or {}).get("blockReason"):
+            # The prompt was blocked: no candidate at all.
+            self._finished.update(range(self._n))
+            return [Choice(i, "", _FILTERED) for i in range(self._n)]
+        choices = []
+        for position, candidate in enumerate(candidates):
+            index = int(candidate.get("index", position))
+            parts = (candidate.get("content") or {}).get("parts") or []
+            text = "".join(part.get("text", "") for part in parts if not part.get("thought"))
+            finish = candidate.get("finishReason")
+            choice = Choice(index, text, _FINISH.get(finish, "stop") if finish else None)
+            if self._top is not None:
+                choice.logprobs = self._logprobs(index, candidate.get("logprobsResult") or {})
+            self._offsets[index] += len(text)
+            if finish:
+                self._finished.add(index)
+            choices.append(choice)
+        return choices
+
+    def _logprobs(self, index: int, result: dict[str, Any]) -> dict[str, list[Any]]:
+        chosen = result.get("chosenCandidates") or []
+        top = result.get("topCandidates") or []
+        tokens = [c.get("token", "") for c in chosen]
+        offsets, at = [], self._offsets[index]
+        for token in tokens:
+            offsets.append(at)
+            at += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [c.get("logProbability") for c in chosen],
+            "top_logprobs": [
+                {c.get("token", ""): c.get("logProbability") for c in (step.get("candidates") or [])[: self._top]}
+                for step in (top[i] if i < len(top) else {} for i in range(len(chosen)))
+            ],
+            "text_offset": offsets,
+        }
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    """promptTokenCount includes cached content; thoughts are output the model was billed for."""
+    thoughts = int(raw.get("thoughtsTokenCount") or 0)
+    return Usage(
+        prompt_tokens=int(raw.get("promptTokenCount") or 0),
+        completion_tokens=int(raw.get("candidatesTokenCount") or 0) + thoughts,
+        prompt_tokens_details={"cached_tokens": int(raw.get("cachedContentTokenCount") or 0)},
+        completion_tokens_details={"reasoning_tokens": thoughts} if thoughts else None,
+    )

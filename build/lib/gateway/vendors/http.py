@@ -1,0 +1,277 @@
+"""What every HTTP vendor adapter shares: one pooled client per vendor, timeouts, and the
+translation of a vendor's failure into the gateway's errors (who was at fault, never a secret)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+from gateway.core.config import Settings, VendorConfig
+from gateway.core.errors import (
+    BadRequest,
+    GatewayError,
+    NotFound,
+    RateLimited,
+    VendorCredentialsRejected,
+    VendorFailed,
+    VendorTimeout,
+)
+from gateway.vendors.sse_reader import Event, MalformedStream, read_events
+
+MAX_CONNECTIONS = 512
+_JSON = {"content-type": "application/json"}
+# Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
+BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
+
+log = logging.getLogger("gateway.vendors")
+
+# How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
+ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
+
+
+class HttpAdapter:
+    """What every adapter over HTTP shares: its vendor's configuration, one pooled client for the
+    process's life (opened here, closed by `close()`), and nothing to wait for before serving."""
+
+    def __init__(self, config: VendorConfig, settings: Settings, headers: Mapping[str, str]) -> None:
+        self.name = config.name
+        self._config = config
+        self._headers = dict(headers)
+        self._client = pooled_client(config, settings.http_transport, headers)
+
+    def use_transport(self, transport: httpx.AsyncBaseTransport) -> None:
+        """Send this vendor's requests through `transport` instead of the network, with the same
+        headers, base URL and timeouts (in-process tests: httpx.MockTransport)."""
+        self._client = pooled_client(self._config, transport, self._headers)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def not_ready(self) -> str | None:
+        return None
+
+
+def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
+                  headers: Mapping[str, str]) -> httpx.AsyncClient:
+    """One client per vendor for the process's life. `transport` picks the I/O under httpx's API:
+    "aiohttp" (httpx-aiohttp; httpx's own pool is several times slower under concurrency,
+    encode/httpx#3215), "httpx" (bench/ measures both), or a transport of the caller's."""
+    t = config.timeouts
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    if isinstance(transport, httpx.AsyncBaseTransport):
+        io = transport
+    elif transport == "aiohttp":
+        io = AiohttpTransport(limits=limits)
+    else:
+        io = httpx.AsyncHTTPTransport(limits=limits)
+    return httpx.AsyncClient(
+        base_url=config.base_url,
+        headers=dict(headers),
+        # A non-streamed answer arrives whole at the end, so its only read limit is `total`;
+        # streams are held to `first_byte` and `idle` by paced().
+        timeout=httpx.Timeout(connect=t.connect, read=t.total, write=t.connect, pool=t.connect),
+        transport=io,
+    )
+
+
+async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                    on_error: ErrorMapper) -> Any:
+    """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, first_byte=None)
+    try:
+        body = await response.aread()
+    except httpx.HTTPError as exc:
+        raise transport_error(config, exc) from None
+    finally:
+        await response.aclose()
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
+
+
+async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
+                     on_error: ErrorMapper) -> AsyncIterator[Event]:
+    """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
+    timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
+    timeouts = config.timeouts
+    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
+    response = await _send(client, config, request, on_error, first_byte=timeouts.first_byte)
+    try:
+        body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
+        async for event in read_events(body_chunks):
+            yield event
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(config, exc) from None
+    except MalformedStream as exc:
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+    finally:
+        await response.aclose()
+
+
+async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, on_error: ErrorMapper, *,
+                first_byte: float | None) -> httpx.Response:
+    """Send `request` and return the vendor's 200 response with its body still to be read (the
+    caller closes it), or raise the gateway error its failure means. `first_byte` bounds the wait
+    for the response head (a stream's; a non-streamed head comes with the whole answer).
+
+    Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
+    exponential backoff and full jitter, honouring Retry-After. This happens before anything
+    went to the client (a stream's headers wait for its first chunk), so a retry is invisible
+    to it. Timeouts are not retried: the time is already spent.
+
+    Apart from that budget, a request is sent once more at once when its connection dropped
+    before any answer: an HTTP/1.1 server may close a kept-alive connection just as the pool
+    hands it out again (llama.cpp's server does it after every streamed answer although it
+    announced keep-alive; a few requests in a hundred under concurrency failed). The vendor
+    closed the connection without answering, so it did not serve the request.
+    """
+    attempts = config.retries + 1
+    attempt = 0
+    resent_after_drop = False
+    while True:
+        retry_after: float | None = None
+        try:
+            async with asyncio.timeout(first_byte):
+                response = await client.send(request, stream=True)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            if connection_dropped(exc) and not resent_after_drop:
+                resent_after_drop = True
+                await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
+                continue
+            error = transport_error(config, exc)
+            retryable = not is_timeout(exc)
+        else:
+            if response.status_code == 200:
+                return response
+            try:
+                body = await response.aread()
+            except httpx.HTTPError:
+                body = b""
+            finally:
+                await response.aclose()
+            header = response.headers.get("retry-after")
+            error = on_error(response.status_code, body, header)
+            retryable = response.status_code in RETRY_STATUSES
+            retry_after = _seconds(header)
+        attempt += 1
+        if not retryable or attempt == attempts or (retry_after or 0) > BACKOFF_CAP:
+            raise error
+        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (attempt - 1))
+        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt, config.retries, delay)
+        await asyncio.sleep(delay)
+
+
+def error_message(body: bytes) -> str:
+    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
+    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
+    "status"}}`) all put it in `error.message`."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500].decode(errors="replace").strip()
+    return payload_message(payload)
+
+
+def payload_message(payload: Any) -> str:
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    if isinstance(error, str):
+        return error
+    return str(payload)[:500]
+
+
+def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:
+    """A vendor's error answer, as the error the client gets: whose fault, and what to do."""
+    name = config.name
+    message = redact(config, message) or f"HTTP {status}"
+    if status in (401, 403):
+        # The client cannot fix the gateway's credentials; the vendor's text may quote the key.
+        return VendorCredentialsRejected("vendor rejected the gateway's credentials", code="vendor_auth", vendor=name)
+    if status == 404:
+        return NotFound(f"vendor '{name}': {message}", code="vendor_not_found", vendor=name)
+    if status == 429:
+        return RateLimited(f"vendor '{name}' rate limit: {message}", code="vendor_rate_limited", vendor=name,
+                           retry_after=_seconds(retry_after))
+    if 400 <= status < 500:
+        return BadRequest(f"vendor '{name}' rejected the request: {message}", code="vendor_rejected", vendor=name)
+    return VendorFailed(f"vendor '{name}' failed (HTTP {status}): {message}", code="vendor_error", vendor=name,
+                        retry_after=_seconds(retry_after))
+
+
+def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
+    """A failure to talk to the vendor at all: 504 when it was slow, 502 when it broke."""
+    if is_timeout(exc):
+        return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
+                             vendor=config.name)
+    detail = redact(config, str(exc)) or type(exc).__name__
+    return VendorFailed(f"cannot talk to vendor '{config.name}': {detail}", code="vendor_unreachable",
+                        vendor=config.name)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    # httpx-aiohttp maps every aiohttp connection error (even "connection refused" or a reset
+    # mid-stream) to httpx.ConnectTimeout; only a timeout underneath is a timeout.
+    if isinstance(exc, TimeoutError):
+        return True
+    if isinstance(exc, httpx.TimeoutException):
+        cause = exc.__cause__
+        return cause is None or isinstance(cause, TimeoutError)
+    return False
+
+
+def connection_dropped(exc: BaseException) -> bool:
+    """Whether the connection closed under a request before any answer came: not a timeout, not
+    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return True  # httpx's own transport
+    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
+    cause = exc.__cause__
+    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
+        cause, aiohttp.ClientConnectorError)
+
+
+def redact(config: VendorConfig, text: str) -> str:
+    secret = config.secret
+    return text.replace(secret, "[redacted]") if secret else text
+
+
+async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, total: float) -> AsyncIterator[bytes]:
+    """`chunks`, failing with TimeoutError when the first one takes longer than `first_byte`, a
+    later one longer than `idle`, or all of them longer than `total` seconds.
+
+    Each wait has its own asyncio.timeout that ends before the yield: a timeout spanning a yield
+    of an async generator would cancel whatever the consumer is doing at that moment instead."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
+    limit = first_byte
+    while True:
+        try:
+            async with asyncio.timeout(min(limit, deadline - loop.time())):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        limit = idle
+        yield chunk
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

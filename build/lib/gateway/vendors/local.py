@@ -1,0 +1,365 @@
+"""The embedded default vendor `local/`: a small GGUF model served in-process by llama.cpp's
+server engine (vendors/local_engine.py), so a fresh clone answers with no key and no network.
+
+Every contract parameter is served here except `suffix`. The engine does sampling, `stop`,
+`logit_bias`, penalties and seeds itself; this adapter adds what it lacks:
+- `n` and `best_of`: one engine request per candidate (batched by the engine's slots); choice i
+  uses seed + i, and `best_of` keeps the n candidates with the highest cumulative logprob;
+- `echo`: the prompt prepended and, with `logprobs`, the prompt's own tokens scored exactly
+  (Engine.score), so evaluation harnesses can score with `max_tokens` 0 or 1;
+- `max_tokens: 0`: nothing is generated (the engine would treat 0 as 1);
+- OpenAI's sampling: temperature and top_p default to 1 and act alone (no top-k or min-p),
+  temperature before top_p;
+- exact usage: the prompt counted once per prompt, the completion tokens of every candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from gateway.core.completion import (
+    Choice,
+    Chunk,
+    CompletionCall,
+    Result,
+    Usage,
+    best_candidates,
+    candidates_usage,
+    choice_seed,
+)
+from gateway.core.config import Settings, VendorConfig
+from gateway.core.errors import BadRequest, GatewayError, NotFound, VendorFailed, VendorNotReady
+from gateway.core.parameters import Capabilities, emulated, native, unsupported
+from gateway.core.streams import merged
+from gateway.vendors.local_engine import Engine, EngineError
+from gateway.vendors.local_model import LocalOptions, engine_options
+from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
+
+log = logging.getLogger("gateway")
+
+# llama.cpp's seeds are uint32 and 2**32 - 1 means "pick a random seed": the contract's int64 seed
+# is taken modulo 2**32 - 1, so every seed is a fixed engine seed.
+SEED_MODULUS = 2**32 - 1
+
+
+def engine_seed(seed: int) -> int:
+    return seed % SEED_MODULUS
+
+
+def _penalties(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
+    if call.presence_penalty or call.frequency_penalty:
+        body["samplers"].insert(0, "penalties")
+        body["presence_penalty"] = call.presence_penalty or 0.0
+        body["frequency_penalty"] = call.frequency_penalty or 0.0
+        body["repeat_last_n"] = context_size  # "the text so far", prompt included
+
+
+def _top_p(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
+    if call.top_p is not None and call.top_p < 1:
+        body["samplers"].append("top_p")
+        body["top_p"] = call.top_p
+
+
+def _logprobs(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
+    if call.logprobs is not None or call.best_of:
+        # The engine has no "chosen token only" (logprobs 0 gives none); best_of ranks by them.
+        body["logprobs"] = max(call.logprobs or 0, 1)
+
+
+def _plain(key: str) -> Callable[[dict[str, Any], CompletionCall, int], None]:
+    def write(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
+        if (value := call.given(key)) is not None:
+            body[key] = value
+
+    return write
+
+
+# How each native parameter reaches the engine's request body. The adapter itself serves the
+# others it declares native: one engine request per prompt and per candidate (`n`, `best_of`),
+# `echo` by prepending (and scoring) the prompt, `max_tokens: 0` without the engine. The seed is
+# written per candidate (seed + i).
+_BODY: dict[str, Callable[[dict[str, Any], CompletionCall, int], None]] = {
+    "max_tokens": lambda body, call, _: body.update(max_tokens=call.max_tokens),
+    "temperature": lambda body, call, _: body.update(temperature=1.0 if call.temperature is None else call.temperature),
+    "top_p": _top_p,
+    "presence_penalty": _penalties,
+    "frequency_penalty": _penalties,
+    "stop": _plain("stop"),
+    "logit_bias": _plain("logit_bias"),
+    "logprobs": _logprobs,
+}
+_SERVED_BY_ADAPTER = frozenset({"prompt", "n", "best_of", "echo", "seed"})
+
+
+def capabilities(options: LocalOptions) -> Capabilities:
+    support = {name: native() for name in (*_BODY, *_SERVED_BY_ADAPTER) if name != "prompt"}
+    support |= {
+        # The planner fans a list of prompts out, one call per prompt.
+        "prompt": emulated(),
+        # Only recorded with the usage (an emulation of the gateway): a local model has no use for it.
+        "user": emulated(),
+        "suffix": unsupported("the model has no fill-in-the-middle tokens"),
+    }
+    return Capabilities("local", support)
+
+
+class LocalAdapter:
+    protocol: ClassVar[str] = "local"
+
+    Options: ClassVar[type[BaseModel]] = LocalOptions
+    capabilities_of = staticmethod(capabilities)  # the support records for given options
+
+    def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
+                 engine: Engine | None = None) -> None:
+        """`engine` replaces the llama.cpp engine the options describe (in-process tests)."""
+        self.name = config.name
+        self.capabilities = capabilities(options)
+        # Each body writer once (both penalties share one); a native parameter without one fails here.
+        native = self.capabilities.native - _SERVED_BY_ADAPTER
+        self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
+        prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
+        self.model = prepared.alias
+        self._engine = engine or Engine(prepared)
+        self._loading: asyncio.Task[None] | None = None
+        self._loaded = False
+        self._failure: str | None = None
+
+    async def start(self) -> None:
+        """Load the model in the background: /readyz reports it, requests wait for nothing."""
+        self._loading = asyncio.create_task(self._load())
+
+    async def _load(self) -> None:
+        path = self._engine.options.model_path
+        started = time.perf_counter()
+        try:
+            await asyncio.to_thread(self._engine.load)
+        except Exception as exc:
+            self._failure = f"cannot load model {path}: {exc}"
+            log.error("vendor '%s': %s", self.name, self._failure)
+            return
+        self._loaded = True
+        log.info("vendor '%s': model '%s' (%s) loaded in %.2f s", self.name, self.model, path,
+                 time.perf_counter() - started)
+
+    async def close(self) -> None:
+        if self._loading is not None:
+            await self._loading  # a load cannot be interrupted; it takes about half a second
+        await self._engine.close()
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """vendors.base.CountsTokens: the ledger's estimate of a cut stream, with the model's own tokenizer."""
+        return self._engine.count_tokens(text)
+
+    def not_ready(self) -> str | None:
+        if self._failure:
+            return self._failure
+        return None if self._loaded else f"loading model '{self.model}'"
+
+    async def complete(self, call: CompletionCall) -> Result:
+        self._admit(call)
+        try:
+            return await self._complete(call)
+        except EngineError as exc:
+            raise self._error(exc) from None
+
+    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        self._admit(call)
+        try:
+            async with aclosing(self._stream(call)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        except EngineError as exc:
+            raise self._error(exc) from None
+
+    async def _complete(self, call: CompletionCall) -> Result:
+        prompt = await self._prompt(call)
+        if call.max_tokens == 0:
+            choices = [Choice(i, prompt.echoed, "length", prompt.logprobs(call)) for i in range(call.n)]
+            return Result(choices, Usage(prompt.tokens, 0))
+        count = call.best_of or call.n
+        tasks = [asyncio.create_task(self._generation(call, candidate)) for candidate in range(count)]
+        try:
+            candidates = await asyncio.gather(*tasks)
+        finally:  # one failed (or the caller left): stop the others
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        chosen = candidates
+        if call.best_of:
+            chosen = best_candidates(candidates, call.n, lambda g: cumulative(g.tokens))
+        choices = []
+        for i, generation in enumerate(chosen):
+            logprobs = None
+            if call.logprobs is not None:
+                generated = legacy(generation.tokens, call.logprobs, Offsets(len(prompt.echoed)))
+                logprobs = concat(prompt.logprobs(call), generated)
+            choices.append(Choice(i, prompt.echoed + generation.text, generation.finish_reason, logprobs))
+        return Result(choices, _usage([g.usage for g in candidates]))
+
+    async def _stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        prompt = await self._prompt(call)
+        if call.echo:
+            yield Chunk([Choice(i, prompt.echoed, None, prompt.logprobs(call)) for i in range(call.n)])
+        if call.max_tokens == 0:
+            yield Chunk([Choice(i, "", "length") for i in range(call.n)])
+            yield Chunk([], Usage(prompt.tokens, 0))
+            return
+        offsets = [Offsets(len(prompt.echoed)) for _ in range(call.n)]
+        usages: list[Usage | None] = [None] * call.n
+        streams = [self._engine.generate(self._body(call, i)) for i in range(call.n)]
+        async with aclosing(merged(streams)) as pieces:
+            async for i, raw in pieces:
+                piece = _Piece.of(raw)
+                usages[i] = piece.usage or usages[i]
+                logprobs = None
+                if call.logprobs is not None and piece.tokens:
+                    logprobs = legacy(piece.tokens, call.logprobs, offsets[i])
+                if piece.text or piece.finish_reason or logprobs:
+                    yield Chunk([Choice(i, piece.text, piece.finish_reason, logprobs)])
+        yield Chunk([], _usage(usages))
+
+    def _admit(self, call: CompletionCall) -> None:
+        """Refuse what the engine cannot serve, before it is asked."""
+        if call.model != self.model:
+            raise NotFound(f"vendor '{self.name}' has no model '{call.model}'; its models: {self.model}",
+                           code="unknown_model", param="model", vendor=self.name)
+        if not self._loaded:
+            why = self.not_ready()
+            raise VendorNotReady(f"vendor '{self.name}' is not ready: {why}", code="vendor_not_ready",
+                                    vendor=self.name, retry_after=None if self._failure else 1)
+        if not call.prompts[0]:
+            raise self._invalid("prompt", "an empty prompt gives the model nothing to continue (it has no "
+                                          "start-of-text token)")
+        context = self._engine.options.context_size
+        if call.max_tokens > context:
+            raise self._invalid("max_tokens", f"max_tokens ({call.max_tokens}) exceeds the context size ({context})")
+        vocab = self._engine.vocab_size
+        outside = sorted((k for k in call.logit_bias or () if int(k) >= vocab), key=int)
+        if outside:
+            raise self._invalid("logit_bias", f"logit_bias names token ids {', '.join(outside)}, outside the "
+                                              f"model's vocabulary (0..{vocab - 1})")
+
+    async def _prompt(self, call: CompletionCall) -> _Prompt:
+        """What the choices start with: the prompt if echoed, and its tokens when they are
+        needed (scored for echo with logprobs; counted for usage when nothing is generated)."""
+        text = call.prompts[0]
+        prompt = _Prompt(echoed=text if call.echo else "")
+        if call.max_tokens and not (call.echo and call.logprobs is not None):
+            return prompt
+        tokens = await self._engine.tokenize(text)
+        prompt.tokens = len(tokens)
+        if prompt.tokens > self._engine.options.context_size:
+            raise BadRequest(f"vendor '{self.name}': the prompt has {prompt.tokens} tokens, more than the "
+                                 f"context size ({self._engine.options.context_size})",
+                                 code="context_length_exceeded", param="prompt", vendor=self.name)
+        if call.echo and call.logprobs is not None:
+            scored = await self._engine.score([token for token, _ in tokens], call.logprobs)
+            # Token text comes from the tokenizer: a special token such as <|im_start|> is written
+            # out in the prompt but scores as a token with no bytes.
+            first = TokenLogprob(raw=tokens[0][1], logprob=None, top=None)
+            rest = [TokenLogprob(raw, s.logprob, s.top) for (_, raw), s in zip(tokens[1:], scored, strict=True)]
+            prompt.scored = [first, *rest]
+        return prompt
+
+    async def _generation(self, call: CompletionCall, candidate: int) -> _Generation:
+        generation = _Generation()
+        async with aclosing(self._engine.generate(self._body(call, candidate))) as chunks:
+            async for raw in chunks:
+                piece = _Piece.of(raw)
+                generation.parts.append(piece.text)
+                generation.tokens.extend(piece.tokens)
+                generation.finish_reason = piece.finish_reason or generation.finish_reason
+                generation.usage = piece.usage or generation.usage
+        return generation
+
+    def _body(self, call: CompletionCall, candidate: int) -> dict[str, Any]:
+        """The engine request for one candidate of `call`, with OpenAI's sampling: logit_bias
+        (always first in llama.cpp), penalties, temperature, top_p; no hidden top-k or min-p.
+        `user` is deliberately not sent."""
+        body: dict[str, Any] = {"prompt": call.prompts[0], "samplers": ["temperature"]}
+        for write in self._writers:
+            write(body, call, self._engine.options.context_size)
+        seed = choice_seed(call.seed, candidate)
+        if seed is not None:
+            body["seed"] = engine_seed(seed)
+        return body
+
+    def _invalid(self, param: str, why: str) -> BadRequest:
+        return BadRequest(f"vendor '{self.name}': {why}", code="invalid_value", param=param, vendor=self.name)
+
+    def _error(self, exc: EngineError) -> GatewayError:
+        if exc.kind == "exceed_context_size_error":
+            return BadRequest(f"vendor '{self.name}': prompt too long: {exc.message}",
+                                  code="context_length_exceeded", param="prompt", vendor=self.name)
+        if 400 <= exc.status < 500:
+            return BadRequest(f"vendor '{self.name}' rejected the request: {exc.message}",
+                                  code="vendor_rejected", vendor=self.name)
+        return VendorFailed(f"vendor '{self.name}' failed: {exc.message}", code="vendor_error", vendor=self.name)
+
+
+@dataclass(slots=True)
+class _Prompt:
+    echoed: str  # the prompt when echoing, else ""
+    tokens: int = 0  # counted only when needed
+    scored: list[TokenLogprob] | None = None  # echo with logprobs: every prompt token
+
+    def logprobs(self, call: CompletionCall) -> dict[str, Any] | None:
+        """The legacy logprobs this choice starts with (empty lists when the prompt is not echoed)."""
+        if call.logprobs is None:
+            return None
+        return legacy(self.scored or (), call.logprobs, Offsets())
+
+
+@dataclass(slots=True)
+class _Generation:
+    parts: list[str] = field(default_factory=list)
+    tokens: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(slots=True)
+class _Piece:
+    """One streamed engine chunk (its only choice: we send one prompt and n = 1)."""
+
+    text: str
+    tokens: list[TokenLogprob]
+    finish_reason: str | None
+    usage: Usage | None
+
+    @classmethod
+    def of(cls, chunk: dict[str, Any]) -> _Piece:
+        try:
+            choice = chunk["choices"][0]
+            usage = chunk.get("usage")
+            return cls(
+                text=choice.get("text") or "",
+                tokens=[from_engine(entry) for entry in engine_entries(choice)],
+                finish_reason=choice.get("finish_reason"),
+                usage=Usage(
+                    prompt_tokens=int(usage["prompt_tokens"]),
+                    completion_tokens=int(usage["completion_tokens"]),
+                    prompt_tokens_details=usage.get("prompt_tokens_details") or None,
+                ) if usage else None,
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise EngineError(f"malformed engine chunk: {exc!r}") from None
+
+
+def _usage(usages: list[Usage | None]) -> Usage:
+    usage = candidates_usage(usages)
+    if usage is None:
+        raise EngineError("the engine ended a completion without reporting its usage")
+    return usage

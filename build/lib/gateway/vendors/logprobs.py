@@ -1,0 +1,94 @@
+"""Token log-probabilities in the legacy completions shape, from llama.cpp's chat-style ones (the
+embedded engine, and OpenAI-compatible servers built on llama.cpp, answer /v1/completions so).
+
+llama.cpp reports logprobs chat-style (`{"content": [{"id", "token", "bytes", "logprob",
+"top_logprobs": [...]}]}`); the contract wants the legacy shape: parallel lists `tokens`,
+`token_logprobs`, `top_logprobs` (a dict of at most `logprobs` alternatives per token) and
+`text_offset` (each token's character offset in the choice's text, which starts with the prompt
+when echoing).
+
+Tokens are kept as raw bytes until they are rendered: a token may be a fragment of a multi-byte
+character, which is written `bytes:\\xe3\\x81` as OpenAI does, and offsets count only complete
+characters.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token of a choice. `logprob` and `top` are None for the first token of an echoed
+    prompt (nothing precedes it to predict it from)."""
+
+    raw: bytes
+    logprob: float | None
+    top: tuple[tuple[bytes, float], ...] | None  # most likely first, as the engine ranked them
+
+
+def from_engine(entry: dict[str, Any]) -> TokenLogprob:
+    """One chat-style engine entry. A character split over several tokens arrives as one entry
+    with the merged bytes and the last token's logprob (a llama.cpp limitation)."""
+    return TokenLogprob(
+        raw=bytes(entry["bytes"]),
+        logprob=float(entry["logprob"]),
+        top=tuple((bytes(t["bytes"]), float(t["logprob"])) for t in entry.get("top_logprobs") or ()),
+    )
+
+
+def engine_entries(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat-style entries of one engine choice (none when logprobs were not asked for)."""
+    return (choice.get("logprobs") or {}).get("content") or []
+
+
+def token_text(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
+class Offsets:
+    """Character offsets of consecutive tokens in a text that starts `start` characters in."""
+
+    def __init__(self, start: int = 0) -> None:
+        self._chars = start
+        # Holds back an incomplete character until the token that completes it arrives.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def next(self, raw: bytes) -> int:
+        """The offset of the token `raw`, which then counts as read."""
+        offset = self._chars
+        self._chars += len(self._decoder.decode(raw))
+        return offset
+
+
+def legacy(tokens: Iterable[TokenLogprob], top: int, offsets: Offsets) -> dict[str, Any]:
+    """The legacy shape of `tokens`, keeping at most `top` alternatives per token."""
+    out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for token in tokens:
+        out["tokens"].append(token_text(token.raw))
+        out["token_logprobs"].append(token.logprob)
+        if token.top is None:
+            out["top_logprobs"].append(None)
+        else:
+            alternatives: dict[str, float] = {}
+            for raw, logprob in token.top[:top]:
+                alternatives.setdefault(token_text(raw), logprob)
+            out["top_logprobs"].append(alternatives)
+        out["text_offset"].append(offsets.next(token.raw))
+    return out
+
+
+def concat(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two consecutive legacy pieces of one choice (the echoed prompt, then the completion)."""
+    return {key: first[key] + second[key] for key in first}
+
+
+def cumulative(tokens: Iterable[TokenLogprob]) -> float:
+    """The log-probability of a whole completion: how `best_of` ranks its candidates."""
+    return sum(t.logprob for t in tokens if t.logprob is not None)

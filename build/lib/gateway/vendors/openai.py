@@ -1,0 +1,172 @@
+"""OpenAI's `/v1/completions` wire protocol: OpenAI itself and every OpenAI-compatible server
+(vLLM, llama.cpp's server, Ollama, Together, Fireworks...), each configured as a named vendor
+with a base URL.
+
+The contract *is* this protocol, so every parameter passes through natively, including list
+prompts, `n` and their prompt-major choice indexing. Streams always ask the vendor for usage
+(`stream_options.include_usage`); the planner decides whether the client sees it.
+
+Compatible servers do not all implement everything (llama.cpp's server ignores `echo`, vLLM's V1
+engine dropped `best_of`). The vendor's configuration says what its server lacks, and the gateway
+then emulates it or rejects it with a 400 instead of letting the server ignore it (OpenAIOptions):
+
+    lacks = ["echo", "best_of"]   # any request parameter, or "prompt" for list prompts
+    max_stop = 1                  # stop sequences it takes per request; more are matched by the gateway
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
+
+from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.config import Names, Settings, VendorConfig
+from gateway.core.errors import GatewayError, VendorFailed
+from gateway.core.parameters import EMULATABLE, PARAMETERS, Capabilities, Support, emulated, native, unsupported
+from gateway.vendors.http import HttpAdapter, error_message, payload_message, post_json, sse_events, vendor_error
+from gateway.vendors.logprobs import Offsets, from_engine, legacy
+
+# Sent on every call, whatever the request says: the vendor's defaults differ between servers.
+ALWAYS_SENT = ("prompt", "max_tokens")
+# The contract is this protocol: every parameter is native, unless a server lacks it. Listed by
+# name, so a parameter added to the contract fails the adapter until it is listed here.
+NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+          "presence_penalty", "seed", "stop", "suffix", "temperature", "top_p", "user")  # fmt: skip
+
+
+class OpenAIOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
+    # Stop sequences it takes per request (0: none); more are matched by the gateway.
+    max_stop: NonNegativeInt | None = None
+
+    @field_validator("lacks")
+    @classmethod
+    def _known(cls, lacks: frozenset[str]) -> frozenset[str]:
+        unknown = lacks - set(PARAMETERS)
+        if unknown:
+            raise ValueError(f"names unknown parameters: {', '.join(sorted(unknown))}")
+        return lacks
+
+
+def capabilities(options: OpenAIOptions) -> Capabilities:
+    """Everything natively (the contract is this protocol), less what the server lacks."""
+    support: dict[str, Support] = {}
+    for name in NATIVE:
+        if name in options.lacks or (name == "stop" and options.max_stop == 0):
+            support[name] = emulated() if name in EMULATABLE else unsupported(
+                "the server does not implement it (its vendor configuration says `lacks`) and the gateway cannot "
+                "emulate it")
+        else:
+            support[name] = native(per_call=options.max_stop if name == "stop" else None)
+    return Capabilities("openai", support)
+
+
+class OpenAIAdapter(HttpAdapter):
+    protocol: ClassVar[str] = "openai"
+    Options: ClassVar[type[BaseModel]] = OpenAIOptions
+    capabilities_of = staticmethod(capabilities)  # the support records for given options
+
+    def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
+        secret = config.secret
+        super().__init__(config, settings, {"authorization": f"Bearer {secret}"} if secret else {})
+        self.capabilities = capabilities(options)
+        # The parameters put on the wire as they are: only what is native (an emulated or
+        # unsupported one never reaches the vendor), in the contract's order.
+        self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native
+                                and name not in ALWAYS_SENT)
+        # Built once: httpx parses and merges a relative URL on every request.
+        self._url = httpx.URL(f"{config.base_url}/completions")
+
+    def _payload(self, call: CompletionCall) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": call.model,
+            "prompt": call.prompts[0] if len(call.prompts) == 1 else call.prompts,
+            "max_tokens": call.max_tokens,
+        }
+        for name in self._forwarded:
+            value = call.given(name)
+            if value is not None:
+                payload[name] = value
+        if call.stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return payload
+
+    async def complete(self, call: CompletionCall) -> Result:
+        data = await post_json(self._client, self._config, self._url, self._payload(call), self._error)
+        try:
+            return Result(
+                choices=[_choice(c, _Logprobs(call)) for c in data["choices"]],
+                usage=_usage(data.get("usage")),
+                system_fingerprint=data.get("system_fingerprint"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {exc!r}", vendor=self.name) from None
+
+    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+        events = sse_events(self._client, self._config, self._url, self._payload(call), self._error)
+        logprobs = _Logprobs(call)  # one per stream: offsets run on across its chunks
+        async with aclosing(events):
+            async for sse in events:
+                if sse.data == "[DONE]":
+                    return
+                yield _chunk(self.name, sse.data, logprobs)
+        raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
+
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+def _chunk(vendor: str, data: str, logprobs: _Logprobs) -> Chunk:
+    try:
+        payload = orjson.loads(data)
+        if payload.get("error"):
+            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {payload_message(payload)}", vendor=vendor)
+        choices = [_choice(c, logprobs) for c in payload.get("choices") or ()]
+        return Chunk(choices=choices, usage=_usage(payload.get("usage")))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise VendorFailed(f"vendor '{vendor}' sent a malformed stream chunk: {exc}", vendor=vendor) from None
+
+
+def _choice(raw: dict[str, Any], logprobs: _Logprobs) -> Choice:
+    index = int(raw["index"])
+    return Choice(
+        index=index,
+        text=raw.get("text") or "",
+        finish_reason=raw.get("finish_reason"),
+        logprobs=logprobs.legacy(index, raw.get("logprobs")),
+    )
+
+
+class _Logprobs:
+    """A choice's logprobs as the contract shapes them. OpenAI answers in the legacy shape, passed
+    on as it is; servers built on llama.cpp answer chat-style (`{"content": [...]}`), converted
+    here with character offsets that run on across a stream's chunks."""
+
+    def __init__(self, call: CompletionCall) -> None:
+        self._top = call.logprobs or 0
+        self._offsets: dict[int, Offsets] = {}
+
+    def legacy(self, index: int, raw: Any) -> dict[str, Any] | None:
+        if not isinstance(raw, dict) or "content" not in raw:
+            return raw
+        offsets = self._offsets.setdefault(index, Offsets())
+        return legacy([from_engine(entry) for entry in raw["content"] or ()], self._top, offsets)
+
+
+def _usage(raw: dict[str, Any] | None) -> Usage | None:
+    if not raw:
+        return None
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        prompt_tokens_details=raw.get("prompt_tokens_details") or None,
+        completion_tokens_details=raw.get("completion_tokens_details") or None,
+    )

@@ -1,0 +1,175 @@
+"""POST /v5/completions: plan the request, call the vendor, shape the answer (JSON or SSE)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+import pydantic
+from starlette.responses import Response
+
+from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.errors import GatewayError, ValidationFailed
+from gateway.http import event_stream
+from gateway.http.context import HandlerRequest
+from gateway.planner import fallbacks
+from gateway.planner.plan import Plan
+from gateway.store.ledger import Meter
+from generated.models import CompletionRequest
+
+log = logging.getLogger("gateway")
+
+
+async def create(request: HandlerRequest) -> Response:
+    services = request.services
+    caller = request.caller
+    account = caller.account(request.headers.get("x-selected-account-id"))
+    completion_request = _parse(request.body)
+    request_id = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
+    meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
+    services.admission.enter()
+    try:
+        settings = services.settings
+        started = await fallbacks.start(completion_request, services.registry, settings.fallbacks,
+                                        settings.max_vendor_calls, on_attempt=meter.trying)
+    except BaseException as exc:
+        services.admission.leave()
+        meter.fail(exc)
+        raise
+    plan = started.plan
+    headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
+    if plan.model != completion_request.model:
+        headers["x-gateway-fallback-from"] = completion_request.model
+    if started.result is not None:
+        services.admission.leave()
+        meter.finish(started.result.usage, started.result.choices)
+        body = orjson.dumps(_completion(plan, started.result, request_id, created))
+        return Response(body, media_type="application/json", headers=headers)
+    assert started.first is not None and started.rest is not None
+    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
+                          meter=meter)
+    return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
+                                            send_timeout=services.settings.send_timeout)
+
+
+def _parse(body: dict[str, Any]) -> CompletionRequest:
+    """The body as the generated model. The schema validator has accepted it already; pydantic's
+    regex and number semantics can still differ at the edges, and that must be a 422 too."""
+    try:
+        return CompletionRequest.model_validate(body)
+    except pydantic.ValidationError as exc:
+        detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        raise ValidationFailed(detail) from None
+
+
+def _completion(plan: Plan, result: Result, request_id: str, created: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": plan.model,
+        "choices": [_choice(c, c.finish_reason or "stop") for c in result.choices],
+    }
+    if result.usage is not None:
+        body["usage"] = _usage(result.usage)
+    if result.system_fingerprint:
+        body["system_fingerprint"] = result.system_fingerprint
+    return body
+
+
+class _EventStream:
+    """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
+    finish_reason per choice, the usage chunk when the client asked for it, and an error event
+    instead of a silent cut. `aclose()` (called once by the response, however it ends) closes
+    the vendor stream and releases the request's admission. The meter hears of every piece of text
+    sent and of how the stream ended; one still open at `aclose()` means the client left."""
+
+    def __init__(self, plan: Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
+                 created: int, on_close: Callable[[], None], meter: Meter) -> None:
+        self._plan = plan
+        self._first = first
+        self._rest = rest
+        self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
+        self._on_close = on_close
+        self._meter = meter
+        self._events = self._generate()
+        self._closed = False
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._events
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._meter.left()  # a stream that ended on its own closed its meter already
+        try:
+            await self._events.aclose()
+            await self._rest.aclose()
+        finally:
+            self._on_close()
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        plan, head = self._plan, self._head
+        finished: set[int] = set()
+        chunk: Chunk | None = self._first
+        try:
+            while chunk is not None:
+                if chunk.usage is not None:
+                    self.usage = chunk.usage
+                choices = []
+                for c in chunk.choices:
+                    if c.finish_reason is not None:
+                        if c.index in finished:
+                            c.finish_reason = None  # a vendor repeating itself
+                        else:
+                            finished.add(c.index)
+                    if c.text or c.finish_reason or c.logprobs:
+                        choices.append(_choice(c, c.finish_reason))
+                if choices:
+                    self._meter.sent(chunk.choices)
+                    yield event_stream.event(head | {"choices": choices})
+                chunk = await anext(self._rest, None)
+            # The vendor ended its stream cleanly; a choice it never closed ended there.
+            self._meter.finish(self.usage)
+            unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
+            if unfinished:
+                yield event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
+            if plan.include_usage and self.usage is not None:
+                yield event_stream.event(head | {"choices": [], "usage": _usage(self.usage)})
+        except GatewayError as exc:
+            self._meter.fail(exc)
+            log.warning("stream %s failed: %s", head["id"], exc.message)
+            yield event_stream.event(exc.body())
+        except Exception as exc:
+            self._meter.fail(exc)
+            log.exception("stream %s failed", head["id"])
+            yield event_stream.event(GatewayError("internal error in the gateway", code="internal_error").body())
+        yield event_stream.DONE
+
+
+def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"index": choice.index, "text": choice.text, "finish_reason": finish_reason}
+    if choice.logprobs is not None:
+        body["logprobs"] = choice.logprobs
+    return body
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    if usage.prompt_tokens_details:
+        body["prompt_tokens_details"] = usage.prompt_tokens_details
+    if usage.completion_tokens_details:
+        body["completion_tokens_details"] = usage.completion_tokens_details
+    return body

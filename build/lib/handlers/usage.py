@@ -1,0 +1,52 @@
+"""GET /v5/usage: the caller's token usage, per account and model, from the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+
+from starlette.datastructures import QueryParams
+from starlette.responses import Response
+
+from gateway.core.errors import StorageUnavailable, ValidationFailed
+from gateway.http.context import HandlerRequest
+from gateway.store import usage
+from generated.models import UsageLine, UsageReport
+
+log = logging.getLogger("gateway")
+
+QUERY_TIMEOUT = 30.0  # seconds; past it the report is a 503, not a request held open
+
+
+async def report(request: HandlerRequest) -> Response:
+    caller = request.caller
+    accounts = caller.visible_accounts(request.headers.get("x-selected-account-id"))
+    query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
+    since, until, model = _instant("start", query.get("start")), _instant("end", query.get("end")), query.get("model")
+    try:
+        async with asyncio.timeout(QUERY_TIMEOUT), request.services.database.connect() as connection:
+            lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model)
+    except Exception as exc:  # whatever stops the database answering, the caller can only retry
+        log.warning("usage report failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        raise StorageUnavailable("the gateway's database is unavailable; retry later",
+                                 code="database_unavailable") from None
+    body = UsageReport(
+        object="usage_report",
+        accounts=sorted(accounts),
+        start=since,
+        end=until,
+        model=model,
+        data=[UsageLine.model_validate(line, from_attributes=True) for line in lines],
+    )
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+def _instant(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return usage.parse_instant(value)
+    except ValueError as exc:  # should the schema's date-time check and this parser ever disagree
+        problem = {"loc": ["query", name], "msg": str(exc), "type": "value_error", "input": value}
+        raise ValidationFailed([problem]) from None
