@@ -1,4 +1,5 @@
-"""Imports run one way: http -> planner -> vendors -> core, store -> core (gateway/__init__.py).
+"""The house rules of the layout: imports run one way (http -> planner -> vendors -> core, store ->
+core; gateway/__init__.py), and no hand-written module grows past 400 lines.
 
 Read from the source with `ast`, every import counts (inside functions and TYPE_CHECKING blocks
 too): a layer that needs something from above it is a design problem, not a typing detail."""
@@ -82,3 +83,13 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     assert imports(bad) == {"gateway.planner.plan", "gateway.planner.plan.Plan", "gateway.http.app"}
     assert part_of("gateway.store.ledger") == "gateway.store"
     assert "gateway.planner" not in ALLOWED["gateway.store"]
+
+
+MAX_LINES = 400
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.parts[-2] != "generated"],
+                         ids=[module_name(p) for p in SOURCES if p.parts[-2] != "generated"])
+def test_no_hand_written_module_is_over_400_lines(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module_name(path)} has {lines} lines: split it by what its parts do"

@@ -9,9 +9,9 @@ worker thread, and the row says `estimated`.
 
 Durability, in the order things can go wrong:
 - Rows wait in memory until the writer commits them. The writer commits everything pending in
-  one statement (group commit), at most every COMMIT_INTERVAL (50 ms), so a hard kill (SIGKILL,
-  OOM) loses only the rows answered since the last commit began — tens of milliseconds of traffic
-  (tests/test_ledger_durability.py measures it).
+  one statement (group commit), at most every COMMIT_INTERVAL, so a hard kill (SIGKILL,
+  OOM) loses only the rows answered since the last commit began (README, "Storage", says how
+  much; tests/test_ledger_durability.py measures it).
 - A failing database does not fail requests: rows stay in memory and the writer retries with
   backoff, /readyz reports `degraded`, and the log says why. Past `ledger_buffer_rows` waiting
   rows, each further row is logged at ERROR in full (JSON; no key, only the key's id) and dropped.
@@ -176,8 +176,8 @@ class Ledger:
     # A commit that hangs (a database that stopped answering) counts as failed after this long:
     # retried like any failure, and visible in readiness. Retrying is safe (ON CONFLICT DO NOTHING).
     WRITE_TIMEOUT = 15.0
-    # At most one commit per this many seconds. A commit costs the event loop about a millisecond
-    # of CPU (SQLAlchemy's async path), so committing each row as it comes taxed every request at
+    # At most one commit per this many seconds. A commit costs the event loop noticeable CPU
+    # (SQLAlchemy's async path), so committing each row as it comes taxed every request at
     # low concurrency; rows that arrive meanwhile join the next batch. It adds at most this much
     # to the loss window of a hard kill (SIGTERM loses nothing).
     COMMIT_INTERVAL = 0.05

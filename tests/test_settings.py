@@ -1,0 +1,85 @@
+"""The settings model: each setting declared once, its environment name derived from it, TOML
+underneath, secrets never shown, and a clear error naming what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.core.config import SERVER_FIELDS, Settings
+from gateway.core.errors import ConfigError
+from gateway.services import load_settings
+from gateway.vendors.registry import option_names
+
+NO_LOCAL = {"GATEWAY_VENDOR_LOCAL_ENABLED": "0"}
+# A valid value other than the default for each kind of setting.
+SAMPLES = {int: "4242", float: "2.5", bool: "1", str: "something-else"}
+
+
+def sample(name: str) -> tuple[str, object]:
+    if name == "http_transport":
+        return "httpx", "httpx"
+    if name == "log_level":
+        return "DEBUG", "debug"  # case does not matter
+    default = Settings.model_fields[name].default
+    raw = SAMPLES[type(default)]
+    return raw, type(default)(raw) if not isinstance(default, bool) else True
+
+
+@pytest.mark.parametrize("name", SERVER_FIELDS)
+def test_every_setting_is_read_from_its_derived_environment_name(name):
+    raw, expected = sample(name)
+    settings = load_settings(NO_LOCAL | {f"GATEWAY_{name.upper()}": raw})
+    assert getattr(settings, name) == expected != getattr(Settings(), name)
+
+
+def test_the_environment_overrides_the_toml_file(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text('[gateway]\nport = 9001\nmax_concurrent = 7\n\n[vendors.vllm]\nprotocol = "openai"\n'
+                      'base_url = "http://10.0.0.5:8000/v1"\nlacks = ["echo"]\n')
+    settings = load_settings(NO_LOCAL | {"GATEWAY_CONFIG": str(config), "GATEWAY_PORT": "9002"})
+    assert (settings.port, settings.max_concurrent) == (9002, 7)
+    assert settings.vendors["vllm"].options == {"lacks": ["echo"]}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GATEWAY_PORT": "eighty"}, "GATEWAY_PORT"),
+        ({"GATEWAY_PORT": "70000"}, "GATEWAY_PORT"),
+        ({"GATEWAY_MAX_CONCURRENT": "0"}, "GATEWAY_MAX_CONCURRENT"),
+        ({"GATEWAY_HTTP_TRANSPORT": "curl"}, "GATEWAY_HTTP_TRANSPORT"),
+        ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_NOPE": "1"}, "unknown vendor setting"),
+        ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_CONNECT": "-1"}, "vendor 'x'.*connect"),
+        ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_ENABLED": "perhaps"}, "vendor 'x' enabled"),
+        ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_API_KEY_ENV": "UNSET_KEY"}, "UNSET_KEY"),
+        ({"GATEWAY_FALLBACKS": "gpt-4o=claude"}, "vendor/name"),
+    ],
+)
+def test_a_bad_setting_is_a_clear_error_naming_it(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(NO_LOCAL | env)
+
+
+def test_unknown_toml_settings_are_refused(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text("[gateway]\nprot = 1\n")
+    with pytest.raises(ConfigError, match="unknown \\[gateway\\] settings: prot"):
+        load_settings({"GATEWAY_CONFIG": str(config)})
+
+
+def test_vendor_names_may_contain_underscores_and_every_protocol_option_has_an_environment_name():
+    settings = load_settings(NO_LOCAL | {"GATEWAY_VENDOR_MY_VLLM_PROTOCOL": "openai",
+                                         "GATEWAY_VENDOR_MY_VLLM_BASE_URL": "http://h/v1",
+                                         "GATEWAY_VENDOR_MY_VLLM_MAX_STOP": "1"})
+    assert settings.vendors["my_vllm"].base_url == "http://h/v1"
+    assert settings.vendors["my_vllm"].options == {"max_stop": "1"}
+    assert {"lacks", "max_stop", "prompt_as", "user_turn_models", "max_candidates", "model_path", "parallel",
+            "context_size", "threads"} <= option_names()
+
+
+def test_a_vendor_key_is_kept_secret():
+    settings = load_settings(NO_LOCAL | {"OPENAI_API_KEY": "sk-live-very-secret"})
+    vendor = settings.vendors["openai"]
+    assert vendor.secret == "sk-live-very-secret"
+    assert "sk-live-very-secret" not in repr(settings) and "sk-live-very-secret" not in str(vendor)
+    assert "sk-live-very-secret" not in settings.model_dump_json()
