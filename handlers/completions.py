@@ -18,7 +18,7 @@ from gateway.http import event_stream
 from gateway.http.context import HandlerRequest
 from gateway.planner import fallbacks
 from gateway.planner.plan import Plan
-from gateway.store.ledger import Meter
+from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
 log = logging.getLogger("gateway")

@@ -16,11 +16,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import select
 
 from gateway.store import database
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
-from gateway.store.tables import metadata
+from gateway.store.tables import ledger_rejects, metadata
 from gateway.store.usage import parse_instant
 from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
@@ -83,28 +84,52 @@ def row(request_id: str, **values) -> dict:
             "end_user": None, "started_at": now, "ended_at": now, "ttft_ms": 1.0} | values
 
 
-def test_a_row_the_database_refuses_is_logged_and_does_not_hold_back_the_others(backend_kind, caplog):
-    async def write(url: str) -> None:
+def test_a_row_the_database_refuses_is_set_aside_whole_and_does_not_hold_back_the_others(backend_kind, caplog):
+    """Poisoned rows between good ones: each refused row lands in ledger_rejects (and the log), the
+    good ones are written, and the writer goes on writing rows that come after."""
+
+    async def write(url: str) -> int:
         engine = database.connect(url)
         try:
             await database.prepare(engine, bootstrap)
             ledger = Ledger(engine, max_pending=100)
             ledger.add(row("r-1"))
-            ledger.add(row("r-bad", outcome=None))  # NOT NULL: refused for what it is, on both databases
+            ledger.add(row("r-null", outcome=None))  # NOT NULL: refused for what it is, on both databases
+            ledger.add(row("r-huge", prompt_tokens=10**30, total_tokens=10**30 + 2))  # no column holds it
+            ledger.add(row("r-negative", completion_tokens=-5))
             ledger.add(row("r-2", model="v/m\x00x", end_user="\x00"))  # PostgreSQL text cannot hold NUL
             ledger.add(row("r-1"))  # the same request again (a retried batch): stored once
             ledger.start()
+            await ledger.drained()
+            ledger.add(row("r-3", prompt_tokens=3_000_000_000, total_tokens=3_000_000_002))  # beyond int4: BIGINT
             await ledger.close()
+            return ledger.rejected_rows
         finally:
             await engine.dispose()
 
     with empty_database(backend_kind) as url, caplog.at_level(logging.ERROR, logger="gateway.ledger"):
-        asyncio.run(write(url))
+        rejected = asyncio.run(write(url))
         rows = {r["request_id"]: r for r in ledger_rows(url, "acct")}
-    assert sorted(rows) == ["r-1", "r-2"]
+        rejects = {r["request_id"]: r for r in rejected_rows(url)}
+    assert sorted(rows) == ["r-1", "r-2", "r-3"] and rows["r-3"]["prompt_tokens"] == 3_000_000_000
     assert (rows["r-2"]["model"], rows["r-2"]["end_user"]) == ("v/m\ufffdx", "\ufffd")
-    (refused,) = [r.getMessage() for r in caplog.records]
-    assert "NOT written (the database refused it" in refused and '"request_id": "r-bad"' in refused
+    assert sorted(rejects) == ["r-huge", "r-negative", "r-null"] and rejected == 3
+    assert "prompt_tokens is not a token count" in rejects["r-huge"]["reason"]
+    assert json.loads(rejects["r-huge"]["row"])["prompt_tokens"] == 10**30  # kept whole, to replay
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert all(f'"request_id": "{name}"' in logged for name in rejects)
+
+
+def rejected_rows(url: str) -> list[dict]:
+    async def read() -> list[dict]:
+        engine = database.connect(url)
+        try:
+            async with engine.connect() as connection:
+                return [dict(r._mapping) for r in await connection.execute(select(ledger_rejects))]
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
 
 
 def test_past_its_bound_the_buffer_logs_each_further_row_in_full(caplog):

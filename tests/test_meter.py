@@ -14,7 +14,8 @@ from gateway.planner import plan as planning
 from gateway.services import load_settings
 from gateway.store import database, tokens
 from gateway.store.accounts import bootstrap
-from gateway.store.ledger import Ledger, outcome_of
+from gateway.store.ledger import Ledger
+from gateway.store.meter import outcome_of
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 from tests.provision import empty_database, ledger_rows
