@@ -114,6 +114,13 @@ def candidates_usage(usages: Sequence[Usage | None]) -> Usage | None:
                  estimated=any(u.estimated for u in usages if u is not None))
 
 
+def rough_tokens(chars: int) -> int:
+    """About four characters per token, the usual rule of thumb for BPE vocabularies on English
+    text: the estimate when nothing better is at hand (the gateway cut a vendor call short, or
+    counting did not finish in time)."""
+    return -(-chars // 4)
+
+
 def choice_seed(seed: int | None, choice: int) -> int | None:
     """The seed choice `choice` samples with: distinct samples for each of n, still reproducible."""
     return None if seed is None else seed + choice

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gateway.core.completion import Attempt, Choice, Usage
+from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
 from gateway.core.errors import GatewayError, VendorTimeout
 from gateway.store import tokens
 
@@ -60,7 +60,7 @@ class Estimate:
 
     def rough(self) -> tuple[int, int]:
         """The estimate of last resort, when counting did not finish in time."""
-        return self._bounded(tokens.rough)
+        return self._bounded(lambda text: rough_tokens(len(text)))
 
     def _bounded(self, count: Callable[[str], int]) -> tuple[int, int]:
         # A token covers at least one byte, and a completion no more than was asked for: an

@@ -64,9 +64,3 @@ def _openai_counter(encoding_name: str) -> Callable[[str], int]:
         return tokens + len(encoding.encode_ordinary(text[done:]))
 
     return count
-
-
-def rough(text: str) -> int:
-    """About four characters per token (the usual rule of thumb for BPE vocabularies on English
-    text): the estimate of last resort, when counting did not finish in time."""
-    return math.ceil(len(text) / 4)
