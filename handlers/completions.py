@@ -36,8 +36,9 @@ async def create(request: HandlerRequest) -> Response:
     services.admission.enter()
     try:
         settings = services.settings
-        started = await fallbacks.start(completion_request, services.registry, settings.fallbacks,
-                                        settings.max_vendor_calls, on_attempt=meter.trying)
+        started = await request.unless_client_leaves(fallbacks.start(
+            completion_request, services.registry, settings.fallbacks, settings.max_vendor_calls,
+            on_attempt=meter.trying))
     except BaseException as exc:
         services.admission.leave()
         meter.fail(exc)

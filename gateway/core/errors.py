@@ -18,6 +18,11 @@ class ConfigError(Exception):
     """The gateway's configuration is wrong; raised at start-up, never during a request."""
 
 
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready: the work for it was cancelled, and
+    nobody is left to answer (its meter records `client_disconnected`)."""
+
+
 class GatewayError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "internal_error"

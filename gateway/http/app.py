@@ -19,7 +19,7 @@ from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 
 from gateway.core.config import Settings
-from gateway.core.errors import GatewayError, ValidationFailed, from_http_status
+from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
 from gateway.http import validation
 from gateway.http.connexion_overrides import (
     DirectCallApp,
@@ -53,6 +53,7 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
         validate_responses=settings.validate_responses,
         strict_validation=True,
     )
+    app.add_error_handler(ClientDisconnected, _client_disconnected)
     app.add_error_handler(GatewayError, _gateway_error)
     app.add_error_handler(ValidationFailed, _validation_failed)
     app.add_error_handler(ProblemException, _http_error)
@@ -86,6 +87,11 @@ def _gateway_error(request: ConnexionRequest, exc: GatewayError) -> ConnexionRes
     if exc.status >= 500:
         log.warning("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.message)
     return _json(exc.status, exc.body(), exc.headers())
+
+
+def _client_disconnected(request: ConnexionRequest, exc: ClientDisconnected) -> ConnexionResponse:
+    # Nobody is left to read it; 499 ("client closed request") keeps access logs honest.
+    return ConnexionResponse(status_code=499, body=b"")
 
 
 def _validation_failed(request: ConnexionRequest, exc: ValidationFailed) -> ConnexionResponse:

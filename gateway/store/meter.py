@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
-from gateway.core.errors import GatewayError, VendorTimeout
+from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
 
 
@@ -39,7 +39,7 @@ GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
 
 
 def outcome_of(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit | ClientDisconnected):
         return CLIENT_DISCONNECTED
     if isinstance(exc, VendorTimeout):
         return TIMEOUT
