@@ -54,7 +54,7 @@ async def create(request: HandlerRequest) -> Response:
         return Response(body, media_type="application/json", headers=headers)
     assert started.first is not None and started.rest is not None
     events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
-                          meter=meter)
+                          meter=meter, redact=services.redact)
     return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
                                             send_timeout=services.settings.send_timeout)
 
@@ -92,8 +92,9 @@ class _EventStream:
     sent and of how the stream ended; one still open at `aclose()` means the client left."""
 
     def __init__(self, plan: Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                 created: int, on_close: Callable[[], None], meter: Meter) -> None:
+                 created: int, on_close: Callable[[], None], meter: Meter, redact: Callable[[str], str]) -> None:
         self._plan = plan
+        self._redact = redact
         self._first = first
         self._rest = rest
         self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
@@ -148,7 +149,7 @@ class _EventStream:
         except GatewayError as exc:
             self._meter.fail(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
-            yield event_stream.event(exc.body())
+            yield event_stream.event(exc.body(self._redact))
         except Exception as exc:
             self._meter.fail(exc)
             log.exception("stream %s failed", head["id"])

@@ -283,12 +283,13 @@ def test_logs_never_hold_keys(client, gateway, database):
 def test_redaction_filter_scrubs_known_and_key_shaped_secrets():
     import logging
 
+    from gateway.core.redaction import Redactor
     from gateway.http.logs import RedactSecrets
 
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "calling %s with %s and %s", (
         "https://v/?q", "Authorization: Bearer abc.def", "sk-abcdefghijkl"), None)
-    RedactSecrets(["topsecret"]).filter(record)
+    RedactSecrets(Redactor(["topsecret"])).filter(record)
     assert record.getMessage() == "calling https://v/?q with Authorization: [redacted] and [redacted]"
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "key=topsecret", None, None)
-    RedactSecrets(["topsecret"]).filter(record)
+    RedactSecrets(Redactor(["topsecret"])).filter(record)
     assert "topsecret" not in record.getMessage()

@@ -86,6 +86,8 @@ class VendorConfig(_Frozen):
 
 
 class Settings(_Frozen):
+    """Every setting of the gateway. Secrets (vendor keys) are SecretStr: never in a repr or a dump."""
+
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     vendors: Mapping[str, VendorConfig] = Field(default_factory=dict)

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope
 
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected
+from gateway.core.redaction import Redactor
 from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
 from gateway.store.ledger import Ledger
@@ -36,6 +37,7 @@ class Services:
     keys: KeyStore
     ledger: Ledger
     admission: Admission
+    redact: Redactor  # every text that reaches a client or the log passes through it
 
 
 class HandlerRequest:

@@ -194,7 +194,7 @@ def _text(value: Any) -> str:
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from gateway.http import server
-    from gateway.services import create_app
+    from gateway.services import create_app, redactor
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
     try:
@@ -202,7 +202,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    server.run(app, settings)
+    server.run(app, settings, redactor(settings))
     return 0
 
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from gateway.core.config import Settings
+from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
 from gateway.http.connexion_overrides import DirectCallApp
 from gateway.http.context import Services
@@ -33,16 +34,22 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return vendors.load_settings(env)
 
 
+def redactor(settings: Settings) -> Redactor:
+    """The one scrubber of secrets for a gateway: its vendors' keys, and anything key-shaped."""
+    return Redactor(vendor.secret for vendor in settings.vendors.values())
+
+
 def create_app(settings: Settings | None = None) -> DirectCallApp:
     settings = settings or load_settings()
     # Adapters are built here, so a configuration they refuse stops the start with a clear
     # message (gateway/cli.py) instead of a traceback from the lifespan.
     registry = Registry.from_settings(settings)
-    return http_app.create_app(settings, functools.partial(lifespan, settings, registry), resolve)
+    redact = redactor(settings)
+    return http_app.create_app(settings, functools.partial(lifespan, settings, registry, redact), resolve, redact)
 
 
 @contextlib.asynccontextmanager
-async def lifespan(settings: Settings, registry: Registry, app: Any) -> AsyncIterator[dict[str, Any]]:
+async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app: Any) -> AsyncIterator[dict[str, Any]]:
     engine = database.connect(settings.database_url)
     try:
         # Migrations run here, at every start; on an empty database the first account and key are
@@ -58,7 +65,7 @@ async def lifespan(settings: Settings, registry: Registry, app: Any) -> AsyncIte
     ledger.start()
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
-                        admission=Admission(settings.max_concurrent))
+                        admission=Admission(settings.max_concurrent), redact=redact)
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()

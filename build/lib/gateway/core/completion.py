@@ -114,6 +114,13 @@ def candidates_usage(usages: Sequence[Usage | None]) -> Usage | None:
                  estimated=any(u.estimated for u in usages if u is not None))
 
 
+def rough_tokens(chars: int) -> int:
+    """About four characters per token, the usual rule of thumb for BPE vocabularies on English
+    text: the estimate when nothing better is at hand (the gateway cut a vendor call short, or
+    counting did not finish in time)."""
+    return -(-chars // 4)
+
+
 def choice_seed(seed: int | None, choice: int) -> int | None:
     """The seed choice `choice` samples with: distinct samples for each of n, still reproducible."""
     return None if seed is None else seed + choice
@@ -155,6 +162,7 @@ class Attempt:
     streamed: bool
     end_user: str | None  # the request's `user`, whether or not the vendor was sent it
     prompts_sent: tuple[str, ...]  # each prompt as often as it went to the vendor, for an estimate
+    max_completion_tokens: int | None = None  # the most the vendor calls could generate, which caps an estimate
     # The model's own tokenizer when the adapter has one; else the ledger counts with an OpenAI
     # vocabulary (store/tokens.py). Called from a worker thread.
     count_tokens: Callable[[str], int] | None = None

@@ -11,11 +11,17 @@ together, so a handler only says what went wrong.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 
 class ConfigError(Exception):
     """The gateway's configuration is wrong; raised at start-up, never during a request."""
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready: the work for it was cancelled, and
+    nobody is left to answer (its meter records `client_disconnected`)."""
 
 
 class GatewayError(Exception):
@@ -40,10 +46,11 @@ class GatewayError(Exception):
         self.vendor = vendor
         self.retry_after = retry_after
 
-    def body(self) -> dict[str, Any]:
+    def body(self, redact: Callable[[str], str] = str) -> dict[str, Any]:
+        """The ErrorResponse body; `redact` scrubs the message (which may quote a vendor) of secrets."""
         return {
             "error": {
-                "message": self.message,
+                "message": redact(self.message),
                 "type": self.type,
                 "code": self.code,
                 "param": self.param,

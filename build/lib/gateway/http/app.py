@@ -19,7 +19,8 @@ from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
 
 from gateway.core.config import Settings
-from gateway.core.errors import GatewayError, ValidationFailed, from_http_status
+from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
+from gateway.core.redaction import Redactor
 from gateway.http import validation
 from gateway.http.connexion_overrides import (
     DirectCallApp,
@@ -39,9 +40,10 @@ def spec_path() -> Path:
     return Path(str(files("generated") / "openapi.json"))
 
 
-def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handler]) -> DirectCallApp:
+def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handler], redact: Redactor) -> DirectCallApp:
     """The app for `settings`. `lifespan` builds and closes the Services; `resolve` maps each
-    operationId of the spec to its handler (and raises for one it lacks, failing the start)."""
+    operationId of the spec to its handler (and raises for one it lacks, failing the start);
+    `redact` scrubs every error message a client gets."""
     check_hooks()
     accept_openapi_31()
     app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings))
@@ -53,11 +55,13 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
         validate_responses=settings.validate_responses,
         strict_validation=True,
     )
-    app.add_error_handler(GatewayError, _gateway_error)
+    errors = _ErrorRenderer(redact)
+    app.add_error_handler(ClientDisconnected, _client_disconnected)
+    app.add_error_handler(GatewayError, errors.gateway_error)
     app.add_error_handler(ValidationFailed, _validation_failed)
-    app.add_error_handler(ProblemException, _http_error)
-    app.add_error_handler(HTTPException, _http_error)
-    app.add_error_handler(Exception, _internal_error)
+    app.add_error_handler(ProblemException, errors.http_error)
+    app.add_error_handler(HTTPException, errors.http_error)
+    app.add_error_handler(Exception, errors.internal_error)
     return app
 
 
@@ -82,23 +86,34 @@ def _json(status: int, body: dict, headers: dict[str, str] | None = None) -> Con
     return ConnexionResponse(status_code=status, mimetype="application/json", body=orjson.dumps(body), headers=headers)
 
 
-def _gateway_error(request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
-    if exc.status >= 500:
-        log.warning("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.message)
-    return _json(exc.status, exc.body(), exc.headers())
+
+
+def _client_disconnected(request: ConnexionRequest, exc: ClientDisconnected) -> ConnexionResponse:
+    # Nobody is left to read it; 499 ("client closed request") keeps access logs honest.
+    return ConnexionResponse(status_code=499, body=b"")
 
 
 def _validation_failed(request: ConnexionRequest, exc: ValidationFailed) -> ConnexionResponse:
     return _json(422, exc.body())
 
 
-def _http_error(request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
-    error = from_http_status(exc.status_code, getattr(exc, "detail", None))
-    response = _gateway_error(request, error)
-    response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
-    return response
+class _ErrorRenderer:
+    """Every error a client gets, as ErrorResponse JSON, its message scrubbed of secrets."""
 
+    def __init__(self, redact: Redactor) -> None:
+        self._redact = redact
 
-def _internal_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _gateway_error(request, GatewayError("internal error in the gateway", code="internal_error"))
+    def gateway_error(self, request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
+        if exc.status >= 500:
+            log.warning("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.message)
+        return _json(exc.status, exc.body(self._redact), exc.headers())
+
+    def http_error(self, request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
+        error = from_http_status(exc.status_code, getattr(exc, "detail", None))
+        response = self.gateway_error(request, error)
+        response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
+        return response
+
+    def internal_error(self, request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return self.gateway_error(request, GatewayError("internal error in the gateway", code="internal_error"))

@@ -108,7 +108,7 @@ class HandlerOperation:
         self.function = function
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.function(HandlerRequest(scope))
+        response = await self.function(HandlerRequest(scope, receive))
         await response(scope, receive, send)
 
 

@@ -10,6 +10,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.core.config import Settings
+from gateway.core.redaction import Redactor
 from gateway.http import logs
 
 
@@ -55,7 +56,7 @@ def protocol(header_timeout: float) -> type[HttpToolsProtocol]:
     return HeaderTimeoutProtocol
 
 
-def run(app: Any, settings: Settings) -> None:
+def run(app: Any, settings: Settings, redact: Redactor) -> None:
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -67,7 +68,7 @@ def run(app: Any, settings: Settings) -> None:
         timeout_graceful_shutdown=30,
     )
     # uvicorn.Config set up uvicorn's logging; ours goes on top of it.
-    logs.configure(settings.log_level, (v.secret for v in settings.vendors.values()))
+    logs.configure(settings.log_level, redact)
     # After a graceful shutdown uvicorn restores the previous SIGTERM/SIGINT handlers and raises
     # the signal again, which by default kills the process with -15 even though all went well.
     # A handler that returns lets run() finish, and the gateway exits 0.

@@ -13,7 +13,6 @@ the tokens still add up to the text.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from gateway.core.completion import (
     Usage,
     best_candidates,
     cumulative_logprob,
+    rough_tokens,
 )
 from gateway.core.errors import VendorFailed
 
@@ -155,14 +155,9 @@ def _best(choices: list[Choice], prompts: int, per_prompt: int, n: int, vendor: 
 
 
 def estimated_usage(prompts: Sequence[str], generated_chars: int) -> Usage:
-    """Usage of a vendor call the gateway ended before the vendor reported it: about four
-    characters per token (the usual rule of thumb for BPE vocabularies on English text),
-    marked as estimated for the ledger."""
-    return Usage(sum(_tokens(len(p)) for p in prompts), _tokens(generated_chars), estimated=True)
-
-
-def _tokens(chars: int) -> int:
-    return math.ceil(chars / 4)
+    """Usage of a vendor call the gateway ended before the vendor reported it, marked as
+    estimated for the ledger."""
+    return Usage(sum(rough_tokens(len(p)) for p in prompts), rough_tokens(generated_chars), estimated=True)
 
 
 def join_logprobs(a: Logprobs | None, b: Logprobs | None) -> Logprobs | None:

@@ -78,6 +78,8 @@ class Plan:
         own = (lambda text: adapter.count_tokens(model, text)) if isinstance(adapter, CountsTokens) else None
         return Attempt(vendor=adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
                        prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
+                       max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
+                                                 * len(leg.call.prompts) for leg in self.legs),
                        count_tokens=own)
 
 

@@ -16,7 +16,8 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -33,8 +34,18 @@ DEFAULT_ACCOUNT = "default"
 KEY_PREFIX = "sk-gw-"
 
 
+KEY_BYTES = 32  # 256 random bits
+# What new_key() makes: the prefix and the URL-safe base64 of KEY_BYTES bytes, unpadded.
+_KEY_SHAPE = re.compile(rf"{KEY_PREFIX}[A-Za-z0-9_-]{{{-(-KEY_BYTES * 4 // 3)}}}")
+
+
 def new_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
+    return KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
+
+
+def looks_like_key(text: str) -> bool:
+    """Whether `text` has the shape of a key this gateway makes (else no database is asked)."""
+    return _KEY_SHAPE.fullmatch(text) is not None
 
 
 def digest(key: str) -> str:
@@ -181,27 +192,41 @@ class _Cached:
     expires: float
 
 
-class DatabaseKeyStore:
-    """The KeyStore of a running gateway: keys checked against the database, each answer (unknown
-    keys included) trusted for `ttl` seconds so the per-request cost is a dict lookup.
+Lookup = Callable[[str], Awaitable[Caller | None]]
 
-    While the database is unreachable, a key it has answered for before keeps its last answer;
-    only a key never seen gets a 503."""
+
+class KeyCache:
+    """What a running gateway knows of keys: each database answer trusted for `ttl` seconds, so the
+    per-request cost is a dict lookup.
+
+    Valid keys and unknown ones are kept apart, each bounded and evicting its least recently used
+    entry: a flood of made-up keys cycles through the small cache of unknown keys and never
+    pushes out a valid key. A string that cannot be a key of ours (`looks_like_key`) is refused
+    without asking the database or taking a place in either cache. While the database is
+    unreachable, a key it has answered for before keeps its last answer; only a key never seen
+    gets a 503."""
 
     LOOKUP_TIMEOUT = 3.0  # seconds a request may wait for the database to check its key
-    MAX_ENTRIES = 100_000  # bounds the cache against floods of made-up keys
 
-    def __init__(self, engine: AsyncEngine, ttl: float) -> None:
-        self._engine = engine
+    def __init__(self, lookup: Lookup, ttl: float, *, max_known: int = 100_000, max_unknown: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._lookup = lookup
         self._ttl = ttl
-        self._cache: dict[str, _Cached] = {}
+        self._clock = clock
+        self._known: OrderedDict[str, _Cached] = OrderedDict()  # digest -> a valid key's caller
+        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown or revoked)
+        self._limits = {id(self._known): max_known, id(self._unknown): max_unknown}
         # One lookup per digest at a time: a burst of requests with a cold key asks the database once.
         self._lookups: dict[str, asyncio.Task[Caller | None]] = {}
 
     async def caller(self, key: str) -> Caller | None:
+        if not looks_like_key(key):
+            return None
         key_digest = digest(key)
-        cached = self._cache.get(key_digest)
-        if cached is not None and cached.expires > time.monotonic():
+        cached = self._known.get(key_digest) or self._unknown.get(key_digest)
+        if cached is not None and cached.expires > self._clock():
+            if cached.caller is not None:
+                self._known.move_to_end(key_digest)
             return cached.caller
         lookup = self._lookups.get(key_digest)
         if lookup is None:
@@ -219,27 +244,40 @@ class DatabaseKeyStore:
             log.warning("database unavailable (%s): cannot check an API key", _reason(exc))
             raise StorageUnavailable("cannot check the API key: the gateway's database is unavailable",
                                      code="database_unavailable") from None
-        if len(self._cache) >= self.MAX_ENTRIES:
-            self._cache.clear()
-        self._cache[key_digest] = _Cached(caller, time.monotonic() + self._ttl)
+        self._known.pop(key_digest, None)
+        self._unknown.pop(key_digest, None)
+        self._remember(self._known if caller is not None else self._unknown, key_digest, caller)
         return caller
+
+    def _remember(self, cache: OrderedDict[str, _Cached], key_digest: str, caller: Caller | None) -> None:
+        cache[key_digest] = _Cached(caller, self._clock() + self._ttl)
+        if len(cache) > self._limits[id(cache)]:
+            cache.popitem(last=False)
 
     def _looked_up(self, key_digest: str, lookup: asyncio.Task[Caller | None]) -> None:
         self._lookups.pop(key_digest, None)
         if not lookup.cancelled():
             lookup.exception()  # retrieved here so that a lookup every waiter gave up on is not reported
 
-    async def _lookup(self, key_digest: str) -> Caller | None:
-        query = (
-            select(api_keys.c.id, key_accounts.c.account_id)
-            .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
-            .where(api_keys.c.digest == key_digest, api_keys.c.revoked_at.is_(None))
-        )
-        async with self._engine.connect() as connection:
-            rows = (await connection.execute(query)).all()
-        if not rows:
-            return None
-        return Caller(rows[0].id, frozenset(r.account_id for r in rows))
+
+class DatabaseKeyStore(KeyCache):
+    """The KeyStore of a running gateway: a KeyCache in front of the database."""
+
+    def __init__(self, engine: AsyncEngine, ttl: float) -> None:
+        super().__init__(functools.partial(_lookup, engine), ttl)
+
+
+async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
+    query = (
+        select(api_keys.c.id, key_accounts.c.account_id)
+        .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
+        .where(api_keys.c.digest == key_digest, api_keys.c.revoked_at.is_(None))
+    )
+    async with engine.connect() as connection:
+        rows = (await connection.execute(query)).all()
+    if not rows:
+        return None
+    return Caller(rows[0].id, frozenset(r.account_id for r in rows))
 
 
 def _reason(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ process and of the machine, and readers (key lookups, usage reports) never wait 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,7 +54,7 @@ def connect(url: str) -> AsyncEngine:
     """An engine for `url` (no connection is made yet)."""
     parsed = engine_url(url)
     if parsed.get_backend_name() == "sqlite":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(parsed.database))
         engine = create_async_engine(parsed, pool_pre_ping=True)
         _sqlite_events(engine)
         return engine
@@ -62,6 +63,17 @@ def connect(url: str) -> AsyncEngine:
         pool_pre_ping=True,  # a connection broken by a database restart is replaced, not used
         connect_args={"timeout": PG_CONNECT_TIMEOUT, "server_settings": {"application_name": "completions-gateway"}},
     )
+
+
+def _private_file(path: Path) -> None:
+    """Create the database file, and its directory, readable by the gateway's user only: they hold
+    key digests and billing data. (SQLite gives its -wal and -shm files the same permissions.)
+    Files and directories that exist already keep the permissions their owner chose."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _sqlite_events(engine: AsyncEngine) -> None:

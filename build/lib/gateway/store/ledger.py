@@ -1,22 +1,19 @@
 """The usage ledger: one row per completion request that reached a vendor, written off the
-request's path by one background writer per process.
-
-A handler opens a `Meter` per request, names the vendor call it makes, tells it what text went to
-the client, and closes it with the vendor's usage (`finish`), with what went wrong (`fail`) or
-because the client left (`left`). Without usage from the vendor the meter estimates it: every
-prompt sent plus the text delivered so far, counted with a tokenizer (store/tokens.py) in a
-worker thread, and the row says `estimated`.
+request's path by one background writer per process. Rows come from each request's meter
+(store/meter.py).
 
 Durability, in the order things can go wrong:
 - Rows wait in memory until the writer commits them. The writer commits everything pending in
-  one statement (group commit), at most every COMMIT_INTERVAL (50 ms), so a hard kill (SIGKILL,
-  OOM) loses only the rows answered since the last commit began — tens of milliseconds of traffic
-  (tests/test_ledger_durability.py measures it).
+  one statement (group commit), at most every COMMIT_INTERVAL, so a hard kill (SIGKILL,
+  OOM) loses only the rows answered since the last commit began (README, "Storage", says how
+  much; tests/test_ledger_durability.py measures it).
 - A failing database does not fail requests: rows stay in memory and the writer retries with
   backoff, /readyz reports `degraded`, and the log says why. Past `ledger_buffer_rows` waiting
   rows, each further row is logged at ERROR in full (JSON; no key, only the key's id) and dropped.
-- A row the database refuses outright (not an outage) is logged in full and dropped, so that it
-  cannot block the rows behind it.
+- A row the database refuses for what it holds (not an outage: the database still answers) is
+  kept whole in the `ledger_rejects` table and logged in full, so that it never blocks the rows
+  behind it; `rejected_rows` counts them. Values a column cannot hold are caught before the
+  database is asked.
 - Graceful shutdown (SIGTERM): once the server has finished its requests, `close()` writes every
   pending row, retrying for up to CLOSE_TIMEOUT seconds; a row still unwritten is logged in full.
 Rows are keyed by request id and inserted with ON CONFLICT DO NOTHING, so a batch retried after an
@@ -32,142 +29,19 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Insert, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.core.completion import Attempt, Choice, Usage
-from gateway.core.errors import GatewayError, VendorTimeout
-from gateway.store import database, tokens
-from gateway.store.tables import ledger
+from gateway.store import database
+from gateway.store.meter import Estimate, Meter
+from gateway.store.tables import ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
-
-# What became of a request.
-COMPLETED = "completed"  # the vendor finished its answer
-CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
-VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
-TIMEOUT = "timeout"  # the vendor did not answer in time
-GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
-
-
-def outcome_of(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-        return CLIENT_DISCONNECTED
-    if isinstance(exc, VendorTimeout):
-        return TIMEOUT
-    if isinstance(exc, GatewayError) and exc.vendor:
-        return VENDOR_ERROR
-    return GATEWAY_ERROR
-
-
-@dataclass(slots=True)
-class _Estimate:
-    count: Callable[[str], int]
-    prompts: list[str]  # each prompt as often as it was sent to the vendor
-    sent: list[str]  # the text delivered per choice
-
-    def tokens(self) -> tuple[int, int]:
-        return sum(map(self.count, self.prompts)), sum(map(self.count, self.sent))
-
-
-class Meter:
-    """One request's way into the ledger, opened as the request starts. The handler names each
-    vendor call it makes (`trying`), reports the text sent, and closes the meter exactly once:
-    `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
-    away. A request that never reached a vendor (refused by the gateway) records nothing."""
-
-    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
-
-    def __init__(self, ledger_: Ledger, request_id: str, account_id: str, key_id: str) -> None:
-        self._ledger = ledger_
-        self._attempt: Attempt | None = None
-        self._requested: str | None = None  # the first model tried is the one the client asked for
-        self._clock = time.monotonic()
-        self._first_text: float | None = None
-        self._sent: dict[int, list[str]] = {}
-        self._closed = False
-        self._row: dict[str, Any] = {
-            "request_id": request_id,
-            "account_id": account_id,
-            "key_id": key_id,
-            "started_at": datetime.now(UTC),
-        }
-
-    def trying(self, attempt: Attempt) -> None:
-        """Vendor calls are made for `attempt` (a fallback replaces the model tried before it)."""
-        self._attempt = attempt
-        if self._requested is None:
-            self._requested = attempt.model
-
-    def sent(self, choices: Iterable[Choice]) -> None:
-        """Text went to the client: the first time is the time to first token, and all of it is
-        what an estimate counts if the vendor's usage never comes."""
-        for choice in choices:
-            if choice.text:
-                if self._first_text is None:
-                    self._first_text = time.monotonic()
-                self._sent.setdefault(choice.index, []).append(choice.text)
-
-    def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
-        """The request completed; `choices` is a plain (non-stream) answer's text."""
-        self.sent(choices)
-        self._close(COMPLETED, usage)
-
-    def fail(self, exc: BaseException) -> None:
-        self._close(outcome_of(exc), None)
-
-    def left(self) -> None:
-        """The client went away (or the response ended before the stream did)."""
-        self._close(CLIENT_DISCONNECTED, None)
-
-    def _close(self, outcome: str, usage: Usage | None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        attempt = self._attempt
-        if attempt is None:
-            return
-        row = self._row
-        row |= {
-            "vendor": attempt.vendor,
-            "model": attempt.model,
-            "fallback_from": self._requested if self._requested != attempt.model else None,
-            "streamed": attempt.streamed,
-            "end_user": attempt.end_user,
-            "outcome": outcome,
-            "ended_at": datetime.now(UTC),
-            "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
-        }
-        if usage is not None:
-            row |= {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-                "cached_tokens": _detail(usage.prompt_tokens_details, "cached_tokens"),
-                "reasoning_tokens": _detail(usage.completion_tokens_details, "reasoning_tokens"),
-                "estimated": usage.estimated,
-            }
-            self._ledger.add(row)
-            return
-        estimate = _Estimate(
-            count=tokens.counter(attempt.model, attempt.count_tokens),
-            prompts=list(attempt.prompts_sent),
-            sent=["".join(pieces) for pieces in self._sent.values()],
-        )
-        row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
-        self._ledger.estimate(row, estimate)
-
-
-def _detail(details: dict[str, Any] | None, name: str) -> int | None:
-    value = (details or {}).get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
 
 class Ledger:
     BATCH_ROWS = 500  # rows per INSERT statement; a commit takes everything pending
@@ -176,17 +50,23 @@ class Ledger:
     # A commit that hangs (a database that stopped answering) counts as failed after this long:
     # retried like any failure, and visible in readiness. Retrying is safe (ON CONFLICT DO NOTHING).
     WRITE_TIMEOUT = 15.0
-    # At most one commit per this many seconds. A commit costs the event loop about a millisecond
-    # of CPU (SQLAlchemy's async path), so committing each row as it comes taxed every request at
+    # At most one commit per this many seconds. A commit costs the event loop noticeable CPU
+    # (SQLAlchemy's async path), so committing each row as it comes taxed every request at
     # low concurrency; rows that arrive meanwhile join the next batch. It adds at most this much
     # to the loss window of a hard kill (SIGTERM loses nothing).
     COMMIT_INTERVAL = 0.05
+    # Counting an estimate's tokens is linear in the text (store/tokens.py), but the local model's
+    # tokenizer is a service that may stall: past this, the row is estimated by its length.
+    ESTIMATE_TIMEOUT = 10.0
+    PROBE_TIMEOUT = 3.0  # seconds for the database to answer "are you there?" after a failed write
 
     def __init__(self, engine: AsyncEngine, max_pending: int) -> None:
         self._engine = engine
         self._max_pending = max_pending
         self._pending: deque[dict[str, Any]] = deque()
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # set while nothing waits for the writer
+        self._drained.set()
         self._counting: set[asyncio.Task[None]] = set()
         self._writer: asyncio.Task[None] | None = None
         self._connection: AsyncConnection | None = None  # the writer's own
@@ -195,6 +75,7 @@ class Ledger:
         self._closed = False
         self._failing_since: float | None = None
         self._failure = ""
+        self.rejected_rows = 0  # rows the database refused since start, kept in ledger_rejects
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         self._insert = dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
 
@@ -203,6 +84,15 @@ class Ledger:
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_forever(), name="ledger-writer")
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows waiting for the writer (in memory; the database has not taken them yet)."""
+        return len(self._pending)
+
+    async def drained(self) -> None:
+        """Until the writer has written (or set aside) every row added so far."""
+        await self._drained.wait()
 
     def not_ready(self) -> str | None:
         """None while rows are being written, else what is wrong (shown by /readyz)."""
@@ -220,21 +110,24 @@ class Ledger:
             _lost(f"{len(self._pending)} rows already wait for the database (ledger_buffer_rows)", row)
         else:
             self._pending.append(_clean(row))
+            self._drained.clear()
             self._wake.set()
 
-    def estimate(self, row: dict[str, Any], estimate: _Estimate) -> None:
+    def estimate(self, row: dict[str, Any], estimate: Estimate) -> None:
         """Count the tokens in a worker thread (a long prompt takes a pure-Python tokenizer a
         while), then add the row."""
         task = asyncio.get_running_loop().create_task(self._count(row, estimate))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 
-    async def _count(self, row: dict[str, Any], estimate: _Estimate) -> None:
+    async def _count(self, row: dict[str, Any], estimate: Estimate) -> None:
         try:
-            prompt, completion = await asyncio.to_thread(estimate.tokens)
-        except Exception:
-            log.exception("counting tokens for %s failed; its row records 0 tokens", row["request_id"])
-            prompt = completion = 0
+            async with asyncio.timeout(self.ESTIMATE_TIMEOUT):
+                prompt, completion = await asyncio.to_thread(estimate.tokens)
+        except Exception as exc:  # too slow (a tokenizer's own service stalling), or failed
+            log.warning("counting tokens for %s failed (%s); its row is estimated at four characters a token",
+                        row["request_id"], _reason(exc))
+            prompt, completion = estimate.rough()
         self.add(row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 
     async def close(self) -> None:
@@ -255,6 +148,7 @@ class Ledger:
         delay = self.RETRY_FIRST
         while True:
             if not self._pending:
+                self._drained.set()
                 if self._closing:
                     return
                 self._wake.clear()
@@ -282,35 +176,70 @@ class Ledger:
                 await asyncio.sleep(self.COMMIT_INTERVAL - (time.monotonic() - started))
 
     async def _write(self, rows: list[dict[str, Any]]) -> None:
+        """Insert `rows`, setting aside (`_reject`) each row the database refuses for what it holds.
+        Raises when the database is away: the writer then retries the whole batch later."""
+        checked = [(row, _invalid(row)) for row in rows]
+        refused = [(row, why) for row, why in checked if why]
+        rows = [row for row, why in checked if not why]
         try:
-            await self._insert_rows(rows)
-            return
+            if rows:
+                await self._insert_rows(rows)
+            rows = []
         except Exception as exc:
-            if not _refused(exc):
+            if not _refused(exc) and not await self._database_answers():
                 raise  # the database is away: the writer retries the batch
-            refused = exc
-        if len(rows) == 1:
-            _lost(f"the database refused it ({_reason(refused)})", rows[0])
-            return
-        # Some row is refused for what it is: write them one by one so that only that row is set
-        # aside (an outage meanwhile raises, and the whole batch is retried).
+            # The database is there, so something in the batch is refused for what it is: write
+            # the rows one by one and set aside only the ones refused (an outage meanwhile raises,
+            # and the whole batch is retried; rows written already are not written twice).
         for row in rows:
             try:
                 await self._insert_rows([row])
             except Exception as exc:
-                if not _refused(exc):
+                if not _refused(exc) and not await self._database_answers():
                     raise
-                _lost(f"the database refused it ({_reason(exc)})", row)
+                refused.append((row, _reason(exc)))
+        if refused:
+            await self._reject(refused)
+
+    async def _database_answers(self) -> bool:
+        """Whether the database answers at all, on a connection of its own (a refused row's
+        error and an outage's can look alike: asyncpg reports both as DBAPIError)."""
+        try:
+            async with asyncio.timeout(self.PROBE_TIMEOUT), self._engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    async def _reject(self, refused: list[tuple[dict[str, Any], str]]) -> None:
+        """Keep refused rows in `ledger_rejects`, whole, as JSON: a row no longer blocks the ones
+        behind it, and what it billed can still be found and replayed. Logged in full as well."""
+        now = datetime.now(UTC)
+        self.rejected_rows += len(refused)
+        entries = [{"request_id": str(row.get("request_id"))[:64], "reason": why, "row": _json(row), "rejected_at": now}
+                   for row, why in refused]
+        for row, why in refused:
+            log.error("ledger row refused by the database (%s), kept in ledger_rejects: %s", why, _json(row))
+        try:
+            await self._insert_into(ledger_rejects, entries)
+        except Exception as exc:
+            for row, why in refused:
+                _lost(f"refused ({why}); ledger_rejects failed too ({_reason(exc)})", row)
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> None:
+        await self._insert_into(self._insert, rows)
+
+    async def _insert_into(self, statement: Any, rows: list[dict[str, Any]]) -> None:
         # The writer keeps its own connection between commits: a pool checkout (with its ping)
         # and return (with its rollback) around each batch would double a commit's round trips,
         # and the loss window on a hard kill is a commit long.
         if self._connection is None:
             self._connection = await database.write_connection(self._engine)
+        if not isinstance(statement, Insert):
+            statement = insert(statement)
         try:
             async with asyncio.timeout(self.WRITE_TIMEOUT), self._connection.begin():
-                await self._connection.execute(self._insert, rows)
+                await self._connection.execute(statement, rows)
         except Exception as exc:
             if not _refused(exc):  # the connection may be broken: the next attempt opens a new one
                 await self._drop_connection()
@@ -340,6 +269,27 @@ def _refused(exc: Exception) -> bool:
     return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)  # failed binding a value
 
 
+# Token counts must fit the columns (BIGINT); the adapters already refuse a vendor's nonsense.
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "reasoning_tokens")
+_MAX_COUNT = 2**63 - 1
+
+
+def _invalid(row: dict[str, Any]) -> str | None:
+    """Why the database would refuse `row` for its values, found before it is asked (SQLite's
+    driver raises OverflowError on a large integer instead of an error of the row)."""
+    for name in _COUNTS:
+        value = row.get(name)
+        if value is None and name in ("cached_tokens", "reasoning_tokens"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_COUNT:
+            return f"{name} is not a token count: {str(value)[:40]}"
+    return None
+
+
+def _json(row: dict[str, Any]) -> str:
+    return json.dumps(row, default=str, sort_keys=True)
+
+
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     # PostgreSQL text cannot hold NUL, and the model name and `user` come from the client: one
     # such row would otherwise be refused. Replaced on both databases, so both keep the same text.
@@ -351,7 +301,7 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lost(why: str, row: dict[str, Any]) -> None:
-    log.error("ledger row NOT written (%s): %s", why, json.dumps(row, default=str, sort_keys=True))
+    log.error("ledger row NOT written (%s): %s", why, _json(row))
 
 
 def _reason(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -89,11 +90,11 @@ ledger = Table(
     Column("vendor", Text, nullable=False),
     Column("model", Text, nullable=False),  # the model that answered: "vendor/name"
     Column("fallback_from", Text, nullable=True),  # the model the client asked for, when a fallback answered
-    Column("prompt_tokens", Integer, nullable=False),
-    Column("completion_tokens", Integer, nullable=False),
-    Column("total_tokens", Integer, nullable=False),
-    Column("cached_tokens", Integer, nullable=True),  # null: the vendor did not say
-    Column("reasoning_tokens", Integer, nullable=True),  # null: the vendor did not say
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("total_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=True),  # null: the vendor did not say
+    Column("reasoning_tokens", BigInteger, nullable=True),  # null: the vendor did not say
     Column("estimated", Boolean, nullable=False),  # counted by the gateway, not reported by the vendor
     Column("outcome", String(32), nullable=False),
     Column("streamed", Boolean, nullable=False),
@@ -103,4 +104,16 @@ ledger = Table(
     Column("ttft_ms", Float, nullable=True),  # streams only: until the first text was sent
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
+)
+
+# Ledger rows the database refused for what they hold (not for being away): kept whole, as JSON, so
+# that one bad row never blocks the rows behind it and nothing billed is silently lost.
+ledger_rejects = Table(
+    "ledger_rejects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("request_id", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("row", Text, nullable=False),  # the row as JSON
+    Column("rejected_at", UTCDateTime, nullable=False),
 )

@@ -151,7 +151,7 @@ class LocalAdapter:
 
     async def close(self) -> None:
         if self._loading is not None:
-            await self._loading  # a load cannot be interrupted; it takes about half a second
+            await self._loading  # a load cannot be interrupted; a small model's is short
         await self._engine.close()
 
     def count_tokens(self, model: str, text: str) -> int:

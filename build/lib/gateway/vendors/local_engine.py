@@ -90,7 +90,7 @@ class Engine:
         self._threads = ThreadPoolExecutor(options.parallel, thread_name_prefix="local-engine")
 
     def load(self) -> None:
-        """Load the model and start the engine. Blocks (~0.5 s for SmolLM2): run it on a thread."""
+        """Load the model and start the engine. Blocks while the model loads: run it on a thread."""
         params = engine_params(self.options)
         key = secrets.token_urlsafe(24)
         params.api_keys = [key]

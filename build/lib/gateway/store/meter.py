@@ -1,0 +1,166 @@
+"""A request's meter: how one completion request becomes one ledger row.
+
+A handler opens a `Meter` per request (`Ledger.meter`), names the vendor calls it makes
+(`trying`, with the planner's `Attempt`), tells it what text went to the client, and closes it
+with the vendor's usage (`finish`), with what went wrong (`fail`) or because the client left
+(`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text
+delivered so far, counted with a tokenizer (store/tokens.py) in a worker thread, never more than
+could have been read or generated, and the row says `estimated`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
+from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
+from gateway.store import tokens
+
+
+class Sink(Protocol):
+    """Where a meter's row goes (the Ledger)."""
+
+    def add(self, row: dict[str, Any]) -> None: ...
+
+    def estimate(self, row: dict[str, Any], estimate: Estimate) -> None: ...
+
+
+# What became of a request.
+COMPLETED = "completed"  # the vendor finished its answer
+CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
+VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
+TIMEOUT = "timeout"  # the vendor did not answer in time
+GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
+
+
+def outcome_of(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit | ClientDisconnected):
+        return CLIENT_DISCONNECTED
+    if isinstance(exc, VendorTimeout):
+        return TIMEOUT
+    if isinstance(exc, GatewayError) and exc.vendor:
+        return VENDOR_ERROR
+    return GATEWAY_ERROR
+
+
+@dataclass(slots=True)
+class Estimate:
+    count: Callable[[str], int]  # store/tokens.py: linear in the text, whatever the text
+    prompts: list[str]  # each prompt as often as it was sent to the vendor
+    sent: list[str]  # the text delivered per choice
+    max_completion: int | None  # the most the vendor calls could have generated
+
+    def tokens(self) -> tuple[int, int]:
+        return self._bounded(self.count)
+
+    def rough(self) -> tuple[int, int]:
+        """The estimate of last resort, when counting did not finish in time."""
+        return self._bounded(lambda text: rough_tokens(len(text)))
+
+    def _bounded(self, count: Callable[[str], int]) -> tuple[int, int]:
+        # A token covers at least one byte, and a completion no more than was asked for: an
+        # estimate never bills more than could have been read or generated.
+        prompt = sum(min(count(text), len(text.encode())) for text in self.prompts)
+        completion = sum(min(count(text), len(text.encode())) for text in self.sent)
+        if self.max_completion is not None:
+            completion = min(completion, self.max_completion)
+        return prompt, completion
+
+
+class Meter:
+    """One request's way into the ledger, opened as the request starts. The handler names each
+    vendor call it makes (`trying`), reports the text sent, and closes the meter exactly once:
+    `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
+    away. A request that never reached a vendor (refused by the gateway) records nothing."""
+
+    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
+
+    def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
+        self._ledger = ledger_
+        self._attempt: Attempt | None = None
+        self._requested: str | None = None  # the first model tried is the one the client asked for
+        self._clock = time.monotonic()
+        self._first_text: float | None = None
+        self._sent: dict[int, list[str]] = {}
+        self._closed = False
+        self._row: dict[str, Any] = {
+            "request_id": request_id,
+            "account_id": account_id,
+            "key_id": key_id,
+            "started_at": datetime.now(UTC),
+        }
+
+    def trying(self, attempt: Attempt) -> None:
+        """Vendor calls are made for `attempt` (a fallback replaces the model tried before it)."""
+        self._attempt = attempt
+        if self._requested is None:
+            self._requested = attempt.model
+
+    def sent(self, choices: Iterable[Choice]) -> None:
+        """Text went to the client: the first time is the time to first token, and all of it is
+        what an estimate counts if the vendor's usage never comes."""
+        for choice in choices:
+            if choice.text:
+                if self._first_text is None:
+                    self._first_text = time.monotonic()
+                self._sent.setdefault(choice.index, []).append(choice.text)
+
+    def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
+        """The request completed; `choices` is a plain (non-stream) answer's text."""
+        self.sent(choices)
+        self._close(COMPLETED, usage)
+
+    def fail(self, exc: BaseException) -> None:
+        self._close(outcome_of(exc), None)
+
+    def left(self) -> None:
+        """The client went away (or the response ended before the stream did)."""
+        self._close(CLIENT_DISCONNECTED, None)
+
+    def _close(self, outcome: str, usage: Usage | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        attempt = self._attempt
+        if attempt is None:
+            return
+        row = self._row
+        row |= {
+            "vendor": attempt.vendor,
+            "model": attempt.model,
+            "fallback_from": self._requested if self._requested != attempt.model else None,
+            "streamed": attempt.streamed,
+            "end_user": attempt.end_user,
+            "outcome": outcome,
+            "ended_at": datetime.now(UTC),
+            "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
+        }
+        if usage is not None:
+            row |= {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+                "cached_tokens": _detail(usage.prompt_tokens_details, "cached_tokens"),
+                "reasoning_tokens": _detail(usage.completion_tokens_details, "reasoning_tokens"),
+                "estimated": usage.estimated,
+            }
+            self._ledger.add(row)
+            return
+        estimate = Estimate(
+            count=tokens.counter(attempt.model, attempt.count_tokens),
+            prompts=list(attempt.prompts_sent),
+            sent=["".join(pieces) for pieces in self._sent.values()],
+            max_completion=attempt.max_completion_tokens,
+        )
+        row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
+        self._ledger.estimate(row, estimate)
+
+
+def _detail(details: dict[str, Any] | None, name: str) -> int | None:
+    value = (details or {}).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
