@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -26,9 +27,16 @@ def test_the_packaged_contract_is_openapi_json():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built from a copy of what it is built from (setuptools writes
+    build/ and egg-info beside the sources: not in the checkout)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("gateway", "handlers", "generated"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (found,) = out.glob("completions_gateway-*.whl")
     return found
 
