@@ -12,12 +12,15 @@ async def live(request: HandlerRequest) -> JSONResponse:
 
 
 async def ready(request: HandlerRequest) -> JSONResponse:
+    """The status for anyone (load balancers send no key); what each check says, only to a caller
+    with a valid key: it can name the database and quote its errors."""
     services = request.services
     problems = services.registry.not_ready()
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.
     # Taking every gateway sharing that database out of the load balancer would turn it into an outage.
     database = services.ledger.not_ready()
-    checks = {name: "ok" for name in services.registry.names()} | problems | {"database": database or "ok"}
-    if problems:
-        return JSONResponse({"status": "starting", "checks": checks}, status_code=503)
-    return JSONResponse({"status": "degraded" if database else "ok", "checks": checks})
+    status, code = ("starting", 503) if problems else ("degraded" if database else "ok", 200)
+    body: dict = {"status": status}
+    if request.caller_or_none is not None:
+        body["checks"] = {name: "ok" for name in services.registry.names()} | problems | {"database": database or "ok"}
+    return JSONResponse(body, status_code=code)

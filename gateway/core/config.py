@@ -99,6 +99,14 @@ class Settings(_Frozen):
     body_timeout: PositiveFloat = 30.0  # seconds for a client to send its request body (then 408)
     send_timeout: PositiveFloat = 60.0  # seconds a stream waits for a client that does not read (then dropped)
     header_timeout: PositiveFloat = 15.0  # seconds for a new connection to send its request headers
+    # Bytes of one request's head (request line and headers); beyond it, 431 and the connection closed.
+    max_header_bytes: PositiveInt = 64 << 10
+    # Seconds a connection may stay open with no request in progress (an idle keep-alive connection, or
+    # one still trickling the unread body of a request already answered); then it is closed.
+    keep_alive_timeout: PositiveFloat = 5.0
+    # Seconds SIGTERM gives requests in flight to finish; a request still waiting for its vendor then
+    # is answered 503 (a stream ends with an error event).
+    shutdown_timeout: PositiveFloat = 30.0
     # Response validation against openapi.json: on in tests, off in production (it halves
     # throughput and turns every stream into a buffered body).
     validate_responses: bool = False

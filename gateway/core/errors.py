@@ -14,6 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+# How much of a client-supplied value (an account id, a header, a key name) an error message repeats:
+# enough to recognise it, never enough to turn an error into an amplifier of what the client sent.
+ECHO_LIMIT = 100
+
+
+def clip(value: str, limit: int = ECHO_LIMIT) -> str:
+    """`value` for an error message: cut to `limit` characters, with an ellipsis when cut."""
+    return value if len(value) <= limit else value[:limit] + "…"
+
 
 class ConfigError(Exception):
     """The gateway's configuration is wrong; raised at start-up, never during a request."""
@@ -134,6 +143,13 @@ class UnsupportedMediaType(GatewayError):
     type = "invalid_request_error"
 
 
+class HeaderFieldsTooLarge(GatewayError):
+    """The request's head (request line and headers) is over the configured limit."""
+
+    status = 431
+    type = "invalid_request_error"
+
+
 class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
@@ -172,6 +188,15 @@ class VendorNotReady(GatewayError):
 
 class StorageUnavailable(GatewayError):
     """The gateway's own database cannot answer (checking a new key, reading usage)."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
+class ShuttingDown(GatewayError):
+    """The gateway stopped before this request could be answered: another instance (or this one,
+    restarted) can serve it."""
 
     status = 503
     type = "overloaded_error"

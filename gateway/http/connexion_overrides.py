@@ -21,7 +21,6 @@ upgrade that removes a hook fails loudly at once instead of misbehaving later.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -29,6 +28,7 @@ from typing import Any
 
 from connexion.apps.abstract import AbstractApp
 from connexion.apps.asynchronous import AsyncApi, AsyncApp, AsyncASGIApp
+from connexion.exceptions import UnsupportedMediaTypeProblem
 from connexion.lifecycle import ConnexionRequest
 from connexion.middleware.request_validation import (
     RequestValidationAPI,
@@ -41,6 +41,8 @@ from connexion.spec import OpenAPISpecification
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.core.errors import UnsupportedMediaType, clip
+from gateway.http import hooks
 from gateway.http.context import HandlerRequest
 
 log = logging.getLogger("gateway")
@@ -49,8 +51,7 @@ CONNEXION_VERSION = "3.3.0"
 Handler = Callable[[HandlerRequest], Awaitable[Response]]
 KeyCheck = Callable[[ConnexionRequest, str, Any], Awaitable[dict[str, Any]]]
 
-# (owner, private attribute) pairs this module relies on; an instance attribute is checked on a
-# class that sets it in __init__ by reading the source of that __init__.
+# (owner, private attribute) pairs this module relies on (checked by gateway/http/hooks.py).
 _HOOKS: tuple[tuple[Any, str], ...] = (
     (AbstractApp, "__init__"),  # DirectCallApp runs it after setting its own _middleware_app
     (AsyncApp, "_middleware_app"),
@@ -76,17 +77,7 @@ class ConnexionHookMissing(RuntimeError):
 
 def check_hooks() -> None:
     """Fail when a private Connexion hook used here is gone; warn when the version differs."""
-    missing = []
-    for owner, name in _HOOKS:
-        if hasattr(owner, name):
-            continue
-        # Instance attributes only exist once __init__ ran: look for their assignment.
-        try:
-            assigned = f"self.{name}" in inspect.getsource(owner.__init__)
-        except (OSError, TypeError):  # an __init__ without Python source (object's own)
-            assigned = False
-        if not assigned:
-            missing.append(f"{owner.__module__}.{owner.__qualname__}.{name}")
+    missing = hooks.missing(_HOOKS)
     if missing:
         raise ConnexionHookMissing(
             f"Connexion {version('connexion')} lacks what gateway/http/connexion_overrides.py relies on "
@@ -148,7 +139,11 @@ class _PreparedValidation(RequestValidationOperation):
             return self._bodies[mime_type]
         except KeyError:
             pass
-        self.validate_mime_type(mime_type)  # 415 unless the operation consumes it: the cache stays small
+        try:
+            self.validate_mime_type(mime_type)  # 415 unless the operation consumes it: the cache stays small
+        except UnsupportedMediaTypeProblem:
+            raise UnsupportedMediaType(f"content-type '{clip(mime_type)}' is not accepted here; send "
+                                       f"{' or '.join(self._operation.consumes)}") from None
         op = self._operation
         validator = None
         schema = op.body_schema(mime_type)
@@ -169,11 +164,19 @@ class _PreparedValidation(RequestValidationOperation):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._parameters.validate(scope)
+        if self._operation.request_body and not _has_content_type(scope):
+            # Connexion would take the first media type the operation consumes.
+            raise UnsupportedMediaType(f"a request body needs a content-type header: "
+                                       f"{' or '.join(self._operation.consumes)}", code="content_type_missing")
         mime_type, _ = self.extract_content_type(scope["headers"])
         validator = self._body_validator(mime_type.lower())
         if validator is not None:
             receive, scope = await validator.wrap_receive(receive, scope=scope)
         await self.next_app(scope, receive, send)
+
+
+def _has_content_type(scope: Scope) -> bool:
+    return any(name == b"content-type" for name, _ in scope["headers"])
 
 
 class _PreparedValidationAPI(RequestValidationAPI):

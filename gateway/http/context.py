@@ -82,6 +82,12 @@ class HandlerRequest:
         return self.scope["extensions"]["connexion_context"]["token_info"][CALLER_KEY]
 
     @property
+    def caller_or_none(self) -> Caller | None:
+        """The caller on an operation whose key is optional (`{}` among its security
+        requirements): None when no valid key came with the request."""
+        return self.scope["extensions"]["connexion_context"]["token_info"].get(CALLER_KEY)
+
+    @property
     def services(self) -> Services:
         return self.scope["state"]["services"]
 

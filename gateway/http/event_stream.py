@@ -10,12 +10,15 @@ raw clients still see a `data: [DONE]` line. A failure after the headers went ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from gateway.core.errors import ShuttingDown
 
 DONE = b"event: done\ndata: [DONE]\n\n"
 
@@ -38,6 +41,8 @@ class EventStreamResponse(StreamingResponse):
     await in the producer's clean-up (closing the vendor connection, recording usage); plain
     asyncio cancellation is delivered once. A client that stops reading is dropped after
     `send_timeout` seconds instead of pinning the vendor call. `source.aclose()` always runs.
+    A stream cancelled from outside (the server's graceful shutdown period is over) ends with an
+    error event and the usual end, not a cut.
     """
 
     media_type = "text/event-stream"
@@ -46,8 +51,17 @@ class EventStreamResponse(StreamingResponse):
         super().__init__(source, headers=headers)  # StreamingResponse sets no Content-Length
         self.source = source
         self.send_timeout = send_timeout
+        self._open = False  # headers sent, end not yet sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._serve(receive, send)
+        except asyncio.CancelledError:
+            if self._open:  # the producer was stopped at an await, between two whole events
+                await self._end_stopped(send)
+            raise
+
+    async def _serve(self, receive: Receive, send: Send) -> None:
         producer = asyncio.create_task(self._produce(send))
         watcher = asyncio.create_task(_wait_for_disconnect(receive))
         try:
@@ -64,10 +78,20 @@ class EventStreamResponse(StreamingResponse):
 
     async def _produce(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        self._open = True
         async for data in self.source:
             async with asyncio.timeout(self.send_timeout):
                 await send({"type": "http.response.body", "body": data, "more_body": True})
+        self._open = False
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _end_stopped(self, send: Send) -> None:
+        stopped = ShuttingDown("the gateway is shutting down; the stream was stopped before its end",
+                               code="shutting_down")
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(self.send_timeout):
+                await send({"type": "http.response.body", "body": event(stopped.body()) + DONE, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

@@ -9,6 +9,10 @@ lists every problem in the spec's `HTTPValidationError` shape.
 
 The parsed body is left in the ASGI scope (`BODY_KEY`) so the operation does not parse it again.
 
+Nesting is capped (`MAX_DEPTH`) between parsing and validation: orjson refuses more than 1024
+levels by itself, but jsonschema-rs raises "Recursion limit reached" when it converts a value
+nested more than 255 levels, and that must be a 422 like any other bad body, at any depth.
+
 Query, header and path parameters get the same treatment (ParameterValidator): Connexion's own
 builds a Draft 4 validator per parameter per request and answers the first problem as a 400;
 ours uses cached Draft 2020-12 validators that also check `format` (e.g. `date-time`) and
@@ -27,8 +31,12 @@ from connexion.lifecycle import ConnexionRequest
 from connexion.validators import AbstractRequestBodyValidator
 from starlette.types import Receive, Scope
 
-from gateway.core.errors import PayloadTooLarge, RequestTimeout, ValidationFailed
+from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
 from gateway.http.context import BODY_KEY
+
+# Levels of JSON nesting a body may have: the contract's deepest value (a list of prompts inside
+# the body) is two, and far below what jsonschema-rs can convert.
+MAX_DEPTH = 32
 
 # jsonschema keyword -> the error `type` FastAPI/pydantic clients already know.
 _ERROR_TYPES = {
@@ -96,22 +104,37 @@ def _entries(error: jsonschema_rs.ValidationError, root: Any, where: tuple[str, 
     if keyword == "required":
         return [{"loc": [*loc, kind.property], "msg": "Field required", "type": "missing"}]
     if keyword == "additionalProperties":
-        return [{"loc": [*loc, name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+        return [{"loc": [*loc, clip(name)], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
                 for name in kind.unexpected]
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.PropertyNames):
         inner = kind.error
-        return [{"loc": [*loc, inner.instance], "msg": f"invalid key: {inner.message}", "type": "key_error"}]
+        return [{"loc": [*loc, clip(inner.instance)], "msg": f"invalid key: {_message(inner)}", "type": "key_error"}]
     if keyword == "anyOf":
         # Report the branch the value was meant for (the one whose type matches), not "no branch matched".
         meant = [branch for branch in kind.context if not any(e.schema_path[-1] == "type" for e in branch)]
         if len(meant) == 1:
             return [entry for e in meant[0] for entry in _entries(e, root, where)]
-    entry: dict[str, Any] = {"loc": loc, "msg": error.message, "type": _ERROR_TYPES.get(keyword, keyword)}
-    entry["input"] = error.instance
+    entry: dict[str, Any] = {"loc": loc, "msg": _message(error), "type": _ERROR_TYPES.get(keyword, keyword)}
+    entry["input"] = clip(error.instance) if isinstance(error.instance, str) else error.instance
     limit = getattr(kind, "limit", None)
     if limit is not None:
         entry["ctx"] = {"limit": limit}
     return [entry]
+
+
+def _message(error: jsonschema_rs.ValidationError) -> str:
+    """jsonschema-rs's message, which starts with the offending value as JSON; of a long value,
+    only its start is repeated."""
+    message = error.message
+    if len(message) <= 2 * ECHO_LIMIT:
+        return message
+    try:
+        shown = orjson.dumps(error.instance).decode()
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits
+        shown = ""
+    if shown and message.startswith(shown):
+        return clip(shown) + message[len(shown):]
+    return clip(message, 2 * ECHO_LIMIT)
 
 
 def _path(root: Any, steps: list[str | int]) -> list[str | int]:
@@ -122,7 +145,9 @@ def _path(root: Any, steps: list[str | int]) -> list[str | int]:
         if isinstance(node, dict):
             step = str(step)
             node = node.get(step)
-        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            out.append(clip(step))
+            continue
+        if isinstance(node, list) and isinstance(step, int) and step < len(node):
             node = node[step]
         out.append(step)
     return out
@@ -154,6 +179,8 @@ def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
                 parsed = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise json_invalid(f"JSON decode error: {exc}") from None
+            if _nested_deeper(body, parsed, MAX_DEPTH):
+                raise json_invalid(f"JSON nested more than {MAX_DEPTH} levels deep")
             detail = problems(validators.get(self._schema), parsed)
             if detail:
                 raise ValidationFailed(detail)
@@ -182,8 +209,8 @@ class ParameterValidator:
         detail: list[dict[str, Any]] = []
         if self._strict:
             known = {p["name"] for p in self._parameters if p["in"] == "query"} | self._security_query_params
-            detail += [{"loc": ["query", name], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
-                       for name in request.query_params if name not in known]
+            detail += [{"loc": ["query", clip(name)], "msg": "Extra inputs are not permitted",
+                        "type": "extra_forbidden"} for name in request.query_params if name not in known]
         sources = {"query": request.query_params, "header": request.headers, "path": request.path_params,
                    "cookie": request.cookies}
         for parameter in self._parameters:
@@ -196,6 +223,21 @@ class ParameterValidator:
             detail += problems(_PARAMETER_SCHEMAS.get(parameter.get("schema", {})), value, (where, name))
         if detail:
             raise ValidationFailed(detail)
+
+
+def _nested_deeper(body: bytes, value: Any, limit: int) -> bool:
+    """Whether `value` (parsed from `body`) nests containers more than `limit` levels deep. Level by
+    level, without recursion; a body with fewer brackets than the limit cannot be that deep."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [child for node in level
+                 for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, dict | list)]
+        if not level:
+            return False
+    return True
 
 
 def _content_length(scope: Scope) -> int | None:

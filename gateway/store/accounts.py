@@ -25,7 +25,7 @@ from typing import Protocol
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.core.errors import BadRequest, PermissionDenied, StorageUnavailable
+from gateway.core.errors import BadRequest, PermissionDenied, StorageUnavailable, clip
 from gateway.store.tables import accounts, api_keys, key_accounts
 
 log = logging.getLogger("gateway.accounts")
@@ -64,7 +64,7 @@ class Caller:
         if selected:
             if selected in self.accounts:
                 return selected
-            raise PermissionDenied(f"this key does not grant account '{selected}'", code="account_not_granted")
+            raise PermissionDenied(f"this key does not grant account '{clip(selected)}'", code="account_not_granted")
         if len(self.accounts) == 1:
             return next(iter(self.accounts))
         raise BadRequest(

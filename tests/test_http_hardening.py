@@ -1,0 +1,404 @@
+"""Hostile and careless clients on the HTTP side, over real sockets to a real gateway process: deep
+JSON, huge heads, malformed HTTP, connections left open, a missing Content-Type, what /readyz tells
+strangers, echoed client values, and what SIGTERM does to requests it cannot finish."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import signal
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Self
+
+import httpx
+import pytest
+
+from gateway.http import connection
+from tests.conftest import gateway_env
+from tests.gateway_process import GatewayProcess
+from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
+
+# Long enough for anything the gateway does on loopback; reaching it means the gateway did not act.
+SAFETY = 30.0
+MAX_HEADER_BYTES = 64 << 10  # the default
+
+
+@pytest.fixture(scope="module")
+def strict(upstream, database):
+    env = gateway_env(upstream.url, database.url, GATEWAY_HEADER_TIMEOUT="1", GATEWAY_KEEP_ALIVE_TIMEOUT="1",
+                      GATEWAY_BODY_TIMEOUT="1")
+    with GatewayProcess(env) as gateway:
+        yield gateway
+
+
+# -- raw HTTP ------------------------------------------------------------------------------------
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+class Client:
+    """A raw HTTP/1.1 client connection, reading whole responses off one buffer."""
+
+    def __init__(self, port: int, receive_buffer: int | None = None) -> None:
+        self.sock = socket.socket()
+        if receive_buffer:  # before connecting, so the window the server sees is small from the start
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(SAFETY)
+        self.sock.connect(("127.0.0.1", port))
+        self.buffer = b""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def head(self) -> Answer:
+        """The status and headers of the next response, leaving its body unread."""
+        status_line, *header_lines = self._until(b"\r\n\r\n").decode().split("\r\n")
+        headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in header_lines)}
+        return Answer(int(status_line.split()[1]), headers, b"")
+
+    def answer(self) -> Answer:
+        """The next whole response (Content-Length or chunked)."""
+        answer = self.head()
+        headers = answer.headers
+        if "content-length" in headers:
+            body = self._exactly(int(headers["content-length"]))
+        else:
+            body = b""
+            while size := int(self._until(b"\r\n"), 16):
+                body += self._exactly(size)
+                self._until(b"\r\n")
+            self._until(b"\r\n")
+        answer.body = body
+        return answer
+
+    def closed_by_gateway(self) -> bytes:
+        """Everything the gateway still sends, once it has closed the connection (EOF or reset)."""
+        data, self.buffer = self.buffer, b""
+        try:
+            while chunk := self.sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        except TimeoutError:
+            pytest.fail(f"the connection was still open after {SAFETY:g}s")
+        return data
+
+    def _until(self, mark: bytes) -> bytes:
+        while mark not in self.buffer:
+            self._receive()
+        found, self.buffer = self.buffer.split(mark, 1)
+        return found
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            self._receive()
+        found, self.buffer = self.buffer[:size], self.buffer[size:]
+        return found
+
+    def _receive(self) -> None:
+        data = self.sock.recv(65536)
+        assert data, "the gateway closed the connection mid-response"
+        self.buffer += data
+
+
+def request(path: str, method: str = "GET", headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "host: gateway", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    if body and not any(k.lower() == "content-length" for k in headers or {}):
+        lines.append(f"content-length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def sse_data(body: bytes) -> list[str]:
+    return [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+def rss(pid: int) -> int:
+    """Resident memory of a process, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        kib = next(line for line in status if line.startswith("VmRSS:")).split()[1]
+    return int(kib) * 1024
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + SAFETY
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def ledger_outcome(database_url: str, request_id: str) -> str | None:
+    with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as db:
+        row = db.execute("SELECT outcome FROM ledger WHERE request_id = ?", (request_id,)).fetchone()
+    return row[0] if row else None
+
+
+def completion_request(key: str, body: dict) -> bytes:
+    return request("/v5/completions", "POST", {"content-type": "application/json", "x-api-key": key},
+                   json.dumps(body).encode())
+
+
+def test_every_uvicorn_internal_the_connection_relies_on_exists(monkeypatch):
+    connection.check_hooks()
+    monkeypatch.setattr(connection, "_HOOKS", ((connection.HttpToolsProtocol, "_no_such_hook"),))
+    with pytest.raises(connection.UvicornHookMissing, match="HttpToolsProtocol._no_such_hook"):
+        connection.check_hooks()
+
+
+# -- D6: deep JSON -------------------------------------------------------------------------------
+def nested(depth: int) -> bytes:
+    """A completion body whose nesting, the body itself included, is `depth` levels deep."""
+    return b'{"model": "fake/m", "prompt": "x", "x": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+@pytest.mark.parametrize("depth", [33, 254, 255, 256, 1023, 1024, 1025, 1026, 100_000])
+def test_json_nested_beyond_the_limit_is_a_422_at_any_depth(strict, database, upstream, depth):
+    r = httpx.post(f"{strict.url}/v5/completions", content=nested(depth),
+                   headers={"x-api-key": database.key, "content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    [problem] = r.json()["detail"]
+    assert problem["loc"] == ["body"] and problem["type"] == "json_invalid"
+    assert "nested" in problem["msg"] or "depth limit" in problem["msg"]
+    assert upstream.requests == []
+
+
+def test_json_nested_up_to_the_limit_reaches_schema_validation(strict, database):
+    r = httpx.post(f"{strict.url}/v5/completions", content=nested(32),
+                   headers={"x-api-key": database.key, "content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"loc": ["body", "x"], "msg": "Extra inputs are not permitted",
+                                   "type": "extra_forbidden"}]
+
+
+# -- D8: the size of a request's head ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "head",
+    [
+        request("/healthz", headers={"x-pad": "a" * MAX_HEADER_BYTES}),
+        request("/healthz", headers={f"x-pad-{i}": "a" * 60 for i in range(MAX_HEADER_BYTES // 60)}),
+        request("/healthz?" + "q" * MAX_HEADER_BYTES),
+    ],
+    ids=["one-header", "many-headers", "long-url"],
+)
+def test_a_head_over_the_limit_is_a_json_431_then_closed(strict, head):
+    with Client(strict.port) as client:
+        client.send(head)
+        answer = client.answer()
+        assert answer.status == 431
+        assert answer.headers["content-type"] == "application/json" and answer.headers["connection"] == "close"
+        assert answer.json()["error"]["code"] == "headers_too_large"
+        assert answer.headers["x-should-retry"] == "false"
+        assert client.closed_by_gateway() == b""
+
+
+def test_a_head_within_the_limit_is_served(strict):
+    with Client(strict.port) as client:
+        client.send(request("/healthz", headers={"x-pad": "a" * (MAX_HEADER_BYTES - 1024)}))
+        assert client.answer().status == 200
+
+
+def test_a_pipelined_head_after_a_body_is_held_to_the_limit_too(strict, database):
+    with Client(strict.port) as client:
+        client.send(completion_request(database.key, {"model": "fake/m", "prompt": "x" * 200_000, "max_tokens": 1})
+                     + request("/healthz", headers={"x-pad": "a" * MAX_HEADER_BYTES}))
+        assert client.answer().status == 200
+        assert client.answer().status == 431
+
+
+def test_an_endless_head_is_refused_at_the_limit_and_not_kept(strict):
+    """The attack: one header that never ends. It is answered once it passes the limit, and what
+    follows is discarded rather than held in memory."""
+    before = rss(strict.proc.pid)
+    piece = b"a" * (1 << 16)
+    with Client(strict.port) as client:
+        client.send(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\nx-pad: ")
+        answered_after = None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for sent in range(0, 32 << 20, len(piece)):
+                if answered_after is None and select.select([client.sock], [], [], 0)[0]:
+                    answered_after = sent
+                client.send(piece)
+        answer = client.answer()
+    assert answer.status == 431
+    assert answered_after is not None  # the answer came while the head was still arriving
+    assert rss(strict.proc.pid) - before < 16 << 20
+
+
+# -- malformed HTTP ----------------------------------------------------------------------------
+@pytest.mark.parametrize("raw", [b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n",
+                                 b"GET /healthz HTTP/1.1\r\ncontent-length: -1\r\n\r\n"])
+def test_a_malformed_request_gets_a_json_400_then_the_connection_closes(strict, raw):
+    with Client(strict.port) as client:
+        client.send(raw)
+        answer = client.answer()
+        assert answer.status == 400 and answer.headers["content-type"] == "application/json"
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_http_request" and error["message"].startswith("malformed HTTP request")
+        assert client.closed_by_gateway() == b""
+
+
+# -- D9: connections left open -----------------------------------------------------------------------
+def test_an_idle_keep_alive_connection_is_closed(strict):
+    with Client(strict.port) as client:
+        client.send(request("/healthz"))
+        assert client.answer().status == 200
+        assert client.closed_by_gateway() == b""
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (request("/healthz", headers={"content-length": "100"}), 200),
+        (None, 413),  # a body over the limit is refused before it is read
+    ],
+    ids=["healthz", "413"],
+)
+def test_an_answered_request_whose_declared_body_never_arrives_is_closed(strict, database, head, status):
+    if head is None:
+        head = request("/v5/completions", "POST", {"content-type": "application/json", "x-api-key": database.key,
+                                                   "content-length": str(4 << 20)})
+    with Client(strict.port) as client:
+        client.send(head + b'{"model"')
+        assert client.answer().status == status
+        client.send(b":")  # a trickle of the body nobody reads kept the connection open indefinitely
+        assert client.closed_by_gateway() == b""
+
+
+# -- Content-Type -------------------------------------------------------------------------------------
+def test_a_body_without_content_type_is_a_415(strict, database, upstream):
+    r = httpx.post(f"{strict.url}/v5/completions", content=b'{"model": "fake/m", "prompt": "x"}',
+                   headers={"x-api-key": database.key})
+    assert "content-type" not in r.request.headers
+    assert r.status_code == 415 and r.headers["x-should-retry"] == "false"
+    assert r.json()["error"]["code"] == "content_type_missing"
+    assert upstream.requests == []
+
+
+# -- /readyz --------------------------------------------------------------------------------------------
+def test_readyz_shows_its_checks_only_to_a_caller_with_a_valid_key(strict, database):
+    checks = {"fake": "ok", "retrying": "ok", "database": "ok"}
+    for headers in ({}, {"x-api-key": "sk-gw-not-a-key"}, {"authorization": "Bearer sk-gw-not-a-key"}):
+        r = httpx.get(f"{strict.url}/readyz", headers=headers)
+        assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    for headers in ({"x-api-key": database.key}, {"authorization": f"Bearer {database.key}"}):
+        r = httpx.get(f"{strict.url}/readyz", headers=headers)
+        assert (r.status_code, r.json()) == (200, {"status": "ok", "checks": checks})
+
+
+def test_readyz_while_starting_says_only_that_without_a_key(tmp_path, database):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a model")
+    env = {"GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_MODEL_PATH": str(bogus)}
+    with GatewayProcess(env, ready_path="/healthz") as gateway:
+        def local_check() -> str:
+            return httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}).json()["checks"]["local"]
+
+        wait_for(lambda: "loading" not in local_check(), "the bogus model's load ends")
+        assert "cannot load model" in local_check()
+        r = httpx.get(f"{gateway.url}/readyz")
+        assert (r.status_code, r.json()) == (503, {"status": "starting"})
+
+
+def test_readyz_during_a_database_outage_says_degraded_without_the_error(upstream):
+    if reason := postgres_unavailable():
+        pytest.skip(reason)
+    with empty_database("postgresql") as url:
+        db = provision(url)
+        with GatewayProcess(gateway_env(upstream.url, db.url)) as gateway:
+            keyed = {"x-api-key": db.key}
+            body = {"model": "fake/m", "prompt": "x", "max_tokens": 1}
+            assert httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed).status_code == 200
+            with postgres_down(db.url):
+                # A row the ledger cannot write is what tells the gateway its database is away.
+                assert httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed).status_code == 200
+                wait_for(lambda: httpx.get(f"{gateway.url}/readyz").json()["status"] == "degraded", "degraded")
+                for headers in ({}, {"x-api-key": db.multi_key}):  # the second key was never checked: it cannot be now
+                    r = httpx.get(f"{gateway.url}/readyz", headers=headers)
+                    assert (r.status_code, r.json()) == (200, {"status": "degraded"})
+                r = httpx.get(f"{gateway.url}/readyz", headers=keyed)
+                assert r.status_code == 200 and "database unavailable" in r.json()["checks"]["database"]
+
+
+# -- echoed client values -------------------------------------------------------------------------------
+def test_errors_repeat_only_the_start_of_a_long_client_value(strict, database):
+    long = "q" * 60_000
+    keyed = {"x-api-key": database.key}
+    r = httpx.post(f"{strict.url}/v5/completions", json={"model": "fake/m", "prompt": "x"},
+                   headers=keyed | {"x-selected-account-id": long})
+    assert r.status_code == 403
+    assert f"'{'q' * 100}…'" in r.json()["error"]["message"] and len(r.json()["error"]["message"]) < 200
+
+    r = httpx.post(f"{strict.url}/v5/completions", json={"model": f"fake/{long}", "prompt": "x", long: 1},
+                   headers=keyed)
+    assert r.status_code == 422
+    assert len(r.content) < 2_000
+    assert {("body", "q" * 100 + "…")} <= {tuple(p["loc"]) for p in r.json()["detail"]}
+
+    r = httpx.post(f"{strict.url}/v5/completions", content=b"{}", headers=keyed | {"content-type": f"text/{long}"})
+    assert r.status_code == 415 and len(r.json()["error"]["message"]) < 200
+
+
+# -- SIGTERM ------------------------------------------------------------------------------------------------
+def test_sigterm_answers_what_it_cannot_finish_and_exits_0(upstream, database):
+    """A request still waiting for its vendor when the graceful period ends gets a 503 it may retry
+    elsewhere, and a stream that is still open ends with an error event and [DONE]."""
+    env = gateway_env(upstream.url, database.url, GATEWAY_SHUTDOWN_TIMEOUT="1", GATEWAY_VENDOR_FAKE_IDLE="120")
+    gateway = GatewayProcess(env).start()
+    try:
+        with Client(gateway.port) as waiting, Client(gateway.port) as streaming:
+            waiting.send(completion_request(database.key, {"model": "fake/slow-600000", "prompt": "x"}))
+            streaming.send(completion_request(database.key, {"model": "fake/stall-later", "prompt": "x",
+                                                                "stream": True}))
+            wait_for(lambda: len(upstream.requests) == 2 and upstream.open_streams == 1, "both reach the vendor")
+            gateway.proc.send_signal(signal.SIGTERM)
+
+            answer = waiting.answer()
+            assert answer.status == 503 and answer.headers["x-should-retry"] == "true"
+            assert answer.headers["retry-after"] == "1"
+            assert answer.json()["error"]["code"] == "shutting_down"
+
+            stream = streaming.answer()
+            assert stream.status == 200
+            *chunks, error, done = sse_data(stream.body)
+            assert chunks and json.loads(error)["error"]["code"] == "shutting_down" and done == "[DONE]"
+        assert gateway.proc.wait(SAFETY) == 0
+    finally:
+        gateway.stop()
+
+
+def test_shutdown_does_not_wait_for_clients_that_stopped_reading(upstream, database):
+    """A stream client dropped for not reading, and a client that never reads a finished answer,
+    leave nothing for a graceful shutdown to wait for (its period here is far longer than SAFETY)."""
+    env = gateway_env(upstream.url, database.url, GATEWAY_SEND_TIMEOUT="1", GATEWAY_SHUTDOWN_TIMEOUT="600",
+                      GATEWAY_KEEP_ALIVE_TIMEOUT="600", GATEWAY_VALIDATE_RESPONSES="0")
+    gateway = GatewayProcess(env).start()
+    # Answers of several MiB: more than the socket buffers between the two ends hold.
+    big = {"model": "fake/m", "prompt": ["y"] * 200, "logprobs": 5, "max_tokens": 256}
+    try:
+        with Client(gateway.port, receive_buffer=4096) as stream_reader, \
+                Client(gateway.port, receive_buffer=4096) as answer_reader:
+            stream_reader.send(completion_request(database.key, big | {"stream": True}))
+            request_id = stream_reader.head().headers["x-request-id"]
+            wait_for(lambda: ledger_outcome(database.url, request_id) == "client_disconnected",
+                     "the stream's client is dropped")
+            answer_reader.send(completion_request(database.key, big))
+            assert answer_reader.head().status == 200  # the body waits in the buffers between us
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert gateway.proc.wait(SAFETY) == 0
+    finally:
+        gateway.stop()
