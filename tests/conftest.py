@@ -1,6 +1,8 @@
 """Shared fixtures: a fake OpenAI-compatible vendor on loopback and the real gateway in front of it,
 on a SQLite database whose accounts and keys were made with the gateway's CLI (tests/provision.py):
-`database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b."""
+`database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b. The vendor tests'
+gateway (fake Anthropic, Gemini and OpenAI-compatible vendors) is the plugin tests/vendor_fixtures.py.
+Helpers are in tests/support.py."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
+from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, gateway_env
 
-UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
+pytest_plugins = ["tests.vendor_fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -24,28 +27,6 @@ def upstream():
 def _clear_upstream_requests(request):
     if "upstream" in request.fixturenames:
         request.getfixturevalue("upstream").requests.clear()
-
-
-def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:
-    return {
-        "GATEWAY_DATABASE_URL": database_url,
-        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
-        "GATEWAY_VENDOR_FAKE_BASE_URL": f"{upstream_url}/v1",
-        "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
-        "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
-        "GATEWAY_VENDOR_FAKE_IDLE": "2",
-        "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
-        # The same fake vendor with the default retry policy, for the fault tests.
-        "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
-        "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
-        "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
-        "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
-        "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
-        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
-        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
-        "GATEWAY_VALIDATE_RESPONSES": "1",
-        **extra,
-    }
 
 
 @pytest.fixture(scope="session")
@@ -83,11 +64,6 @@ def client(gateway, database):
 
 
 # -- the real embedded model -------------------------------------------------------------------
-LOCAL_MODEL = "local/smollm2-135m"
-LOCAL_PARALLEL = 2
-LOCAL_CONTEXT = 1024
-
-
 @pytest.fixture(scope="session")
 def local_gateway(database):
     """The gateway with its default `local` vendor: the real model, loaded once per session."""

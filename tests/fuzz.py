@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import gateway_env
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import ServerThread
 from tests.gateway_process import ROOT, GatewayProcess
 from tests.provision import sqlite_database
+from tests.support import gateway_env
 
 
 def fuzz(max_examples: int, extra: list[str]) -> int:

@@ -14,14 +14,7 @@ from gateway.core.parameters import NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
 from gateway.planner.capabilities import verdicts
 from handlers.vendors import describe
-from tests.vendor_fixtures import (  # noqa: F401
-    VENDORS,
-    anthropic_upstream,
-    capabilities_of,
-    gemini_upstream,
-    vclient,
-    vendors_gateway,
-)
+from tests.support import VENDORS, capabilities_of
 
 # A value for each parameter that the contract accepts and that is easy to find in a vendor request.
 EXAMPLES: dict[str, Any] = {

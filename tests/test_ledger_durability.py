@@ -17,7 +17,6 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import (
     create_key,
@@ -28,7 +27,7 @@ from tests.provision import (
     provision,
     wait_for_rows,
 )
-from tests.test_ledger import fresh_account
+from tests.support import fresh_account, gateway_env
 
 LOAD_SECONDS = 2.0
 CONCURRENCY = 16

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from gateway.http.event_stream import EventStreamResponse
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
+from tests.support import gateway_env
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes.dropping_upstream import DroppingUpstream
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of
+from tests.support import chunks_of
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,9 @@ import time
 import aiohttp
 import pytest
 
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, ledger_rows
-from tests.test_ledger import fresh_account
+from tests.support import fresh_account, gateway_env
 
 CLIENTS = 200
 SECONDS = float(os.environ.get("GATEWAY_TEST_LOAD_SECONDS", "10"))

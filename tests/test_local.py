@@ -9,9 +9,8 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of
+from tests.support import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, chunks_of
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,8 @@ import time
 
 import httpx
 
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of, sse_events
+from tests.support import chunks_of, gateway_env, sse_events
 
 
 def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):

@@ -7,27 +7,7 @@ import json
 import pytest
 
 from gateway.vendors.anthropic import PREFILL_INSTRUCTION
-from tests.test_completions_openai import chunks_of, sse_events
-from tests.vendor_fixtures import (  # noqa: F401
-    ANTHROPIC_SECRET,
-    anthropic_upstream,
-    gemini_upstream,
-    vclient,
-    vendors_gateway,
-)
-
-
-def streamed(text: str) -> tuple[dict[int, str], dict[int, list[str]], list[dict]]:
-    """Texts and finish reasons per choice index, and the chunks."""
-    chunks = chunks_of(text)
-    texts: dict[int, str] = {}
-    finishes: dict[int, list[str]] = {}
-    for chunk in chunks:
-        for choice in chunk["choices"]:
-            texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
-            if choice["finish_reason"]:
-                finishes.setdefault(choice["index"], []).append(choice["finish_reason"])
-    return texts, finishes, chunks
+from tests.support import ANTHROPIC_SECRET, chunks_of, sse_events, streamed
 
 
 def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, anthropic_upstream, database):
