@@ -24,9 +24,9 @@ def upstream():
 
 
 @pytest.fixture(autouse=True)
-def _clear_upstream_requests(request):
+def _clear_upstream(request):
     if "upstream" in request.fixturenames:
-        request.getfixturevalue("upstream").requests.clear()
+        request.getfixturevalue("upstream").clear()
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,8 @@ def local_gateway(database):
 
 @pytest.fixture
 def local(local_gateway, database):
-    with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60) as c:
+    headers = {"x-api-key": database.key}
+    with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60) as c:
         yield c
 
 

@@ -1,5 +1,5 @@
 """What the test modules share, in one place: the gateway's environment for the fake vendors, the
-vendors table of the vendor tests, SSE parsing, and the CLI as an operator calls it.
+vendors table of the vendor tests, SSE parsing, the CLI as an operator calls it, and `wait_until`.
 
 Fixtures live in tests/conftest.py and the plugins it names; test modules import helpers from
 here (and the fakes, tests/provision.py and tests/gateway_process.py), never from each other."""
@@ -11,10 +11,15 @@ import os
 import secrets
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from gateway.core.config import VendorConfig
 from gateway.vendors import registry
 from tests.gateway_process import ROOT
+
+T = TypeVar("T")
 
 UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
 ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
@@ -118,3 +123,18 @@ def gateway_cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GATEWAY_DATABASE_URL": db_url}
     return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
+
+
+# -- waiting for things --------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02,
+               message: str = "") -> T:
+    """The first truthy value of `predicate()`, polled every `interval` seconds. `timeout` is a
+    safety net for a condition that never comes (then AssertionError), not a bound under test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout}s: {message or predicate}")
+        time.sleep(interval)

@@ -44,7 +44,7 @@ def vendors_gateway(upstream, anthropic_upstream, gemini_upstream, database):
 
 @pytest.fixture
 def vclient(vendors_gateway, upstream, anthropic_upstream, gemini_upstream, database):
-    upstream.requests.clear()
+    upstream.clear()
     anthropic_upstream.clear()
     gemini_upstream.clear()
     headers = {"x-api-key": database.key}
