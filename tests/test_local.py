@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.gateway_process import GatewayProcess
-from tests.support import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, chunks_of, wait_until
+from tests.support import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, SHARED_TLS, chunks_of, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -259,7 +259,8 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
         body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": 48, "temperature": 1, "seed": i,
                 "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
         lines, arrivals = [], []
-        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60) as c, \
+        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60,
+                          verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
@@ -271,7 +272,7 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
         results[i] = (finishes, usage)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
-    with httpx.Client(base_url=local_gateway.url) as poll:
+    with httpx.Client(base_url=local_gateway.url, verify=SHARED_TLS) as poll:
         poll.get("/healthz")
         for t in threads:
             t.start()
@@ -301,7 +302,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     stop_reading = threading.Event()
 
     def keep_reading() -> None:
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60) as c, \
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             for line in r.iter_lines():
                 kept_open.set()
@@ -314,7 +315,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     reader.start()
     try:
         assert kept_open.wait(60)
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60) as c, \
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
             assert next(r.iter_lines()).startswith("data: ")
@@ -342,7 +343,7 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
 
 
 def test_readyz_reports_the_loaded_model(local_gateway):
-    ready = httpx.get(f"{local_gateway.url}/readyz").json()
+    ready = httpx.get(f"{local_gateway.url}/readyz", verify=SHARED_TLS).json()
     assert ready == {"status": "ok", "checks": {"local": "ok", "database": "ok"}}
     assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
 
@@ -353,13 +354,13 @@ def test_a_model_that_does_not_load_is_reported_not_ready(tmp_path, database):
     env = {"GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_MODEL_PATH": str(bogus)}
     with GatewayProcess(env, ready_path="/healthz") as gateway:
         def loaded_or_failed() -> dict | None:
-            ready = httpx.get(f"{gateway.url}/readyz").json()
+            ready = httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS).json()
             return None if "loading" in ready["checks"]["local"] else ready
 
         ready = wait_until(loaded_or_failed, message="the model to load or fail")
         assert ready["status"] == "starting" and "cannot load model" in ready["checks"]["local"]
         r = httpx.post(f"{gateway.url}/v5/completions", headers={"x-api-key": database.key},
-                       json={"model": "local/bogus", "prompt": "x"})
+                       json={"model": "local/bogus", "prompt": "x"}, verify=SHARED_TLS)
         assert r.status_code == 503 and r.json()["error"]["vendor"] == "local"
         assert "cannot load model" in r.json()["error"]["message"]
 

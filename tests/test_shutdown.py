@@ -8,12 +8,12 @@ import threading
 import httpx
 
 from tests.gateway_process import GatewayProcess
-from tests.support import chunks_of, gateway_env, sse_events, wait_until
+from tests.support import SHARED_TLS, chunks_of, gateway_env, sse_events, wait_until
 
 
 def refuses_connections(url: str) -> bool:
     try:
-        httpx.get(f"{url}/healthz", timeout=5)
+        httpx.get(f"{url}/healthz", timeout=5, verify=SHARED_TLS)
     except httpx.TransportError:  # refused, or closed without an answer
         return True
     return False
@@ -29,7 +29,7 @@ def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):
         body = {"model": "fake/held", "prompt": "x", "max_tokens": 12, "stream": True}
         headers = {"x-api-key": database.key}
         url = f"{gateway.url}/v5/completions"
-        results.append(httpx.post(url, json=body, headers=headers, timeout=30))
+        results.append(httpx.post(url, json=body, headers=headers, timeout=30, verify=SHARED_TLS))
 
     threads = [threading.Thread(target=stream) for _ in range(3)]
     try:

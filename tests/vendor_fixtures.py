@@ -14,7 +14,7 @@ from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
-from tests.support import ANTHROPIC_SECRET, GEMINI_SECRET, VENDORS, gateway_env
+from tests.support import ANTHROPIC_SECRET, GEMINI_SECRET, SHARED_TLS, VENDORS, gateway_env
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +48,6 @@ def vclient(vendors_gateway, upstream, anthropic_upstream, gemini_upstream, data
     anthropic_upstream.clear()
     gemini_upstream.clear()
     headers = {"x-api-key": database.key}
-    with httpx.Client(base_url=vendors_gateway.url, headers=headers, timeout=30) as c:
+    with httpx.Client(base_url=vendors_gateway.url, headers=headers, timeout=30, verify=SHARED_TLS) as c:
         yield c
     assert anthropic_upstream.violations == [] and gemini_upstream.violations == []
