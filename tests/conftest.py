@@ -1,6 +1,8 @@
 """Shared fixtures: a fake OpenAI-compatible vendor on loopback and the real gateway in front of it,
 on a SQLite database whose accounts and keys were made with the gateway's CLI (tests/provision.py):
-`database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b."""
+`database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b. The vendor tests'
+gateway (fake Anthropic, Gemini and OpenAI-compatible vendors) is the plugin tests/vendor_fixtures.py.
+Helpers are in tests/support.py."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
+from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, SHARED_TLS, gateway_env
 
-UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
+pytest_plugins = ["tests.vendor_fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -21,31 +24,9 @@ def upstream():
 
 
 @pytest.fixture(autouse=True)
-def _clear_upstream_requests(request):
+def _clear_upstream(request):
     if "upstream" in request.fixturenames:
-        request.getfixturevalue("upstream").requests.clear()
-
-
-def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:
-    return {
-        "GATEWAY_DATABASE_URL": database_url,
-        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
-        "GATEWAY_VENDOR_FAKE_BASE_URL": f"{upstream_url}/v1",
-        "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
-        "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
-        "GATEWAY_VENDOR_FAKE_IDLE": "2",
-        "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
-        # The same fake vendor with the default retry policy, for the fault tests.
-        "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
-        "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
-        "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
-        "GATEWAY_VENDOR_RETRYING_TOTAL": "3",
-        "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
-        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
-        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
-        "GATEWAY_VALIDATE_RESPONSES": "1",
-        **extra,
-    }
+        request.getfixturevalue("upstream").clear()
 
 
 @pytest.fixture(scope="session")
@@ -78,16 +59,11 @@ def gateway(upstream, database):
 
 @pytest.fixture
 def client(gateway, database):
-    with httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}, timeout=30) as c:
+    with httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}, timeout=30, verify=SHARED_TLS) as c:
         yield c
 
 
 # -- the real embedded model -------------------------------------------------------------------
-LOCAL_MODEL = "local/smollm2-135m"
-LOCAL_PARALLEL = 2
-LOCAL_CONTEXT = 1024
-
-
 @pytest.fixture(scope="session")
 def local_gateway(database):
     """The gateway with its default `local` vendor: the real model, loaded once per session."""
@@ -104,7 +80,8 @@ def local_gateway(database):
 
 @pytest.fixture
 def local(local_gateway, database):
-    with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60) as c:
+    headers = {"x-api-key": database.key}
+    with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c:
         yield c
 
 

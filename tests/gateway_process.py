@@ -36,15 +36,18 @@ class GatewayProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], env=self.env, cwd=self.cwd,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}{self.ready_path}", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        # One client for every poll: httpx builds a TLS context (and loads its certificate store)
+        # per client, which costs more CPU than the gateway's start can spare on a small machine.
+        with httpx.Client(timeout=1) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if http.get(f"{self.url}{self.ready_path}").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"gateway not ready in {self.ready_timeout}s:\n{self.log()}")
 

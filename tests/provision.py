@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import secrets
@@ -28,9 +27,9 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy import make_url, select
 
-from gateway import cli
 from gateway.store import database
 from gateway.store.tables import ledger
+from tests.support import gateway_cli
 
 PG_URL_VARIABLE = "GATEWAY_TEST_DATABASE_URL"
 
@@ -46,11 +45,9 @@ class TestDatabase:
 
 def run_cli(url: str, *args: str) -> str:
     """`gateway ARGS...` on the database at `url`; its standard output. Fails on a non-zero exit."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = cli.main(list(args), env={"GATEWAY_DATABASE_URL": url})
-    assert code == 0, f"gateway {' '.join(args)} exited with {code}"
-    return out.getvalue()
+    result = gateway_cli(url, *args)
+    assert result.returncode == 0, f"gateway {' '.join(args)} exited with {result.returncode}: {result.stderr}"
+    return result.stdout
 
 
 def create_key(url: str, *accounts: str) -> str:

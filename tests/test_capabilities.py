@@ -14,14 +14,7 @@ from gateway.core.parameters import NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
 from gateway.planner.capabilities import verdicts
 from handlers.vendors import describe
-from tests.vendor_fixtures import (  # noqa: F401
-    VENDORS,
-    anthropic_upstream,
-    capabilities_of,
-    gemini_upstream,
-    vclient,
-    vendors_gateway,
-)
+from tests.support import SHARED_TLS, VENDORS, capabilities_of
 
 # A value for each parameter that the contract accepts and that is easy to find in a vendor request.
 EXAMPLES: dict[str, Any] = {
@@ -112,7 +105,7 @@ def test_vendors_operation_shows_the_enforced_map(vclient):
 
 
 def test_vendors_operation_needs_a_key(vendors_gateway):
-    assert httpx.get(f"{vendors_gateway.url}/v5/vendors").status_code == 401
+    assert httpx.get(f"{vendors_gateway.url}/v5/vendors", verify=SHARED_TLS).status_code == 401
 
 
 def test_capability_table_is_generated_from_the_map():

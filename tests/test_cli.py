@@ -1,5 +1,6 @@
-"""The `gateway` console script as an operator uses it (its usage reports are tested with the
-ledger, in tests/test_ledger.py)."""
+"""The `gateway` command as an operator uses it (its usage reports are tested with the ledger, in
+tests/test_ledger.py). The commands run in-process through the console script's entry point; one
+test runs the installed script itself."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from tests.provision import empty_database
-from tests.test_ledger import gateway_cli
+from tests.support import console_script, gateway_cli
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +54,8 @@ def test_bad_arguments_and_settings_are_reported_not_raised(url):
     bad_url = gateway_cli("mysql://localhost/x", "accounts", "list")
     assert bad_url.returncode == 1 and "unsupported database 'mysql'" in bad_url.stderr
     assert "Traceback" not in bad_time.stderr + bad_url.stderr
+
+
+def test_the_installed_console_script_administers_the_database(url):
+    created = console_script(url, "accounts", "create", "gamma", "--name", "Gamma")
+    assert created.returncode == 0 and created.stdout == "created account gamma\n", created.stderr

@@ -7,29 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import UPSTREAM_SECRET
-
-
-def sse_events(text: str) -> list[dict]:
-    """Parse an SSE body into [{"event": ..., "data": ...}]."""
-    events = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        event = {"event": None, "data": []}
-        for line in block.split("\n"):
-            name, _, value = line.partition(": ")
-            if name == "data":
-                event["data"].append(value)
-            elif name == "event":
-                event["event"] = value
-        event["data"] = "\n".join(event["data"])
-        events.append(event)
-    return events
-
-
-def chunks_of(text: str) -> list[dict]:
-    return [json.loads(e["data"]) for e in sse_events(text) if e["event"] is None]
+from tests.support import SHARED_TLS, UPSTREAM_SECRET, chunks_of, sse_events
 
 
 def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream, database):
@@ -151,7 +129,8 @@ def test_stream_logprobs_per_chunk(client):
 def test_auth_failures(gateway, database, headers, status, type_):
     # "key" and "multi_key" stand for the session's keys, which exist only once the database does.
     headers = {name: getattr(database, value, value) for name, value in headers.items()}
-    r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x"}, headers=headers)
+    r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x"}, headers=headers,
+                   verify=SHARED_TLS)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == type_
 
@@ -160,7 +139,7 @@ def test_bearer_and_account_selection_work(gateway, database):
     for headers in ({"authorization": f"Bearer {database.key}"},
                     {"x-api-key": database.multi_key, "x-selected-account-id": "acct-b"}):
         r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x", "max_tokens": 1},
-                       headers=headers)
+                       headers=headers, verify=SHARED_TLS)
         assert r.status_code == 200, r.text
 
 
@@ -265,9 +244,9 @@ def test_stream_failure_after_start_is_an_error_event_then_done(client, model):
 
 
 def test_healthz_and_readyz(gateway):
-    assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
-    ready = httpx.get(f"{gateway.url}/readyz").json()
-    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "database": "ok"}}
+    assert httpx.get(f"{gateway.url}/healthz", verify=SHARED_TLS).json() == {"status": "ok"}
+    ready = httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS).json()
+    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok"}}
 
 
 def test_logs_never_hold_keys(client, gateway, database):

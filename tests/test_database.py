@@ -23,9 +23,9 @@ from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.tables import ledger_rejects, metadata
 from gateway.store.usage import parse_instant
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, ledger_rows, run_cli
+from tests.support import SHARED_TLS, gateway_env
 
 
 def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):
@@ -71,7 +71,7 @@ def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, u
         assert [a["id"] for a in json.loads(run_cli(url, "accounts", "list", "--format", "json"))] == ["default"]
         assert len(json.loads(run_cli(url, "keys", "list", "--format", "json"))) == 1
         with GatewayProcess(env) as again:
-            r = httpx.get(f"{again.url}/v5/usage", headers={"x-api-key": keys[0]})
+            r = httpx.get(f"{again.url}/v5/usage", headers={"x-api-key": keys[0]}, verify=SHARED_TLS)
             assert r.status_code == 200 and r.json()["accounts"] == ["default"]
         assert "empty database" not in again.log()
 

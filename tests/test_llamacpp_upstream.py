@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes.dropping_upstream import DroppingUpstream
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of
+from tests.support import SHARED_TLS, chunks_of
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def llamacpp(engine, database):
         "GATEWAY_VALIDATE_RESPONSES": "1",
     }
     with GatewayProcess(env) as process, httpx.Client(base_url=process.url, headers={"x-api-key": database.key},
-                                                      timeout=60) as client:
+                                                      timeout=60, verify=SHARED_TLS) as client:
         yield client
 
 
@@ -74,7 +74,9 @@ def test_a_connection_dropped_before_any_answer_is_retried_once(transport, datab
             "GATEWAY_VENDOR_DROPPY_RETRIES": "0",  # the resend after a drop is not a retry
             "GATEWAY_HTTP_TRANSPORT": transport,
         }
-        with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, headers={"x-api-key": database.key}) as c:
+        headers = {"x-api-key": database.key}
+        with GatewayProcess(env) as gateway, \
+                httpx.Client(base_url=gateway.url, headers=headers, verify=SHARED_TLS) as c:
             for stream in (True, False, True, False):
                 r = c.post("/v5/completions", json={"model": "droppy/m", "prompt": "x", "stream": stream})
                 assert r.status_code == 200, r.text

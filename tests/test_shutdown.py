@@ -4,43 +4,49 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 import httpx
 
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
-from tests.test_completions_openai import chunks_of, sse_events
+from tests.support import SHARED_TLS, chunks_of, gateway_env, sse_events, wait_until
+
+
+def refuses_connections(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/healthz", timeout=5, verify=SHARED_TLS)
+    except httpx.TransportError:  # refused, or closed without an answer
+        return True
+    return False
 
 
 def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):
-    gateway = GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_VENDOR_FAKE_IDLE="5")).start()
+    # The held streams wait for the test, not for the vendor timeouts.
+    env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_FAKE_FIRST_BYTE="60", GATEWAY_VENDOR_FAKE_IDLE="60")
+    gateway = GatewayProcess(env).start()
     results: list[httpx.Response] = []
 
     def stream() -> None:
-        body = {"model": "fake/slow-100", "prompt": "x", "max_tokens": 12, "stream": True}
+        body = {"model": "fake/held", "prompt": "x", "max_tokens": 12, "stream": True}
         headers = {"x-api-key": database.key}
-        results.append(httpx.post(f"{gateway.url}/v5/completions", json=body, headers=headers, timeout=30))
+        url = f"{gateway.url}/v5/completions"
+        results.append(httpx.post(url, json=body, headers=headers, timeout=30, verify=SHARED_TLS))
 
     threads = [threading.Thread(target=stream) for _ in range(3)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 5
-    while upstream.open_streams < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    gateway.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    try:  # no new requests once shutting down
-        httpx.get(f"{gateway.url}/healthz", timeout=1)
-        accepted = True
-    except httpx.HTTPError:
-        accepted = False
-    for t in threads:
-        t.join(30)
-    assert gateway.proc.wait(30) == 0
-    gateway.stop()
-    assert not accepted
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: upstream.holding == 3, message="three streams held mid-way at the vendor")
+        gateway.proc.send_signal(signal.SIGTERM)
+        # No new requests once shutting down, while the streams are still in flight.
+        wait_until(lambda: refuses_connections(gateway.url), message="the gateway to stop accepting")
+        assert results == [] and gateway.proc.poll() is None
+        upstream.release_held()
+        for t in threads:
+            t.join(30)
+        assert gateway.proc.wait(30) == 0
+    finally:
+        upstream.release_held()
+        gateway.stop()
     assert len(results) == 3
     for r in results:
         assert sse_events(r.text)[-1]["data"] == "[DONE]"

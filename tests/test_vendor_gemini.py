@@ -6,15 +6,7 @@ import json
 
 import pytest
 
-from tests.test_completions_openai import chunks_of, sse_events
-from tests.test_vendor_anthropic import streamed
-from tests.vendor_fixtures import (  # noqa: F401
-    GEMINI_SECRET,
-    anthropic_upstream,
-    gemini_upstream,
-    vclient,
-    vendors_gateway,
-)
+from tests.support import GEMINI_SECRET, chunks_of, sse_events, streamed
 
 
 def test_parameters_map_to_generation_config(vclient, gemini_upstream, database):

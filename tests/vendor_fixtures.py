@@ -1,5 +1,6 @@
-"""One gateway in front of fake Anthropic, Gemini and OpenAI-compatible vendors, configured as
-several vendors each (`VENDORS`), for the vendor and emulation tests. Import the fixtures you use.
+"""A pytest plugin (named in tests/conftest.py): one gateway in front of fake Anthropic, Gemini and
+OpenAI-compatible vendors, configured as several vendors each (tests/support.py's `VENDORS`), for
+the vendor, capability and emulation tests.
 
 Every fake checks the requests it gets against its vendor's documented shape; a test using
 `vclient` fails when the gateway broke it."""
@@ -9,38 +10,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.core.config import VendorConfig
-from gateway.vendors import registry
-from tests.conftest import gateway_env
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
-
-ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
-GEMINI_SECRET = "AIza-upstream-secret-never-leak"
-
-# name -> (protocol, fake, options). The capability tests read the same table.
-VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
-    "anthropic": ("anthropic", "anthropic", {}),
-    "claude_user": ("anthropic", "anthropic", {"prompt_as": "user"}),
-    "gemini": ("gemini", "gemini", {"max_candidates": "4"}),
-    "gemini1": ("gemini", "gemini", {}),
-    # An OpenAI-compatible server lacking everything the gateway can emulate.
-    "lean": ("openai", "openai", {"lacks": "prompt,n,echo,stop,best_of,user"}),
-    # One that echoes natively but takes a single stop sequence.
-    "fewstops": ("openai", "openai", {"max_stop": "1"}),
-}
-
-
-def vendor_config(name: str) -> VendorConfig:
-    protocol, _, options = VENDORS[name]
-    return VendorConfig(name=name, protocol=protocol, options=options)
-
-
-def capabilities_of(name: str):
-    adapter, options = registry.options_of(vendor_config(name))
-    return adapter.capabilities_of(options)
+from tests.support import ANTHROPIC_SECRET, GEMINI_SECRET, SHARED_TLS, VENDORS, gateway_env
 
 
 @pytest.fixture(scope="session")
@@ -70,9 +44,10 @@ def vendors_gateway(upstream, anthropic_upstream, gemini_upstream, database):
 
 @pytest.fixture
 def vclient(vendors_gateway, upstream, anthropic_upstream, gemini_upstream, database):
-    upstream.requests.clear()
+    upstream.clear()
     anthropic_upstream.clear()
     gemini_upstream.clear()
-    with httpx.Client(base_url=vendors_gateway.url, headers={"x-api-key": database.key}, timeout=30) as c:
+    headers = {"x-api-key": database.key}
+    with httpx.Client(base_url=vendors_gateway.url, headers=headers, timeout=30, verify=SHARED_TLS) as c:
         yield c
     assert anthropic_upstream.violations == [] and gemini_upstream.violations == []

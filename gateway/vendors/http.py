@@ -35,6 +35,10 @@ BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of bei
 
 log = logging.getLogger("gateway.vendors")
 
+# How `_send` waits between tries. A module attribute so that tests can record the delays the
+# retry policy asks for instead of waiting them out (tests/test_faults.py).
+sleep = asyncio.sleep
+
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
 ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 
@@ -173,7 +177,7 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
             raise error
         delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (attempt - 1))
         log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt, config.retries, delay)
-        await asyncio.sleep(delay)
+        await sleep(delay)
 
 
 def error_message(body: bytes) -> str:

@@ -11,7 +11,8 @@ assistant (prefill) message must not end in whitespace. A request that breaks on
 
 The "model" writes tokens " w0", " w1", ... up to max_tokens, cut at the first stop sequence. The
 model name selects faults:
-  fail-<status>   that HTTP status with Anthropic's error body (quoting the x-api-key header)
+  fail-<status>[-<s>]  that HTTP status with Anthropic's error body (quoting the x-api-key
+                  header), with Retry-After: <s> when given
   refuse          stops with stop_reason "refusal" after one token
   cached          reports cache reads (7) and writes (3)
   stream-error    streams one delta, then an `error` event (overloaded_error)
@@ -49,8 +50,9 @@ class FakeAnthropic(Recorder):
             return
         model = body["model"]
         if model.startswith("fail-"):
-            status = int(model.split("-")[1])
-            extra = [(b"retry-after", b"7")] if status == 429 else []
+            _, status_text, *retry_after = model.split("-")
+            status = int(status_text)
+            extra = [(b"retry-after", retry_after[0].encode())] if retry_after else []
             await _error(send, status, f"fake failure; key used: {headers.get('x-api-key')}", extra)
             return
         tokens, stop_reason, stop_sequence = generate(body)

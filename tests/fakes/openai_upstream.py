@@ -12,10 +12,15 @@ every test:
   slow-<ms>        waits before each token (streams) or before answering
   stall            sends the stream's headers, then nothing
   stall-later      streams two chunks, then nothing
-  limited-<n>      answers 429 with Retry-After: 1 to the first n requests with the same prompt
+  limited-<n>[-<s>]  answers 429 with Retry-After: <s> (default 1) to the first n requests with the
+                   same prompt
   flaky-<n>        answers 503 to the first n requests with the same prompt, then succeeds
   reset            streams two chunks, then breaks the connection (no clean end of the body)
   truncated        answers 200 with half of a JSON completion, then breaks the connection
+  held             streams one chunk, then waits for `release_held()` (or the client to leave)
+
+Every stream is logged in `streams` (what was meant to be sent, what was, and whether the client
+left first), so a test can check that the gateway hung up on the vendor without timing it.
 """
 
 from __future__ import annotations
@@ -23,21 +28,52 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from tests.fakes.asgi import read_request, send_json
 
 
+@dataclass
+class StreamLog:
+    """One stream the fake served."""
+
+    model: str
+    events: int  # how many data events it meant to send
+    sent: int = 0
+    client_left: bool = False  # the gateway closed the connection before the fake was done
+    ended: bool = False  # the fake's handler has returned
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body"}
+        self.streams: list[StreamLog] = []
         self.open_streams = 0
+        self.holding = 0  # `held` streams waiting for release_held()
         self.failures: dict[str, int] = {}  # flaky-<n>: failures served per prompt
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._release: asyncio.Event | None = None
+
+    def clear(self) -> None:
+        self.requests.clear()
+        self.streams.clear()
+
+    def release_held(self) -> None:
+        """Let every `held` stream go on. Called from the test's thread; the fake runs in its own."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._release_now)
+
+    def _release_now(self) -> None:
+        if self._release is not None:
+            self._release.set()
+        self._release = None  # later holds wait for the next release
 
     # -- ASGI ---------------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
+        self._loop = asyncio.get_running_loop()
         headers, body = await read_request(scope, receive)
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
             await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
@@ -53,13 +89,14 @@ class FakeOpenAI:
             return
         if model.startswith(("flaky-", "limited-")):
             key = model + json.dumps(request.get("prompt"))
-            if self.failures.get(key, 0) < int(model.split("-")[1]):
+            _, times, *wait = model.split("-")
+            if self.failures.get(key, 0) < int(times):
                 self.failures[key] = self.failures.get(key, 0) + 1
                 if model.startswith("flaky-"):
                     await send_json(send, 503, {"error": {"message": "flaky vendor", "type": "server_error"}})
                 else:
                     await send_json(send, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
-                                [(b"retry-after", b"1")])
+                                    [(b"retry-after", (wait[0] if wait else "1").encode())])
                 return
         if model == "truncated":
             body = json.dumps(completion(request)).encode()
@@ -74,8 +111,8 @@ class FakeOpenAI:
         if request.get("stream"):
             await self._stream(send, request, model, delay, receive)
         else:
-            if delay:
-                await asyncio.sleep(delay)
+            if delay and await _client_leaves_within(receive, delay):
+                return  # like a real vendor, stop working for a client that is gone
             await send_json(send, 200, completion(request, with_usage=model != "no-usage"))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
@@ -90,23 +127,30 @@ class FakeOpenAI:
             gone.set()
 
         watcher = asyncio.create_task(watch())
+        if model in ("stall", "stall-later"):
+            events = [] if model == "stall" else list(stream_events(request))[:2]
+        else:
+            events = list(stream_events(request, with_usage=model != "no-usage"))
+        if model in ("cut-stream", "reset"):
+            events = events[:2]
+        if model == "bad-sse":
+            events = events[:1] + ["{broken"]
+        log = StreamLog(model, len(events))
+        self.streams.append(log)
         try:
-            if model in ("stall", "stall-later"):
-                events = [] if model == "stall" else list(stream_events(request))[:2]
-            else:
-                events = list(stream_events(request, with_usage=model != "no-usage"))
-            if model in ("cut-stream", "reset"):
-                events = events[:2]
-            if model == "bad-sse":
-                events = events[:1] + ["{broken"]
-            for data in events:
+            for i, data in enumerate(events):
                 if delay:
                     await asyncio.sleep(delay)
+                if model == "held" and i == 1:
+                    await self._hold(gone)
                 if gone.is_set():
+                    log.client_left = True
                     return
                 await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+                log.sent += 1
             if model in ("stall", "stall-later"):
                 await gone.wait()
+                log.client_left = True
                 return
             if model == "reset":
                 raise ConnectionAbortedError("fake vendor breaks the connection")
@@ -116,6 +160,20 @@ class FakeOpenAI:
         finally:
             watcher.cancel()
             self.open_streams -= 1
+            log.ended = True
+
+    async def _hold(self, gone: asyncio.Event) -> None:
+        """Wait for release_held() or for the client to leave."""
+        if self._release is None:
+            self._release = asyncio.Event()
+        waits = [asyncio.create_task(self._release.wait()), asyncio.create_task(gone.wait())]
+        self.holding += 1
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.holding -= 1
+            for wait in waits:
+                wait.cancel()
 
 
 # -- the deterministic "model" -----------------------------------------------------------------
@@ -220,6 +278,18 @@ def stream_events(request: dict[str, Any], with_usage: bool = True):
             yield chunk([{"index": index, "text": "", "finish_reason": finish, "logprobs": None}])
     if include_usage:
         yield chunk([], usage=usage(request, len(tokens)))
+
+
+async def _client_leaves_within(receive, seconds: float) -> bool:
+    async def disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(disconnect(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _raw(send, status: int, body: bytes, content_type: bytes, extra_headers=()) -> None:

@@ -1,0 +1,178 @@
+"""What the test modules share, in one place: the gateway's environment for the fake vendors, the
+vendors table of the vendor tests, SSE parsing, the CLI as an operator calls it, and `wait_until`.
+
+Fixtures live in tests/conftest.py and the plugins it names; test modules import helpers from
+here (and the fakes, tests/provision.py and tests/gateway_process.py), never from each other."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import secrets
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gateway import cli
+from gateway.core.config import VendorConfig
+from gateway.vendors import registry
+from tests.gateway_process import ROOT
+
+T = TypeVar("T")
+
+# The TLS context of every HTTP client in the tests (`verify=SHARED_TLS`). httpx otherwise builds
+# one per client, loading a certificate store each time, which costs more CPU than most of the
+# tests' requests to loopback servers (all plain HTTP).
+SHARED_TLS = ssl.create_default_context()
+
+UPSTREAM_SECRET = "sk-upstream-secret-never-leak"
+ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
+GEMINI_SECRET = "AIza-upstream-secret-never-leak"
+# The gateway with the real embedded model (tests/conftest.py's local_gateway).
+LOCAL_MODEL = "local/smollm2-135m"
+LOCAL_PARALLEL = 2
+LOCAL_CONTEXT = 1024
+# A loopback port nothing listens on: a vendor there is unreachable (connection refused).
+UNREACHABLE_URL = "http://127.0.0.1:9/v1"
+
+
+def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a gateway in front of the fake OpenAI-compatible vendor at `upstream_url`."""
+    return {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_FAKE_BASE_URL": f"{upstream_url}/v1",
+        "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
+        "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
+        "GATEWAY_VENDOR_FAKE_IDLE": "2",
+        "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
+        # The same fake vendor with the default retry policy, for the fault tests.
+        "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
+        "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
+        "GATEWAY_VENDOR_RETRYING_IDLE": "1",
+        "GATEWAY_VENDOR_RETRYING_TOTAL": "2",
+        # A vendor nobody answers for, with the default retry policy.
+        "GATEWAY_VENDOR_DOWN_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_DOWN_BASE_URL": UNREACHABLE_URL,
+        "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
+        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
+        "GATEWAY_VALIDATE_RESPONSES": "1",
+        **extra,
+    }
+
+
+# -- the vendor tests' gateway: name -> (protocol, fake, options) -----------------------------------
+VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "anthropic": ("anthropic", "anthropic", {}),
+    "claude_user": ("anthropic", "anthropic", {"prompt_as": "user"}),
+    "gemini": ("gemini", "gemini", {"max_candidates": "4"}),
+    "gemini1": ("gemini", "gemini", {}),
+    # An OpenAI-compatible server lacking everything the gateway can emulate.
+    "lean": ("openai", "openai", {"lacks": "prompt,n,echo,stop,best_of,user"}),
+    # One that echoes natively but takes a single stop sequence.
+    "fewstops": ("openai", "openai", {"max_stop": "1"}),
+}
+
+
+def vendor_config(name: str) -> VendorConfig:
+    protocol, _, options = VENDORS[name]
+    return VendorConfig(name=name, protocol=protocol, options=options)
+
+
+def capabilities_of(name: str):
+    adapter, options = registry.options_of(vendor_config(name))
+    return adapter.capabilities_of(options)
+
+
+# -- server-sent events --------------------------------------------------------------------------
+def sse_events(text: str) -> list[dict]:
+    """Parse an SSE body into [{"event": ..., "data": ...}]."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        event = {"event": None, "data": []}
+        for line in block.split("\n"):
+            name, _, value = line.partition(": ")
+            if name == "data":
+                event["data"].append(value)
+            elif name == "event":
+                event["event"] = value
+        event["data"] = "\n".join(event["data"])
+        events.append(event)
+    return events
+
+
+def chunks_of(text: str) -> list[dict]:
+    """The completion chunks of a stream (every event without an event name)."""
+    return [json.loads(e["data"]) for e in sse_events(text) if e["event"] is None]
+
+
+def streamed(text: str) -> tuple[dict[int, str], dict[int, list[str]], list[dict]]:
+    """A stream's text and finish reasons per choice index, and its chunks."""
+    chunks = chunks_of(text)
+    texts: dict[int, str] = {}
+    finishes: dict[int, list[str]] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+            if choice["finish_reason"]:
+                finishes.setdefault(choice["index"], []).append(choice["finish_reason"])
+    return texts, finishes, chunks
+
+
+# -- accounts and the CLI ------------------------------------------------------------------------
+def fresh_account() -> str:
+    return f"acct-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def gateway_cli(db_url: str, *args: str) -> CliResult:
+    """`gateway ARGS...` on the database at `db_url`, run in this process (the console script's
+    own entry point, `gateway.cli.main`); tests/test_cli.py runs the installed script once."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args), env={"GATEWAY_DATABASE_URL": db_url})
+        except SystemExit as exc:  # argparse refuses the arguments
+            code = exc.code if isinstance(exc.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def console_script(db_url: str, *args: str) -> CliResult:
+    """The installed `gateway` console script (next to this interpreter), as an operator runs it,
+    on this checkout's code."""
+    script = os.path.join(os.path.dirname(sys.executable), "gateway")
+    env = {**os.environ, "GATEWAY_DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([script, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+# -- waiting for things --------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02,
+               message: str = "") -> T:
+    """The first truthy value of `predicate()`, polled every `interval` seconds. `timeout` is a
+    safety net for a condition that never comes (then AssertionError), not a bound under test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout}s: {message or predicate}")
+        time.sleep(interval)
