@@ -243,9 +243,9 @@ def test_stream_failure_after_start_is_an_error_event_then_done(client, model):
     assert error["type"] == "vendor_error" and error["vendor"] == "fake"
 
 
-def test_healthz_and_readyz(gateway):
+def test_healthz_and_readyz(gateway, database):
     assert httpx.get(f"{gateway.url}/healthz", verify=SHARED_TLS).json() == {"status": "ok"}
-    ready = httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS).json()
+    ready = httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
     assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok"}}
 
 

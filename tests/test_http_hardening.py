@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from gateway.http import connection
-from tests.conftest import gateway_env
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
+from tests.support import gateway_env
 
 # Long enough for anything the gateway does on loopback; reaching it means the gateway did not act.
 SAFETY = 30.0

@@ -111,7 +111,7 @@ def test_a_database_outage_does_not_fail_completions_and_is_reported(upstream, p
             answers = [complete(key) for _ in range(8)]
             assert [a.status_code for a in answers] == [200] * 8
             ids = [a.headers["x-request-id"] for a in answers]
-            ready = httpx.get(f"{url}/readyz", verify=SHARED_TLS).json()
+            ready = httpx.get(f"{url}/readyz", headers={"x-api-key": key}, verify=SHARED_TLS).json()
             assert ready["status"] == "degraded" and ready["checks"]["fake"] == "ok"
             assert re.search(r"database unavailable for \d+s .*; 5 ledger rows waiting", ready["checks"]["database"])
             refused = complete(unseen_key)
@@ -120,7 +120,7 @@ def test_a_database_outage_does_not_fail_completions_and_is_reported(upstream, p
             assert report.status_code == 503 and report.headers["x-should-retry"] == "true"
         rows = wait_for_rows(postgres.url, account, 6)
         def recovered() -> dict | None:
-            ready = httpx.get(f"{url}/readyz", verify=SHARED_TLS).json()
+            ready = httpx.get(f"{url}/readyz", headers={"x-api-key": key}, verify=SHARED_TLS).json()
             return ready if ready["status"] == "ok" else None
 
         assert wait_until(recovered, message="readiness to recover")["checks"]["database"] == "ok"

@@ -342,8 +342,8 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
     assert "".join(texts) == " Paris.\n\n"
 
 
-def test_readyz_reports_the_loaded_model(local_gateway):
-    ready = httpx.get(f"{local_gateway.url}/readyz", verify=SHARED_TLS).json()
+def test_readyz_reports_the_loaded_model(local_gateway, database):
+    ready = httpx.get(f"{local_gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
     assert ready == {"status": "ok", "checks": {"local": "ok", "database": "ok"}}
     assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
 
@@ -354,7 +354,7 @@ def test_a_model_that_does_not_load_is_reported_not_ready(tmp_path, database):
     env = {"GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_MODEL_PATH": str(bogus)}
     with GatewayProcess(env, ready_path="/healthz") as gateway:
         def loaded_or_failed() -> dict | None:
-            ready = httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS).json()
+            ready = httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
             return None if "loading" in ready["checks"]["local"] else ready
 
         ready = wait_until(loaded_or_failed, message="the model to load or fail")
