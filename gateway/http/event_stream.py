@@ -27,6 +27,9 @@ def event(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+LAST_EVENT_TIMEOUT = 1.0  # seconds the stopping server gives a client to take a stream's last event
+
+
 class EventSource(Protocol):
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 
@@ -88,8 +91,9 @@ class EventStreamResponse(StreamingResponse):
     async def _end_stopped(self, send: Send) -> None:
         stopped = ShuttingDown("the gateway is shutting down; the stream was stopped before its end",
                                code="shutting_down")
+        # The server is stopping: a client that cannot take the last event at once is not waited for.
         with contextlib.suppress(OSError, TimeoutError):
-            async with asyncio.timeout(self.send_timeout):
+            async with asyncio.timeout(min(self.send_timeout, LAST_EVENT_TIMEOUT)):
                 await send({"type": "http.response.body", "body": event(stopped.body()) + DONE, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
