@@ -249,7 +249,7 @@ class HealthStatus(BaseModel):
     status: Annotated[Literal['ok', 'starting', 'degraded'], Field(title='Status')]
     checks: Annotated[dict[str, str] | MISSING, Field(title='Checks')] = MISSING
     """
-    Per component: `ok` or what is wrong. Only for a caller with a valid API key.
+    Per component: `ok` or what is wrong: each vendor, `database`, and `ledger_rejects` once the database has refused usage rows (kept in its `ledger_rejects` table). Only for a caller with a valid API key.
     """
 
 

@@ -23,4 +23,6 @@ async def ready(request: HandlerRequest) -> JSONResponse:
     body: dict = {"status": status}
     if request.caller_or_none is not None:
         body["checks"] = {name: "ok" for name in services.registry.names()} | problems | {"database": database or "ok"}
+        if rejected := services.ledger.rejected_rows:  # readiness is not affected: later rows are written
+            body["checks"]["ledger_rejects"] = f"{rejected} rows refused by the database since start (see that table)"
     return JSONResponse(body, status_code=code)

@@ -6,6 +6,7 @@ always written, a key cache a flood of made-up keys cannot empty, a private data
 from __future__ import annotations
 
 import asyncio
+import json
 import stat
 import threading
 
@@ -165,3 +166,24 @@ def test_the_database_file_and_its_directory_are_private(tmp_path):
     asyncio.run(engine.dispose())
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_readyz_counts_the_rows_the_database_refused_without_leaving_ready():
+    """A key holder sees how many ledger rows were set aside; the status stays ready (later rows
+    are written)."""
+    from types import SimpleNamespace
+
+    from handlers import health
+
+    async def answer(rejected: int) -> dict:
+        ledger = SimpleNamespace(not_ready=lambda: None, rejected_rows=rejected)
+        registry = SimpleNamespace(not_ready=dict, names=lambda: ["fake"])
+        request = SimpleNamespace(services=SimpleNamespace(registry=registry, ledger=ledger),
+                                  caller_or_none=Caller("key_1", frozenset({"acct"})))
+        response = await health.ready(request)  # type: ignore[arg-type]
+        assert response.status_code == 200
+        return json.loads(response.body)
+
+    assert asyncio.run(answer(0)) == {"status": "ok", "checks": {"fake": "ok", "database": "ok"}}
+    refused = asyncio.run(answer(3))
+    assert refused["status"] == "ok" and refused["checks"]["ledger_rejects"].startswith("3 rows refused")
