@@ -1,3 +1,5 @@
+"""`python -m gateway`: the `gateway` command (gateway/cli.py)."""
+
 import sys
 
 from gateway.cli import main

@@ -10,7 +10,6 @@ import select
 import signal
 import socket
 import sqlite3
-import time
 from dataclasses import dataclass
 from typing import Self
 
@@ -20,7 +19,7 @@ import pytest
 from gateway.http import connection
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
-from tests.support import gateway_env
+from tests.support import gateway_env, wait_until
 
 # Long enough for anything the gateway does on loopback; reaching it means the gateway did not act.
 SAFETY = 30.0
@@ -133,13 +132,6 @@ def rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         kib = next(line for line in status if line.startswith("VmRSS:")).split()[1]
     return int(kib) * 1024
-
-
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + SAFETY
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.02)
 
 
 def ledger_outcome(database_url: str, request_id: str) -> str | None:
@@ -308,7 +300,8 @@ def test_readyz_while_starting_says_only_that_without_a_key(tmp_path, database):
         def local_check() -> str:
             return httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}).json()["checks"]["local"]
 
-        wait_for(lambda: "loading" not in local_check(), "the bogus model's load ends")
+        wait_until(lambda: "loading" not in local_check(), SAFETY,
+                   message="the bogus model's load ends")
         assert "cannot load model" in local_check()
         r = httpx.get(f"{gateway.url}/readyz")
         assert (r.status_code, r.json()) == (503, {"status": "starting"})
@@ -326,7 +319,8 @@ def test_readyz_during_a_database_outage_says_degraded_without_the_error(upstrea
             with postgres_down(db.url):
                 # A row the ledger cannot write is what tells the gateway its database is away.
                 assert httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed).status_code == 200
-                wait_for(lambda: httpx.get(f"{gateway.url}/readyz").json()["status"] == "degraded", "degraded")
+                wait_until(lambda: httpx.get(f"{gateway.url}/readyz").json()["status"] == "degraded", SAFETY,
+                           message="degraded")
                 for headers in ({}, {"x-api-key": db.multi_key}):  # the second key was never checked: it cannot be now
                     r = httpx.get(f"{gateway.url}/readyz", headers=headers)
                     assert (r.status_code, r.json()) == (200, {"status": "degraded"})
@@ -364,7 +358,8 @@ def test_sigterm_answers_what_it_cannot_finish_and_exits_0(upstream, database):
             waiting.send(completion_request(database.key, {"model": "fake/slow-600000", "prompt": "x"}))
             streaming.send(completion_request(database.key, {"model": "fake/stall-later", "prompt": "x",
                                                                 "stream": True}))
-            wait_for(lambda: len(upstream.requests) == 2 and upstream.open_streams == 1, "both reach the vendor")
+            wait_until(lambda: len(upstream.requests) == 2 and upstream.open_streams == 1, SAFETY,
+                       message="both reach the vendor")
             gateway.proc.send_signal(signal.SIGTERM)
 
             answer = waiting.answer()
@@ -394,8 +389,8 @@ def test_shutdown_does_not_wait_for_clients_that_stopped_reading(upstream, datab
                 Client(gateway.port, receive_buffer=4096) as answer_reader:
             stream_reader.send(completion_request(database.key, big | {"stream": True}))
             request_id = stream_reader.head().headers["x-request-id"]
-            wait_for(lambda: ledger_outcome(database.url, request_id) == "client_disconnected",
-                     "the stream's client is dropped")
+            wait_until(lambda: ledger_outcome(database.url, request_id) == "client_disconnected", SAFETY,
+                       message="the stream's client is dropped")
             answer_reader.send(completion_request(database.key, big))
             assert answer_reader.head().status == 200  # the body waits in the buffers between us
             gateway.proc.send_signal(signal.SIGTERM)
