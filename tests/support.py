@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway import cli
 from gateway.core.config import VendorConfig
@@ -161,6 +161,17 @@ def console_script(db_url: str, *args: str) -> CliResult:
     done = subprocess.run([script, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
                           check=False)
     return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def contains(node: Any, value: Any) -> bool:
+    """Whether `value` is `node` or sits anywhere inside it (JSON: dicts' values, lists' items)."""
+    if node == value:
+        return True
+    if isinstance(node, dict):
+        return any(contains(v, value) for v in node.values())
+    if isinstance(node, list):
+        return any(contains(v, value) for v in node)
+    return False
 
 
 # -- waiting for things --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from gateway.vendors.local import LocalAdapter, engine_seed
 from gateway.vendors.local_engine import EngineOptions
 from gateway.vendors.local_model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob
+from tests.support import contains
 
 SETTINGS = Settings(http_transport="httpx")
 # A value other than the default for every parameter (`prompt`: a list of several).
@@ -65,16 +66,6 @@ def call_with(name: str | None) -> CompletionCall:
     elif name is not None:
         setattr(call, name, VALUES[name])
     return call
-
-
-def contains(node: Any, value: Any) -> bool:
-    if node == value:
-        return True
-    if isinstance(node, dict):
-        return any(contains(v, value) for v in node.values())
-    if isinstance(node, list):
-        return any(contains(v, value) for v in node)
-    return False
 
 
 async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[dict]:

@@ -14,7 +14,7 @@ from gateway.core.parameters import NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
 from gateway.planner.capabilities import verdicts
 from handlers.vendors import describe
-from tests.support import SHARED_TLS, VENDORS, capabilities_of
+from tests.support import SHARED_TLS, VENDORS, capabilities_of, contains
 
 # A value for each parameter that the contract accepts and that is easy to find in a vendor request.
 EXAMPLES: dict[str, Any] = {
@@ -28,16 +28,6 @@ RANGES = [(vendor, name, found.range) for vendor, name, found in CASES if found.
 
 def requests_of(fakes) -> list[dict]:
     return [req for fake in fakes for req in fake.requests]
-
-
-def contains(node: Any, value: Any) -> bool:
-    if node == value:
-        return True
-    if isinstance(node, dict):
-        return any(contains(v, value) for v in node.values())
-    if isinstance(node, list):
-        return any(contains(v, value) for v in node)
-    return False
 
 
 @pytest.mark.parametrize(("vendor", "name", "found"), CASES, ids=[f"{v}-{n}" for v, n, _ in CASES])
