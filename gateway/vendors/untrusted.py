@@ -17,7 +17,6 @@ import math
 from typing import Any
 
 from gateway.core.completion import MAX_USAGE_TOKENS, Usage
-from gateway.core.errors import clip
 
 # How many alternatives per token a vendor's logprobs may carry: the contract asks for at most 5,
 # OpenAI's and Gemini's APIs give at most 20. Further ones are ignored, unread.
@@ -113,10 +112,10 @@ def logprob(value: Any, what: str) -> float:
     """A log-probability: a finite number, at most 0."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise Malformed(f"{what} is {kind(value)}, not a number")
-    value = float(value)
-    if not (math.isfinite(value) and value <= 0):
+    number = float(value) if isinstance(value, float) or abs(value) <= 2**53 else math.inf  # no OverflowError
+    if not (math.isfinite(number) and number <= 0):
         raise Malformed(f"{what} is not a log-probability (a finite number, at most 0)")
-    return value
+    return number
 
 
 def finish_reason(value: Any, what: str) -> str | None:
@@ -149,7 +148,7 @@ def details(value: Any, what: str) -> dict[str, int] | None:
         if len(kept) == MAX_DETAILS:
             break
         if isinstance(raw, int | float) and not isinstance(raw, bool) and len(name) <= MAX_DETAIL_NAME:
-            kept[name] = count(raw, f"{what}.{clip(name, 40)}")
+            kept[name] = count(raw, f"an entry of {what}")  # its name is the vendor's: not quoted
     return kept or None
 
 
