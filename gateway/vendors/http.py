@@ -122,7 +122,7 @@ async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON ({exc})",
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
                            vendor=config.name) from None
 
 
