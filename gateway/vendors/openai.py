@@ -145,7 +145,7 @@ def read_completion(data: Any, call: CompletionCall) -> Result:
     if "choices" not in data:
         raise read.Malformed("the answer has no choices")
     logprobs = _Logprobs(call)
-    choices = [_choice(c, logprobs, _choices(call)) for c in read.items(data["choices"], "choices")]
+    choices = [_choice(c, logprobs, _choice_count(call)) for c in read.items(data["choices"], "choices")]
     if len({c.index for c in choices}) != len(choices):
         raise read.Malformed("two choices have the same index")
     fingerprint = data.get("system_fingerprint")
@@ -157,7 +157,7 @@ class ChunkReader:
     """A stream's chunks, one decoded event at a time (untrusted.Reported for the vendor's error event)."""
 
     def __init__(self, call: CompletionCall) -> None:
-        self._bound = _choices(call)
+        self._bound = _choice_count(call)
         self._logprobs = _Logprobs(call)
 
     def read(self, payload: Any) -> Chunk:
@@ -168,7 +168,7 @@ class ChunkReader:
         return Chunk(choices=choices, usage=_usage(payload.get("usage")))
 
 
-def _choices(call: CompletionCall) -> int:
+def _choice_count(call: CompletionCall) -> int:
     """How many choices a call asks for: n per prompt, indexed prompt-major."""
     return call.n * len(call.prompts)
 
