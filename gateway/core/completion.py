@@ -18,6 +18,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 DEFAULT_MAX_TOKENS = 16  # the contract's default
+# The most tokens a vendor may report for one side (prompt or completion) of one call's usage. No
+# model reads or writes a billion tokens in one call, so a larger count is the vendor's nonsense
+# (refused: gateway/vendors/untrusted.py), never billed; summed over the most vendor calls a request
+# may fan out to, counts stay far inside the ledger's BIGINT columns.
+MAX_USAGE_TOKENS = 10**9
 
 
 @dataclass(slots=True)

@@ -11,12 +11,19 @@ together, so a handler only says what went wrong.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 # How much of a client-supplied value (an account id, a header, a key name) an error message repeats:
 # enough to recognise it, never enough to turn an error into an amplifier of what the client sent.
 ECHO_LIMIT = 100
+
+
+# The longest wait a Retry-After the gateway sends may ask for, in seconds. A vendor's longer (or
+# unreadable) one is not passed on as it is: an hour is beyond any rate-limit window worth waiting
+# out, and a client's header must not carry whatever number a vendor wrote.
+MAX_RETRY_AFTER = 3600
 
 
 def clip(value: str, limit: int = ECHO_LIMIT) -> str:
@@ -69,8 +76,9 @@ class GatewayError(Exception):
 
     def headers(self) -> dict[str, str]:
         headers = {"x-should-retry": "true" if self.retryable else "false"}
-        if self.retry_after is not None:
-            headers["retry-after"] = str(max(0, round(self.retry_after)))
+        wait = self.retry_after
+        if wait is not None and (isinstance(wait, int) or math.isfinite(wait)):
+            headers["retry-after"] = str(round(min(max(wait, 0), MAX_RETRY_AFTER)))
         return headers
 
 

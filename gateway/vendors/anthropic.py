@@ -33,7 +33,8 @@ from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
-from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
+from gateway.vendors import untrusted as read
+from gateway.vendors.http import HttpAdapter, error_message, post_json, redact, sse_events, vendor_error
 
 API_VERSION = "2023-06-01"
 MESSAGES = "/v1/messages"
@@ -101,45 +102,30 @@ class AnthropicAdapter(HttpAdapter):
         payload, reply = self._request(call)
         data = await post_json(self._client, self._config, self._url, payload, self._error)
         try:
-            text = "".join(block["text"] for block in data["content"] if block.get("type") == "text")
-            choice = Choice(0, reply.trim(text), _finish(data.get("stop_reason")))
-            return Result(choices=[choice], usage=_usage(data["usage"]))
-        except (LookupError, TypeError, ValueError, AttributeError) as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {exc!r}", vendor=self.name) from None
+            return read_message(data, reply)
+        except read.READ_ERRORS as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
+                               vendor=self.name) from None
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         payload, reply = self._request(call)
         payload["stream"] = True
-        usage: dict[str, Any] = {}
-        finish: str | None = None
+        reader = EventReader(reply)
         events = sse_events(self._client, self._config, self._url, payload, self._error)
         async with aclosing(events):
-            try:
-                async for sse in events:
-                    event = self._event(sse.data)
-                    kind = event.get("type")
-                    if kind == "content_block_delta" and event["delta"].get("type") == "text_delta":
-                        if text := reply.trim(event["delta"]["text"]):
-                            yield Chunk([Choice(0, text)])
-                    elif kind == "message_start":
-                        usage.update(event["message"].get("usage") or {})
-                    elif kind == "message_delta":  # its usage counts are cumulative
-                        usage.update(event.get("usage") or {})
-                        finish = _finish(event["delta"].get("stop_reason"))
-                    elif kind == "message_stop":
-                        yield Chunk([Choice(0, "", finish or "stop")], _usage(usage))
-                        return
-                    elif kind == "error":
-                        error = event.get("error") or {}
-                        raise VendorFailed(
-                            f"vendor '{self.name}' failed mid-stream: {error.get('type')}: {error.get('message')}",
-                            vendor=self.name,
-                        )
-                    # ping, content_block_start/stop, thinking and other deltas, and event types added
-                    # later (Anthropic's versioning policy) carry no completion text.
-            except (LookupError, TypeError, AttributeError) as exc:
-                raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {exc!r}",
-                                   vendor=self.name) from None
+            async for sse in events:
+                try:
+                    chunk = reader.read(orjson.loads(sse.data))
+                except read.READ_ERRORS as exc:
+                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {read.why(exc)}",
+                                       vendor=self.name) from None
+                except read.Reported as exc:
+                    message = redact(self._config, exc.message) or "no reason given"
+                    raise VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name) from None
+                if chunk is not None:
+                    yield chunk
+                if reader.stopped:
+                    return
         raise VendorFailed(f"vendor '{self.name}' ended the stream before message_stop", vendor=self.name)
 
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
@@ -160,18 +146,57 @@ class AnthropicAdapter(HttpAdapter):
                 write(payload, value)
         return payload, reply
 
-    def _event(self, data: str) -> dict[str, Any]:
-        try:
-            event = orjson.loads(data)
-            if not isinstance(event, dict):
-                raise TypeError("an event is not a JSON object")
-            return event
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {exc}", vendor=self.name) from None
-
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.
         return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+def read_message(data: Any, reply: _Reply) -> Result:
+    """A non-streamed Message as one choice; untrusted.Malformed when it is not one."""
+    data = read.obj(data, "the message")
+    if "content" not in data or "usage" not in data:
+        raise read.Malformed("the message lacks content or usage")
+    blocks = [read.obj(block, "a content block") for block in read.items(data.get("content"), "content")]
+    text = "".join(read.text(block.get("text"), "a text block's text") for block in blocks
+                   if block.get("type") == "text")
+    choice = Choice(0, reply.trim(text), _finish(data.get("stop_reason")))
+    return Result(choices=[choice], usage=_usage(read.obj(data["usage"], "usage")))
+
+
+class EventReader:
+    """A Messages stream, one decoded event at a time: the text deltas as chunks, the last one
+    with the finish reason and usage (`stopped` is then set). untrusted.Reported for an `error` event."""
+
+    def __init__(self, reply: _Reply) -> None:
+        self._reply = reply
+        self._usage: dict[str, Any] = {}
+        self._finish: str | None = None
+        self.stopped = False
+
+    def read(self, event: Any) -> Chunk | None:
+        event = read.obj(event, "an event")
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = read.obj(event.get("delta"), "a delta")
+            if delta.get("type") == "text_delta":
+                text = self._reply.trim(read.text(delta.get("text"), "a delta's text"))
+                return Chunk([Choice(0, text)]) if text else None
+        elif kind == "message_start":
+            self._usage.update(read.obj(read.obj(event.get("message"), "message").get("usage"), "usage"))
+        elif kind == "message_delta":  # its usage counts are cumulative
+            self._usage.update(read.obj(event.get("usage"), "usage"))
+            self._finish = _finish(read.obj(event.get("delta"), "a delta").get("stop_reason"))
+        elif kind == "message_stop":
+            self.stopped = True
+            return Chunk([Choice(0, "", self._finish or "stop")], _usage(self._usage))
+        elif kind == "error":
+            error = read.obj(event.get("error"), "error")
+            kind_of_error = error.get("type") if isinstance(error.get("type"), str) else "error"
+            message = error.get("message") if isinstance(error.get("message"), str) else ""
+            raise read.Reported(f"{kind_of_error[:64]}: {message}")
+        # ping, content_block_start/stop, thinking and other deltas, and event types added later
+        # (Anthropic's versioning policy) carry no completion text.
+        return None
 
 
 class _Reply:
@@ -191,21 +216,18 @@ class _Reply:
         return text[same:]
 
 
-def _finish(stop_reason: str | None) -> str:
+def _finish(stop_reason: Any) -> str:
     # tool_use and pause_turn need tools, which completions never send.
-    return _FINISH.get(stop_reason or "", "stop")
+    return _FINISH.get(read.text(stop_reason, "stop_reason"), "stop")
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
     """Anthropic counts cache reads and writes apart from `input_tokens`; OpenAI's prompt_tokens
     includes them, with the cache reads as `cached_tokens`."""
-    read = int(raw.get("cache_read_input_tokens") or 0)
-    written = int(raw.get("cache_creation_input_tokens") or 0)
-    details: dict[str, int] = {"cached_tokens": read}
+    cached = read.count(raw.get("cache_read_input_tokens"), "usage.cache_read_input_tokens")
+    written = read.count(raw.get("cache_creation_input_tokens"), "usage.cache_creation_input_tokens")
+    details: dict[str, int] = {"cached_tokens": cached}
     if written:
         details["cache_creation_tokens"] = written
-    return Usage(
-        prompt_tokens=int(raw.get("input_tokens") or 0) + read + written,
-        completion_tokens=int(raw.get("output_tokens") or 0),
-        prompt_tokens_details=details,
-    )
+    return read.usage(read.count(raw.get("input_tokens"), "usage.input_tokens") + cached + written,
+                      read.count(raw.get("output_tokens"), "usage.output_tokens"), "usage", details)

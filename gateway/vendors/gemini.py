@@ -23,6 +23,7 @@ from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
@@ -114,24 +115,25 @@ class GeminiAdapter(HttpAdapter):
         url = _url(call, "generateContent")
         data = await post_json(self._client, self._config, url, self._payload(call), self._error)
         try:
-            reader = _Reader(call)
+            reader = Reader(call)
             choices = reader.read(data)
-            for choice in choices:
-                choice.finish_reason = choice.finish_reason or "stop"
-            return Result(choices=choices, usage=reader.usage)
-        except (LookupError, TypeError, ValueError, AttributeError) as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed answer: {exc!r}", vendor=self.name) from None
+        except read.READ_ERRORS as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed answer: {read.why(exc)}",
+                               vendor=self.name) from None
+        for choice in choices:
+            choice.finish_reason = choice.finish_reason or "stop"
+        return Result(choices=choices, usage=reader.usage)
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
-        reader = _Reader(call)
+        reader = Reader(call)
         url = _url(call, "streamGenerateContent") + "?alt=sse"
         events = sse_events(self._client, self._config, url, self._payload(call), self._error)
         async with aclosing(events):
             async for sse in events:
                 try:
                     choices = reader.read(orjson.loads(sse.data))
-                except (orjson.JSONDecodeError, LookupError, TypeError, ValueError, AttributeError) as exc:
-                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {exc!r}",
+                except read.READ_ERRORS as exc:
+                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
                                        vendor=self.name) from None
                 if choices:
                     yield Chunk(choices)
@@ -154,8 +156,10 @@ def _url(call: CompletionCall, method: str) -> str:
     return f"/models/{quote(model, safe='')}:{method}"
 
 
-class _Reader:
-    """GenerateContentResponse objects (one, or one per stream event) as choices and usage."""
+class Reader:
+    """GenerateContentResponse objects (one, or one per stream event) as choices and usage;
+    untrusted.Malformed for one that is not (a candidate index beyond the candidates asked for,
+    more candidates than asked for)."""
 
     def __init__(self, call: CompletionCall) -> None:
         self._n = call.n
@@ -168,23 +172,29 @@ class _Reader:
     def finished_all(self) -> bool:
         return len(self._finished) == self._n
 
-    def read(self, response: dict[str, Any]) -> list[Choice]:
+    def read(self, response: Any) -> list[Choice]:
+        response = read.obj(response, "a response")
         if (metadata := response.get("usageMetadata")) is not None:
-            self.usage = _usage(metadata)
-        candidates = response.get("candidates") or []
-        if not candidates and (response.get("promptFeedback") or {}).get("blockReason"):
+            self.usage = _usage(read.obj(metadata, "usageMetadata"))
+        candidates = read.items(response.get("candidates"), "candidates")
+        if len(candidates) > self._n:
+            raise read.Malformed(f"{len(candidates)} candidates for a call that asked for {self._n}")
+        feedback = read.obj(response.get("promptFeedback"), "promptFeedback")
+        if not candidates and feedback.get("blockReason"):
             # The prompt was blocked: no candidate at all.
             self._finished.update(range(self._n))
             return [Choice(i, "", _FILTERED) for i in range(self._n)]
         choices = []
-        for position, candidate in enumerate(candidates):
-            index = int(candidate.get("index", position))
-            parts = (candidate.get("content") or {}).get("parts") or []
-            text = "".join(part.get("text", "") for part in parts if not part.get("thought"))
-            finish = candidate.get("finishReason")
+        for position, raw in enumerate(candidates):
+            candidate = read.obj(raw, "a candidate")
+            index = read.index(candidate.get("index", position), "a candidate's index", self._n)
+            parts = [read.obj(part, "a part")
+                     for part in read.items(read.obj(candidate.get("content"), "content").get("parts"), "parts")]
+            text = "".join(read.text(part.get("text"), "a part's text") for part in parts if not part.get("thought"))
+            finish = read.text(candidate.get("finishReason"), "finishReason")
             choice = Choice(index, text, _FINISH.get(finish, "stop") if finish else None)
             if self._top is not None:
-                choice.logprobs = self._logprobs(index, candidate.get("logprobsResult") or {})
+                choice.logprobs = self._logprobs(index, read.obj(candidate.get("logprobsResult"), "logprobsResult"))
             self._offsets[index] += len(text)
             if finish:
                 self._finished.add(index)
@@ -192,30 +202,37 @@ class _Reader:
         return choices
 
     def _logprobs(self, index: int, result: dict[str, Any]) -> dict[str, list[Any]]:
-        chosen = result.get("chosenCandidates") or []
-        top = result.get("topCandidates") or []
-        tokens = [c.get("token", "") for c in chosen]
+        chosen = [read.obj(c, "a chosen candidate") for c in read.items(result.get("chosenCandidates"), "chosenCandidates")]
+        top = [read.obj(step, "a top candidates step") for step in read.items(result.get("topCandidates"), "topCandidates")]
+        tokens = [read.token(c.get("token"), "a chosen candidate's token") for c in chosen]
         offsets, at = [], self._offsets[index]
         for token in tokens:
             offsets.append(at)
             at += len(token)
         return {
             "tokens": tokens,
-            "token_logprobs": [c.get("logProbability") for c in chosen],
-            "top_logprobs": [
-                {c.get("token", ""): c.get("logProbability") for c in (step.get("candidates") or [])[: self._top]}
-                for step in (top[i] if i < len(top) else {} for i in range(len(chosen)))
-            ],
+            "token_logprobs": [read.logprob(c.get("logProbability", 0.0), "logProbability") for c in chosen],
+            "top_logprobs": [_alternatives(top[i] if i < len(top) else {}, self._top) for i in range(len(chosen))],
             "text_offset": offsets,
         }
 
 
+def _alternatives(step: dict[str, Any], top: int) -> dict[str, float]:
+    alternatives: dict[str, float] = {}
+    for raw in read.items(step.get("candidates"), "candidates")[: min(top, read.MAX_ALTERNATIVES)]:
+        candidate = read.obj(raw, "a top candidate")
+        alternatives[read.token(candidate.get("token"), "a top candidate's token")] = read.logprob(
+            candidate.get("logProbability", 0.0), "logProbability")
+    return alternatives
+
+
 def _usage(raw: dict[str, Any]) -> Usage:
     """promptTokenCount includes cached content; thoughts are output the model was billed for."""
-    thoughts = int(raw.get("thoughtsTokenCount") or 0)
-    return Usage(
-        prompt_tokens=int(raw.get("promptTokenCount") or 0),
-        completion_tokens=int(raw.get("candidatesTokenCount") or 0) + thoughts,
-        prompt_tokens_details={"cached_tokens": int(raw.get("cachedContentTokenCount") or 0)},
-        completion_tokens_details={"reasoning_tokens": thoughts} if thoughts else None,
+    thoughts = read.count(raw.get("thoughtsTokenCount"), "usageMetadata.thoughtsTokenCount")
+    return read.usage(
+        read.count(raw.get("promptTokenCount"), "usageMetadata.promptTokenCount"),
+        read.count(raw.get("candidatesTokenCount"), "usageMetadata.candidatesTokenCount") + thoughts,
+        "usageMetadata",
+        {"cached_tokens": read.count(raw.get("cachedContentTokenCount"), "usageMetadata.cachedContentTokenCount")},
+        {"reasoning_tokens": thoughts} if thoughts else None,
     )

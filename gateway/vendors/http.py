@@ -1,12 +1,16 @@
-"""What every HTTP vendor adapter shares: one pooled client per vendor, timeouts, and the
-translation of a vendor's failure into the gateway's errors (who was at fault, never a secret)."""
+"""What every HTTP vendor adapter shares: one pooled client per vendor, timeouts, bounded reads of
+the vendor's answers, and the translation of a vendor's failure into the gateway's errors (who was
+at fault, never a secret)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
@@ -16,6 +20,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import (
+    MAX_RETRY_AFTER,
     BadRequest,
     GatewayError,
     NotFound,
@@ -23,8 +28,11 @@ from gateway.core.errors import (
     VendorCredentialsRejected,
     VendorFailed,
     VendorTimeout,
+    clip,
 )
+from gateway.core.redaction import REDACTED
 from gateway.vendors.sse_reader import Event, MalformedStream, read_events
+from gateway.vendors.untrusted import MESSAGE_LIMIT
 
 MAX_CONNECTIONS = 512
 _JSON = {"content-type": "application/json"}
@@ -32,6 +40,12 @@ _JSON = {"content-type": "application/json"}
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
 BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
+# The largest non-streamed answer read from a vendor, in bytes. A completion, even with n choices
+# and logprobs for thousands of tokens, is far smaller; a vendor sending more (or without end) is
+# refused instead of filling the gateway's memory. (A stream is bounded per event: sse_reader.py.)
+MAX_ANSWER_BYTES = 32 << 20
+# How much of a vendor's error answer (a non-200) is read: its message is at the start.
+MAX_ERROR_BYTES = 64 << 10
 
 log = logging.getLogger("gateway.vendors")
 
@@ -97,15 +111,39 @@ async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.
     request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
     response = await _send(client, config, request, on_error, first_byte=None)
     try:
-        body = await response.aread()
+        body = await read_body(response, MAX_ANSWER_BYTES)
     except httpx.HTTPError as exc:
         raise transport_error(config, exc) from None
+    except TooLarge:
+        raise VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
+                           vendor=config.name) from None
     finally:
         await response.aclose()
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: {exc}", vendor=config.name) from None
+        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
+                           vendor=config.name) from None
+
+
+class TooLarge(Exception):
+    """A vendor's answer is longer than the gateway reads."""
+
+
+async def read_body(response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    """The body of `response`, at most `limit` bytes (decoded): longer is TooLarge, or with
+    `truncate` its first `limit` bytes. A declared Content-Length over the limit is refused unread."""
+    declared = response.headers.get("content-length", "")
+    if not truncate and declared.isdigit() and int(declared) > limit:
+        raise TooLarge()
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            if truncate:
+                return bytes(body[:limit])
+            raise TooLarge()
+    return bytes(body)
 
 
 async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
@@ -163,7 +201,7 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
             if response.status_code == 200:
                 return response
             try:
-                body = await response.aread()
+                body = await read_body(response, MAX_ERROR_BYTES, truncate=True)
             except httpx.HTTPError:
                 body = b""
             finally:
@@ -171,7 +209,7 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
             header = response.headers.get("retry-after")
             error = on_error(response.status_code, body, header)
             retryable = response.status_code in RETRY_STATUSES
-            retry_after = _seconds(header)
+            retry_after = retry_after_seconds(header)
         attempt += 1
         if not retryable or attempt == attempts or (retry_after or 0) > BACKOFF_CAP:
             raise error
@@ -183,21 +221,26 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
 def error_message(body: bytes) -> str:
     """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
     (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
-    "status"}}`) all put it in `error.message`."""
+    "status"}}`) all put it in `error.message`; some compatible servers (vLLM) at the top. A body
+    that is not JSON is its text. Not yet clipped or redacted: `vendor_error` does both."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body[:500].decode(errors="replace").strip()
+        return body.decode(errors="replace")
     return payload_message(payload)
 
 
 def payload_message(payload: Any) -> str:
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    if isinstance(error, str):
-        return error
-    return str(payload)[:500]
+    """The message of a vendor's error object; "" when it has none that is text (the object
+    itself is never quoted: it is the vendor's payload, of any size)."""
+    if not isinstance(payload, dict):
+        return ""
+    error = payload.get("error")
+    for message in (error.get("message") if isinstance(error, dict) else error, payload.get("message"),
+                    payload.get("detail")):
+        if isinstance(message, str) and message.strip():
+            return message
+    return ""
 
 
 def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:
@@ -211,11 +254,11 @@ def vendor_error(config: VendorConfig, status: int, message: str, retry_after: s
         return NotFound(f"vendor '{name}': {message}", code="vendor_not_found", vendor=name)
     if status == 429:
         return RateLimited(f"vendor '{name}' rate limit: {message}", code="vendor_rate_limited", vendor=name,
-                           retry_after=_seconds(retry_after))
+                           retry_after=retry_after_seconds(retry_after))
     if 400 <= status < 500:
         return BadRequest(f"vendor '{name}' rejected the request: {message}", code="vendor_rejected", vendor=name)
     return VendorFailed(f"vendor '{name}' failed (HTTP {status}): {message}", code="vendor_error", vendor=name,
-                        retry_after=_seconds(retry_after))
+                        retry_after=retry_after_seconds(retry_after))
 
 
 def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
@@ -251,8 +294,14 @@ def connection_dropped(exc: BaseException) -> bool:
 
 
 def redact(config: VendorConfig, text: str) -> str:
+    """A vendor's text for a message: the vendor's key scrubbed, then clipped to MESSAGE_LIMIT
+    characters, on one line. Scrubbed before it is clipped, so a cut never leaves part of the key.
+    (The error renderer scrubs every message again, for key-shaped strings of any origin.)"""
     secret = config.secret
-    return text.replace(secret, "[redacted]") if secret else text
+    text = text[: MESSAGE_LIMIT + len(secret) + 1]  # a key that starts within the limit ends within this
+    if secret:
+        text = text.replace(secret, REDACTED)
+    return " ".join(clip(text, MESSAGE_LIMIT).split())
 
 
 async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, total: float) -> AsyncIterator[bytes]:
@@ -274,8 +323,22 @@ async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, to
         yield chunk
 
 
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A vendor's Retry-After (RFC 9110): seconds, or an HTTP-date (IMF-fixdate or an obsolete
+    form) counted from `now`. A wait that is not finite or negative, or a header that is neither,
+    is ignored (None); a date already past is 0; anything longer than MAX_RETRY_AFTER is that."""
+    if value is None:
         return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER)

@@ -39,6 +39,7 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, NotFound, VendorFailed, VendorNotReady
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
+from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import Engine, EngineError
 from gateway.vendors.local_model import LocalOptions, engine_options
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
@@ -340,22 +341,27 @@ class _Piece:
     usage: Usage | None
 
     @classmethod
-    def of(cls, chunk: dict[str, Any]) -> _Piece:
+    def of(cls, chunk: Any) -> _Piece:
+        """One engine chunk, checked like a vendor's answer (EngineError otherwise)."""
         try:
-            choice = chunk["choices"][0]
-            usage = chunk.get("usage")
+            choices = read.items(read.obj(chunk, "a chunk").get("choices"), "choices")
+            if not choices:
+                raise read.Malformed("a chunk has no choice")
+            choice = read.obj(choices[0], "a choice")
+            usage = read.obj(chunk.get("usage"), "usage")
             return cls(
-                text=choice.get("text") or "",
+                text=read.text(choice.get("text"), "a choice's text"),
                 tokens=[from_engine(entry) for entry in engine_entries(choice)],
-                finish_reason=choice.get("finish_reason"),
-                usage=Usage(
-                    prompt_tokens=int(usage["prompt_tokens"]),
-                    completion_tokens=int(usage["completion_tokens"]),
-                    prompt_tokens_details=usage.get("prompt_tokens_details") or None,
+                finish_reason=read.finish_reason(choice.get("finish_reason"), "a choice's finish_reason"),
+                usage=read.usage(
+                    read.count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+                    read.count(usage.get("completion_tokens"), "usage.completion_tokens"),
+                    "usage",
+                    read.details(usage.get("prompt_tokens_details"), "usage.prompt_tokens_details"),
                 ) if usage else None,
             )
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise EngineError(f"malformed engine chunk: {exc!r}") from None
+        except read.READ_ERRORS as exc:
+            raise EngineError(f"malformed engine chunk: {read.why(exc)}") from None
 
 
 def _usage(usages: list[Usage | None]) -> Usage:

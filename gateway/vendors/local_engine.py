@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from gateway.vendors.logprobs import TokenLogprob, engine_entries, from_engine
+from gateway.core.errors import clip
+from gateway.vendors import untrusted as read
+from gateway.vendors.logprobs import TokenLogprob, engine_entries, from_engine, raw_token
 
 if TYPE_CHECKING:
     import xllamacpp
@@ -68,14 +70,16 @@ def engine_params(o: EngineOptions) -> xllamacpp.CommonParams:
 
 
 class EngineError(Exception):
-    """An error the engine returned, e.g. a prompt longer than the context."""
+    """An error the engine returned (e.g. a prompt longer than the context), or an answer of the
+    engine that is not what llama.cpp documents. Its fields are read as defensively as a vendor's."""
 
     def __init__(self, error: Any) -> None:
-        error = error if isinstance(error, dict) else {"message": str(error)}
-        super().__init__(str(error.get("message") or error))
-        self.message = str(error.get("message") or error)
-        self.status = int(error.get("code") or 500)
-        self.kind = str(error.get("type") or "")
+        error = error if isinstance(error, dict) else {"message": error}
+        message, code, kind = error.get("message"), error.get("code"), error.get("type")
+        self.message = clip(message, read.MESSAGE_LIMIT) if isinstance(message, str) else "engine error"
+        super().__init__(self.message)
+        self.status = code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599 else 500
+        self.kind = kind[:64] if isinstance(kind, str) else ""
 
 
 class Engine:
@@ -140,7 +144,11 @@ class Engine:
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             raise EngineError(f"tokenization failed: {exc}") from None
         # A piece that is not valid UTF-8 (part of a character) comes as a list of byte values.
-        return [(p["id"], p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"])) for p in pieces]
+        try:
+            return [(_token_id(p), read.token(p["piece"], "a piece").encode() if isinstance(p["piece"], str)
+                     else read.token_bytes(p["piece"], "a piece")) for p in read.items(pieces, "tokens")]
+        except read.READ_ERRORS as exc:
+            raise EngineError(f"tokenization answered unreadably: {read.why(exc)}") from None
 
     async def generate(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The engine's streamed chunks for one completion request (`body` as for llama.cpp's
@@ -166,6 +174,8 @@ class Engine:
         future = await self._start(call)
         try:
             while (chunk := await queue.get()) is not end:
+                if not isinstance(chunk, dict):
+                    raise EngineError("the engine sent a chunk that is not an object")
                 if "error" in chunk:
                     raise EngineError(chunk["error"])
                 yield chunk
@@ -213,12 +223,15 @@ class Engine:
             prefix, token = ids[:i], ids[i]
             answer = self._call({"prompt": prefix, "max_tokens": 1, "temperature": 0, "logprobs": max(top, 1),
                                  "logit_bias": {str(token): FORCE}})
-            entries = engine_entries(answer["choices"][0])
-            if entries and entries[0]["id"] == token:
-                scored.append(from_engine(entries[0]))
-            else:
-                # llama.cpp reports no entry for a token that is only part of a character.
-                scored.append(self._look_up(prefix, token, top))
+            try:
+                entries = engine_entries(_first_choice(answer))
+                if entries and read.obj(entries[0], "an entry").get("id") == token:
+                    scored.append(from_engine(entries[0]))
+                    continue
+            except read.READ_ERRORS as exc:
+                raise EngineError(f"malformed engine answer: {read.why(exc)}") from None
+            # llama.cpp reports no entry for a token that is only part of a character.
+            scored.append(self._look_up(prefix, token, top))
         return scored
 
     def _look_up(self, prefix: list[int], token: int, top: int) -> TokenLogprob:
@@ -227,15 +240,43 @@ class Engine:
         for size in LOOKUP_SIZES:
             answer = self._call({"prompt": prefix, "max_tokens": 1, "temperature": 0,
                                  "n_probs": size or self.vocab_size, "logit_bias": {str(self._probe): FORCE}})
-            ranked = engine_entries(answer["choices"][0])[0]["top_logprobs"]
-            found = next((t for t in ranked if t["id"] == token), None)
-            if found is not None:
-                return TokenLogprob(raw=bytes(found["bytes"]), logprob=float(found["logprob"]),
-                                    top=tuple((bytes(t["bytes"]), float(t["logprob"])) for t in ranked[:top]))
+            try:
+                entries = engine_entries(_first_choice(answer))
+                if not entries:
+                    raise read.Malformed("no logprobs entry")
+                # The ranking may span the whole vocabulary: only the token sought and the `top`
+                # first are read.
+                ranked = read.items(read.obj(entries[0], "an entry").get("top_logprobs"), "top_logprobs")
+                found = next((t for t in ranked if isinstance(t, dict) and t.get("id") == token), None)
+                if found is not None:
+                    alternatives = ranked[: min(top, read.MAX_ALTERNATIVES)]
+                    return TokenLogprob(raw=raw_token(found, "the token"),
+                                        logprob=read.logprob(found.get("logprob"), "the token's logprob"),
+                                        top=tuple((raw_token(t, "an alternative"),
+                                                   read.logprob(t.get("logprob"), "an alternative's logprob"))
+                                                  for t in alternatives))
+            except read.READ_ERRORS as exc:
+                raise EngineError(f"malformed engine answer: {read.why(exc)}") from None
         raise EngineError(f"token {token} is missing from the engine's distribution")
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         answer = self._server.handle_completions({**body, "cache_prompt": True})
+        if not isinstance(answer, dict):
+            raise EngineError("the engine answered something other than an object")
         if "error" in answer:
             raise EngineError(answer["error"])
         return answer
+
+
+def _first_choice(answer: dict[str, Any]) -> Any:
+    choices = read.items(answer.get("choices"), "choices")
+    if not choices:
+        raise read.Malformed("an answer has no choice")
+    return choices[0]
+
+
+def _token_id(piece: Any) -> int:
+    token_id = read.obj(piece, "a piece").get("id")
+    if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
+        raise read.Malformed("a piece's id is not a token id")
+    return token_id

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.vendors import untrusted as read
+
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
@@ -30,19 +32,36 @@ class TokenLogprob:
     top: tuple[tuple[bytes, float], ...] | None  # most likely first, as the engine ranked them
 
 
-def from_engine(entry: dict[str, Any]) -> TokenLogprob:
-    """One chat-style engine entry. A character split over several tokens arrives as one entry
-    with the merged bytes and the last token's logprob (a llama.cpp limitation)."""
+def from_engine(entry: Any) -> TokenLogprob:
+    """One chat-style engine entry, checked (untrusted.Malformed otherwise): its bytes a list of
+    byte values (or, when null, the token's text), its logprobs finite, at most MAX_ALTERNATIVES
+    alternatives read. A character split over several tokens arrives as one entry with the merged
+    bytes and the last token's logprob (a llama.cpp limitation)."""
+    entry = read.obj(entry, "a logprobs entry")
+    alternatives = read.items(entry.get("top_logprobs"), "top_logprobs")[: read.MAX_ALTERNATIVES]
     return TokenLogprob(
-        raw=bytes(entry["bytes"]),
-        logprob=float(entry["logprob"]),
-        top=tuple((bytes(t["bytes"]), float(t["logprob"])) for t in entry.get("top_logprobs") or ()),
+        raw=raw_token(entry, "a logprobs entry"),
+        logprob=read.logprob(entry.get("logprob"), "a logprobs entry's logprob"),
+        top=tuple((raw_token(t, "an alternative"), read.logprob(t.get("logprob"), "an alternative's logprob"))
+                  for t in alternatives),
     )
 
 
-def engine_entries(choice: dict[str, Any]) -> list[dict[str, Any]]:
+def raw_token(entry: Any, what: str) -> bytes:
+    """A chat-style entry's token as bytes: `bytes` (null for a token without a byte form, as
+    OpenAI documents), else its text."""
+    entry = read.obj(entry, what)
+    if entry.get("bytes") is not None:
+        return read.token_bytes(entry["bytes"], f"{what}'s bytes")
+    if entry.get("token") is None:
+        raise read.Malformed(f"{what} has neither bytes nor a token")
+    return read.token(entry["token"], f"{what}'s token").encode()
+
+
+def engine_entries(choice: Any) -> list[Any]:
     """The chat-style entries of one engine choice (none when logprobs were not asked for)."""
-    return (choice.get("logprobs") or {}).get("content") or []
+    return read.items(read.obj(read.obj(choice, "a choice").get("logprobs"), "logprobs").get("content"),
+                      "logprobs.content")
 
 
 def token_text(raw: bytes) -> str:

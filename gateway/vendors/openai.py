@@ -28,11 +28,21 @@ from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import EMULATABLE, PARAMETERS, Capabilities, Support, emulated, native, unsupported
-from gateway.vendors.http import HttpAdapter, error_message, payload_message, post_json, sse_events, vendor_error
+from gateway.vendors import untrusted as read
+from gateway.vendors.http import (
+    HttpAdapter,
+    error_message,
+    payload_message,
+    post_json,
+    redact,
+    sse_events,
+    vendor_error,
+)
 from gateway.vendors.logprobs import Offsets, from_engine, legacy
 
 # Sent on every call, whatever the request says: the vendor's defaults differ between servers.
 ALWAYS_SENT = ("prompt", "max_tokens")
+FINGERPRINT_LIMIT = 200  # characters of a system_fingerprint passed on (a longer one, or not text: dropped)
 # The contract is this protocol: every parameter is native, unless a server lacks it. Listed by
 # name, so a parameter added to the contract fails the adapter until it is listed here.
 NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -102,71 +112,103 @@ class OpenAIAdapter(HttpAdapter):
     async def complete(self, call: CompletionCall) -> Result:
         data = await post_json(self._client, self._config, self._url, self._payload(call), self._error)
         try:
-            return Result(
-                choices=[_choice(c, _Logprobs(call)) for c in data["choices"]],
-                usage=_usage(data.get("usage")),
-                system_fingerprint=data.get("system_fingerprint"),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {exc!r}", vendor=self.name) from None
+            return read_completion(data, call)
+        except read.READ_ERRORS as exc:
+            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {read.why(exc)}",
+                               vendor=self.name) from None
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         events = sse_events(self._client, self._config, self._url, self._payload(call), self._error)
-        logprobs = _Logprobs(call)  # one per stream: offsets run on across its chunks
+        reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
         async with aclosing(events):
             async for sse in events:
                 if sse.data == "[DONE]":
                     return
-                yield _chunk(self.name, sse.data, logprobs)
+                try:
+                    chunk = reader.read(orjson.loads(sse.data))
+                except read.READ_ERRORS as exc:
+                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
+                                       vendor=self.name) from None
+                except read.Reported as exc:
+                    message = redact(self._config, exc.message) or "no reason given"
+                    raise VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name) from None
+                yield chunk
         raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
 
 
-def _chunk(vendor: str, data: str, logprobs: _Logprobs) -> Chunk:
-    try:
-        payload = orjson.loads(data)
+def read_completion(data: Any, call: CompletionCall) -> Result:
+    """A non-streamed answer to `call`; untrusted.Malformed when it is not one."""
+    data = read.obj(data, "the answer")
+    if "choices" not in data:
+        raise read.Malformed("the answer has no choices")
+    logprobs = _Logprobs(call)
+    choices = [_choice(c, logprobs, _choice_count(call)) for c in read.items(data["choices"], "choices")]
+    if len({c.index for c in choices}) != len(choices):
+        raise read.Malformed("two choices have the same index")
+    fingerprint = data.get("system_fingerprint")
+    return Result(choices, _usage(data.get("usage")),
+                  fingerprint if isinstance(fingerprint, str) and len(fingerprint) <= FINGERPRINT_LIMIT else None)
+
+
+class ChunkReader:
+    """A stream's chunks, one decoded event at a time (untrusted.Reported for the vendor's error event)."""
+
+    def __init__(self, call: CompletionCall) -> None:
+        self._bound = _choice_count(call)
+        self._logprobs = _Logprobs(call)
+
+    def read(self, payload: Any) -> Chunk:
+        payload = read.obj(payload, "a stream chunk")
         if payload.get("error"):
-            raise VendorFailed(f"vendor '{vendor}' failed mid-stream: {payload_message(payload)}", vendor=vendor)
-        choices = [_choice(c, logprobs) for c in payload.get("choices") or ()]
+            raise read.Reported(payload_message(payload))
+        choices = [_choice(c, self._logprobs, self._bound) for c in read.items(payload.get("choices"), "choices")]
         return Chunk(choices=choices, usage=_usage(payload.get("usage")))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise VendorFailed(f"vendor '{vendor}' sent a malformed stream chunk: {exc}", vendor=vendor) from None
 
 
-def _choice(raw: dict[str, Any], logprobs: _Logprobs) -> Choice:
-    index = int(raw["index"])
+def _choice_count(call: CompletionCall) -> int:
+    """How many choices a call asks for: n per prompt, indexed prompt-major."""
+    return call.n * len(call.prompts)
+
+
+def _choice(raw: Any, logprobs: _Logprobs, bound: int) -> Choice:
+    raw = read.obj(raw, "a choice")
+    index = read.index(raw.get("index"), "a choice's index", bound)
     return Choice(
         index=index,
-        text=raw.get("text") or "",
-        finish_reason=raw.get("finish_reason"),
+        text=read.text(raw.get("text"), "a choice's text"),
+        finish_reason=read.finish_reason(raw.get("finish_reason"), "a choice's finish_reason"),
         logprobs=logprobs.legacy(index, raw.get("logprobs")),
     )
 
 
 class _Logprobs:
     """A choice's logprobs as the contract shapes them. OpenAI answers in the legacy shape, passed
-    on as it is; servers built on llama.cpp answer chat-style (`{"content": [...]}`), converted
+    on once checked; servers built on llama.cpp answer chat-style (`{"content": [...]}`), converted
     here with character offsets that run on across a stream's chunks."""
 
     def __init__(self, call: CompletionCall) -> None:
         self._top = call.logprobs or 0
-        self._offsets: dict[int, Offsets] = {}
+        self._offsets: dict[int, Offsets] = {}  # per choice index (checked: at most the call's choices)
 
     def legacy(self, index: int, raw: Any) -> dict[str, Any] | None:
         if not isinstance(raw, dict) or "content" not in raw:
-            return raw
+            return read.legacy_logprobs(raw, "logprobs")
+        entries = read.items(raw["content"], "logprobs.content")
         offsets = self._offsets.setdefault(index, Offsets())
-        return legacy([from_engine(entry) for entry in raw["content"] or ()], self._top, offsets)
+        return legacy([from_engine(entry) for entry in entries], self._top, offsets)
 
 
-def _usage(raw: dict[str, Any] | None) -> Usage | None:
+def _usage(raw: Any) -> Usage | None:
+    raw = read.obj(raw, "usage")
     if not raw:
         return None
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-        prompt_tokens_details=raw.get("prompt_tokens_details") or None,
-        completion_tokens_details=raw.get("completion_tokens_details") or None,
+    return read.usage(
+        read.count(raw.get("prompt_tokens"), "usage.prompt_tokens"),
+        read.count(raw.get("completion_tokens"), "usage.completion_tokens"),
+        "usage",
+        read.details(raw.get("prompt_tokens_details"), "usage.prompt_tokens_details"),
+        read.details(raw.get("completion_tokens_details"), "usage.completion_tokens_details"),
     )

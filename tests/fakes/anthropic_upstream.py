@@ -16,6 +16,8 @@ model name selects faults:
   refuse          stops with stop_reason "refusal" after one token
   cached          reports cache reads (7) and writes (3)
   stream-error    streams one delta, then an `error` event (overloaded_error)
+  leak-stream-error  the same, its message quoting the x-api-key header
+  leak-malformed  a message whose content is the x-api-key header (a string, not blocks)
   cut-stream      streams one delta, then closes without message_stop
 """
 
@@ -58,9 +60,10 @@ class FakeAnthropic(Recorder):
         tokens, stop_reason, stop_sequence = generate(body)
         usage = _usage(body, len(tokens))
         if not body.get("stream"):
+            content = [{"type": "text", "text": "".join(tokens)}]
             await send_json(send, 200, {
                 "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-                "content": [{"type": "text", "text": "".join(tokens)}],
+                "content": f"x-api-key: {headers['x-api-key']}" if model == "leak-malformed" else content,
                 "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage,
             })  # fmt: skip
             return
@@ -73,8 +76,9 @@ class FakeAnthropic(Recorder):
         for i, token in enumerate(tokens):
             await _event(send, {"type": "content_block_delta", "index": 0,
                                 "delta": {"type": "text_delta", "text": token}})
-            if i == 0 and model == "stream-error":
-                await _event(send, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            if i == 0 and model in ("stream-error", "leak-stream-error"):
+                message = "Overloaded" if model == "stream-error" else f"Overloaded; x-api-key {headers['x-api-key']}"
+                await _event(send, {"type": "error", "error": {"type": "overloaded_error", "message": message}})
                 await end_events(send)
                 return
             if i == 0 and model == "cut-stream":

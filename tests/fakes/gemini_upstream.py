@@ -23,6 +23,8 @@ candidate 2 is best, then 0 and 3, then 1. The model name selects the rest:
   thinking        a thought part first, and thoughtsTokenCount 5
   cached          cachedContentTokenCount 4
   cut-stream      streams the first token, then closes without a finishReason
+  extra-candidates  one candidate more than candidateCount (streamed: from the second event on)
+  index-beyond    a candidate whose index is candidateCount (streamed: from the second event on)
 """
 
 from __future__ import annotations
@@ -81,14 +83,15 @@ class FakeGemini(Recorder):
         candidates = [_candidate(model, config, i) for i in range(config.get("candidateCount", 1))]
         prompt_words = sum(len(p["text"].split()) for c in body["contents"] for p in c["parts"])
         if method == "generateContent":
-            await send_json(send, 200, _response(model, config, candidates, prompt_words, step=None))
+            await send_json(send, 200, _hostile(model, config, _response(model, config, candidates, prompt_words, None)))
             return
         await start_events(send)
         steps = max((len(tokens) for tokens, _ in candidates), default=0) or 1
         for step in range(steps):
             if model == "cut-stream" and step == 1:
                 break
-            await send_event(send, _response(model, config, candidates, prompt_words, step, last=step == steps - 1))
+            response = _response(model, config, candidates, prompt_words, step, last=step == steps - 1)
+            await send_event(send, _hostile(model, config, response) if step else response)
         await end_events(send)
 
 
@@ -138,6 +141,16 @@ def _response(model, config, candidates, prompt_words: int, step: int | None, la
         if model == "cached":
             usage |= {"cachedContentTokenCount": 4}
     response["usageMetadata"] = usage
+    return response
+
+
+def _hostile(model: str, config: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """The response with more candidates than asked for, or one indexed beyond them."""
+    count = config.get("candidateCount", 1)
+    if model == "extra-candidates":
+        response["candidates"].append(response["candidates"][0] | {"index": count})
+    elif model == "index-beyond":
+        response["candidates"][0]["index"] = count
     return response
 
 
