@@ -202,8 +202,10 @@ class Reader:
         return choices
 
     def _logprobs(self, index: int, result: dict[str, Any]) -> dict[str, list[Any]]:
-        chosen = [read.obj(c, "a chosen candidate") for c in read.items(result.get("chosenCandidates"), "chosenCandidates")]
-        top = [read.obj(step, "a top candidates step") for step in read.items(result.get("topCandidates"), "topCandidates")]
+        chosen = [read.obj(c, "a chosen candidate")
+                  for c in read.items(result.get("chosenCandidates"), "chosenCandidates")]
+        top = [read.obj(step, "a top candidates step")
+               for step in read.items(result.get("topCandidates"), "topCandidates")]
         tokens = [read.token(c.get("token"), "a chosen candidate's token") for c in chosen]
         offsets, at = [], self._offsets[index]
         for token in tokens:
