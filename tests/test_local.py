@@ -10,7 +10,15 @@ import httpx
 import pytest
 
 from tests.gateway_process import GatewayProcess
-from tests.support import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, SHARED_TLS, chunks_of, wait_until
+from tests.support import (
+    LOCAL_CONTEXT,
+    LOCAL_MODEL,
+    LOCAL_PARALLEL,
+    LOCAL_TIMEOUT,
+    SHARED_TLS,
+    chunks_of,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -259,7 +267,7 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
         body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": 48, "temperature": 1, "seed": i,
                 "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
         lines, arrivals = [], []
-        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60,
+        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=LOCAL_TIMEOUT,
                           verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
@@ -302,7 +310,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     stop_reading = threading.Event()
 
     def keep_reading() -> None:
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             for line in r.iter_lines():
                 kept_open.set()
@@ -314,8 +322,8 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     reader = threading.Thread(target=keep_reading)
     reader.start()
     try:
-        assert kept_open.wait(60)
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
+        assert kept_open.wait(LOCAL_TIMEOUT)
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
             assert next(r.iter_lines()).startswith("data: ")
@@ -325,7 +333,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
         assert answer["usage"]["completion_tokens"] == 4
     finally:
         stop_reading.set()
-        reader.join(60)
+        reader.join(LOCAL_TIMEOUT)
 
 
 def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
