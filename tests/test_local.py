@@ -254,18 +254,19 @@ def test_bad_requests_are_4xx_naming_parameter_and_vendor(local, body, status, p
 
 
 def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_gateway, database):
-    """Six streams on two slots, while /healthz is polled. Every stream's tokens arrive one by one
-    over its generation; a blocked event loop would hold the polls for the length of a generation,
-    so none would be answered between a stream's first token and its last. Events are ordered by
-    a shared counter, not timed."""
+    """Twice as many streams as the model has slots, while /healthz is polled. Every stream's
+    tokens arrive one by one over its generation; a blocked event loop would hold the polls for
+    the length of a generation, so none would be answered between a stream's first token and its
+    last. Events are ordered by a shared counter, not timed."""
+    streams, tokens = 2 * LOCAL_PARALLEL, 32
     order = itertools.count()
     polls: list[int] = []  # when each /healthz answer came
     spans: dict[int, tuple[int, int]] = {}  # per stream: when its first and its last token came
     results: dict[int, tuple[dict, dict | None]] = {}
 
     def run(i: int) -> None:
-        body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": 48, "temperature": 1, "seed": i,
-                "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
+        body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": tokens, "temperature": 1,
+                "seed": i, "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
         lines, arrivals = [], []
         with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=LOCAL_TIMEOUT,
                           verify=SHARED_TLS) as c, \
@@ -279,7 +280,7 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
         _, finishes, usage, _ = summary(chunks_of("\n".join(lines) + "\n"))
         results[i] = (finishes, usage)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(streams)]
     with httpx.Client(base_url=local_gateway.url, verify=SHARED_TLS) as poll:
         poll.get("/healthz")
         for t in threads:
@@ -289,9 +290,9 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
                 assert poll.get("/healthz").status_code == 200
                 polls.append(next(order))
                 t.join(0.02)  # the streams' end, or time for the next poll
-    assert sorted(results) == list(range(6))
+    assert sorted(results) == list(range(streams))
     for finishes, usage in results.values():
-        assert finishes == {0: "length"} and usage["completion_tokens"] == 48
+        assert finishes == {0: "length"} and usage["completion_tokens"] == tokens
     for first, last in spans.values():
         assert any(first < poll_at < last for poll_at in polls), (first, last)
 
