@@ -13,7 +13,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
-from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, SHARED_TLS, gateway_env
+from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, LOCAL_TIMEOUT, SHARED_TLS, gateway_env
 
 pytest_plugins = ["tests.vendor_fixtures"]
 
@@ -81,7 +81,7 @@ def local_gateway(database):
 @pytest.fixture
 def local(local_gateway, database):
     headers = {"x-api-key": database.key}
-    with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c:
+    with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as c:
         yield c
 
 

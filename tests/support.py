@@ -38,6 +38,9 @@ GEMINI_SECRET = "AIza-upstream-secret-never-leak"
 LOCAL_MODEL = "local/smollm2-135m"
 LOCAL_PARALLEL = 2
 LOCAL_CONTEXT = 1024
+# Seconds a client of the real model waits before giving up: a safety net for a busy machine (other
+# streams queued for the model's slots, other processes), not a bound under test.
+LOCAL_TIMEOUT = 300
 # A loopback port nothing listens on: a vendor there is unreachable (connection refused).
 UNREACHABLE_URL = "http://127.0.0.1:9/v1"
 

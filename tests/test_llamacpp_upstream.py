@@ -8,7 +8,7 @@ import pytest
 
 from tests.fakes.dropping_upstream import DroppingUpstream
 from tests.gateway_process import GatewayProcess
-from tests.support import SHARED_TLS, chunks_of
+from tests.support import LOCAL_TIMEOUT, SHARED_TLS, chunks_of
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def llamacpp(engine, database):
         "GATEWAY_VALIDATE_RESPONSES": "1",
     }
     with GatewayProcess(env) as process, httpx.Client(base_url=process.url, headers={"x-api-key": database.key},
-                                                      timeout=60, verify=SHARED_TLS) as client:
+                                                      timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as client:
         yield client
 
 

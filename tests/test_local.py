@@ -10,7 +10,15 @@ import httpx
 import pytest
 
 from tests.gateway_process import GatewayProcess
-from tests.support import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, SHARED_TLS, chunks_of, wait_until
+from tests.support import (
+    LOCAL_CONTEXT,
+    LOCAL_MODEL,
+    LOCAL_PARALLEL,
+    LOCAL_TIMEOUT,
+    SHARED_TLS,
+    chunks_of,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -246,20 +254,21 @@ def test_bad_requests_are_4xx_naming_parameter_and_vendor(local, body, status, p
 
 
 def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_gateway, database):
-    """Six streams on two slots, while /healthz is polled. Every stream's tokens arrive one by one
-    over its generation; a blocked event loop would hold the polls for the length of a generation,
-    so none would be answered between a stream's first token and its last. Events are ordered by
-    a shared counter, not timed."""
+    """Twice as many streams as the model has slots, while /healthz is polled. Every stream's
+    tokens arrive one by one over its generation; a blocked event loop would hold the polls for
+    the length of a generation, so none would be answered between a stream's first token and its
+    last. Events are ordered by a shared counter, not timed."""
+    streams, tokens = 2 * LOCAL_PARALLEL, 32
     order = itertools.count()
     polls: list[int] = []  # when each /healthz answer came
     spans: dict[int, tuple[int, int]] = {}  # per stream: when its first and its last token came
     results: dict[int, tuple[dict, dict | None]] = {}
 
     def run(i: int) -> None:
-        body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": 48, "temperature": 1, "seed": i,
-                "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
+        body = {"model": LOCAL_MODEL, "prompt": f"Story number {i}:", "max_tokens": tokens, "temperature": 1,
+                "seed": i, "logit_bias": NO_EOS, "stream": True, "stream_options": {"include_usage": True}}
         lines, arrivals = [], []
-        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=60,
+        with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": database.key}, timeout=LOCAL_TIMEOUT,
                           verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
@@ -271,7 +280,7 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
         _, finishes, usage, _ = summary(chunks_of("\n".join(lines) + "\n"))
         results[i] = (finishes, usage)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(streams)]
     with httpx.Client(base_url=local_gateway.url, verify=SHARED_TLS) as poll:
         poll.get("/healthz")
         for t in threads:
@@ -281,9 +290,9 @@ def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_
                 assert poll.get("/healthz").status_code == 200
                 polls.append(next(order))
                 t.join(0.02)  # the streams' end, or time for the next poll
-    assert sorted(results) == list(range(6))
+    assert sorted(results) == list(range(streams))
     for finishes, usage in results.values():
-        assert finishes == {0: "length"} and usage["completion_tokens"] == 48
+        assert finishes == {0: "length"} and usage["completion_tokens"] == tokens
     for first, last in spans.values():
         assert any(first < poll_at < last for poll_at in polls), (first, last)
 
@@ -302,7 +311,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     stop_reading = threading.Event()
 
     def keep_reading() -> None:
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             for line in r.iter_lines():
                 kept_open.set()
@@ -314,8 +323,8 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
     reader = threading.Thread(target=keep_reading)
     reader.start()
     try:
-        assert kept_open.wait(60)
-        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=60, verify=SHARED_TLS) as c, \
+        assert kept_open.wait(LOCAL_TIMEOUT)
+        with httpx.Client(base_url=local_gateway.url, headers=headers, timeout=LOCAL_TIMEOUT, verify=SHARED_TLS) as c, \
                 c.stream("POST", "/v5/completions", json=body) as r:
             assert r.status_code == 200
             assert next(r.iter_lines()).startswith("data: ")
@@ -325,7 +334,7 @@ def test_a_client_that_leaves_frees_its_slot(local, local_gateway, database):
         assert answer["usage"]["completion_tokens"] == 4
     finally:
         stop_reading.set()
-        reader.join(60)
+        reader.join(LOCAL_TIMEOUT)
 
 
 def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
