@@ -42,8 +42,12 @@ docs: install
 serve: install generate
 	$(BIN)/gateway serve
 
+# Two workers, one test file at a time each (module fixtures stay in one process): most of the
+# suite waits on gateway processes, so two cores serve it side by side.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 fuzz: install
 	$(BIN)/python -m tests.fuzz
