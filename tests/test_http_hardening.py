@@ -379,8 +379,11 @@ def test_sigterm_answers_what_it_cannot_finish_and_exits_0(upstream, database):
 def test_shutdown_does_not_wait_for_clients_that_stopped_reading(upstream, database):
     """A stream client dropped for not reading, and a client that never reads a finished answer,
     leave nothing for a graceful shutdown to wait for (its period here is far longer than SAFETY)."""
+    # The vendor's first byte may take a while on a loaded machine (a 200-prompt answer): not this test's
+    # subject, so its limit is generous.
     env = gateway_env(upstream.url, database.url, GATEWAY_SEND_TIMEOUT="1", GATEWAY_SHUTDOWN_TIMEOUT="600",
-                      GATEWAY_KEEP_ALIVE_TIMEOUT="600", GATEWAY_VALIDATE_RESPONSES="0")
+                      GATEWAY_KEEP_ALIVE_TIMEOUT="600", GATEWAY_VALIDATE_RESPONSES="0",
+                      GATEWAY_VENDOR_FAKE_FIRST_BYTE=str(SAFETY))
     gateway = GatewayProcess(env).start()
     # Answers of several MiB: more than the socket buffers between the two ends hold.
     big = {"model": "fake/m", "prompt": ["y"] * 200, "logprobs": 5, "max_tokens": 256}
@@ -388,7 +391,9 @@ def test_shutdown_does_not_wait_for_clients_that_stopped_reading(upstream, datab
         with Client(gateway.port, receive_buffer=4096) as stream_reader, \
                 Client(gateway.port, receive_buffer=4096) as answer_reader:
             stream_reader.send(completion_request(database.key, big | {"stream": True}))
-            request_id = stream_reader.head().headers["x-request-id"]
+            head = stream_reader.head()
+            assert head.status == 200, head
+            request_id = head.headers["x-request-id"]
             wait_until(lambda: ledger_outcome(database.url, request_id) == "client_disconnected", SAFETY,
                        message="the stream's client is dropped")
             answer_reader.send(completion_request(database.key, big))
