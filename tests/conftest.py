@@ -15,7 +15,7 @@ from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
 from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, LOCAL_TIMEOUT, SHARED_TLS, gateway_env
 
-pytest_plugins = ["tests.vendor_fixtures"]
+pytest_plugins = ["tests.vendor_fixtures", "tests.browser"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,62 @@
+"""A pytest plugin (named in tests/conftest.py): a real headless Chromium for the pages the gateway
+serves, driven by Playwright.
+
+The browser is Debian's `chromium` (.ci/run installs it): Playwright's own browser download cannot
+reach its CDN from these machines, so Playwright is pointed at the system binary. The flags keep a
+headless Chromium from reaching for Google's services on a closed network. A test that cannot find
+the browser is skipped, saying why; CI installs it, so there it runs.
+
+`page` is a fresh page in a fresh context per test; `screenshot(page, name)` keeps a picture under
+.artifacts/ (ignored by git) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("GATEWAY_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts"
+FLAGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    """A full-page PNG of `page` in .artifacts/<name>.png, for a person to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
