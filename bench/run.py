@@ -6,7 +6,10 @@ generator (aiohttp, in this process) measures requests/s and latency p50/p99 at 
 and 32, calling the vendor directly and through each gateway, round-robin in short rounds so
 machine noise hits every variant alike; then streaming time-to-first-byte and total time.
 
-    python -m bench.run [--seconds 4] [--rounds 3]
+    python -m bench.run [--seconds 4] [--rounds 3] [--against CHECKOUT]
+
+`--against` adds the gateway of another checkout of this project (e.g. a worktree of the commit
+before a change) as one more variant, on its own SQLite database: before and after, in one run.
 """
 
 from __future__ import annotations
@@ -15,17 +18,19 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 
 from tests.fakes.server import free_port
 from tests.gateway_process import ROOT, GatewayProcess
-from tests.provision import sqlite_database
+from tests.provision import empty_database, sqlite_database
 
 BODY = {"model": "fake/bench", "prompt": "The quick brown fox", "max_tokens": 16}
 STREAM_BODY = {**BODY, "max_tokens": 64, "stream": True}
@@ -130,6 +135,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="gateway vs direct vendor, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", type=Path, help="another checkout's gateway, measured beside this one")
     args = parser.parse_args()
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
@@ -143,13 +149,22 @@ def main() -> int:
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         "GATEWAY_LOG_LEVEL": "warning",
     }
-    gateways = {t: GatewayProcess({**env, "GATEWAY_HTTP_TRANSPORT": t}) for t in ("aiohttp", "httpx")}
+    gateways = {f"gateway ({t})": GatewayProcess({**env, "GATEWAY_HTTP_TRANSPORT": t}) for t in ("aiohttp", "httpx")}
+    keys = {name: db.key for name in gateways}
+    if args.against:
+        # Its own database, empty: the other checkout's schema may differ; it makes its first key.
+        other_url = database.enter_context(empty_database("sqlite"))
+        name = f"{_revision(args.against)} (aiohttp)"
+        gateways[name] = GatewayProcess({**env, "GATEWAY_DATABASE_URL": other_url, "GATEWAY_HTTP_TRANSPORT": "aiohttp"},
+                                        cwd=args.against.resolve())
     try:
         for g in gateways.values():
             g.start()
+        if args.against:
+            keys[name] = re.search(r"sk-gw-[A-Za-z0-9_-]+", gateways[name].log()).group()
         targets = {"direct": (f"{vendor_url}/v1/completions", {})}
-        for transport, g in gateways.items():
-            targets[f"gateway ({transport})"] = (f"{g.url}/v5/completions", {"x-api-key": db.key})
+        for name, g in gateways.items():
+            targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]})
         print(f"cpus: {os.cpu_count()}; one gateway worker per transport; vendor: tests/fakes/openai_upstream.py")
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
@@ -159,6 +174,11 @@ def main() -> int:
         vendor.wait()
         database.close()
     return 0
+
+
+def _revision(checkout: Path) -> str:
+    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or checkout.name
 
 
 if __name__ == "__main__":
