@@ -109,7 +109,7 @@ def _instant(text: str) -> datetime:
 
 
 async def _administer(settings: Settings, args: argparse.Namespace) -> int:
-    engine = database.connect(settings.database_url)
+    engine = database.connect(settings.database_url.get_secret_value())
     try:
         await database.prepare(engine, _nothing)
         match args.command, args.action if args.command != "usage" else None:

@@ -50,7 +50,7 @@ def create_app(settings: Settings | None = None) -> DirectCallApp:
 
 @contextlib.asynccontextmanager
 async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app: Any) -> AsyncIterator[dict[str, Any]]:
-    engine = database.connect(settings.database_url)
+    engine = database.connect(settings.database_url.get_secret_value())
     try:
         # Migrations run here, at every start; on an empty database the first account and key are
         # created so that a fresh clone works (production creates its own with the CLI first).

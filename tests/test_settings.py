@@ -4,6 +4,7 @@ underneath, secrets never shown, and a clear error naming what is wrong."""
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 
 from gateway.core.config import SERVER_FIELDS, Settings
 from gateway.core.errors import ConfigError
@@ -21,6 +22,8 @@ def sample(name: str) -> tuple[str, object]:
     if name == "log_level":
         return "DEBUG", "debug"  # case does not matter
     default = Settings.model_fields[name].default
+    if isinstance(default, SecretStr):
+        return "sqlite:///elsewhere/gateway.db", SecretStr("sqlite:///elsewhere/gateway.db")
     raw = SAMPLES[type(default)]
     return raw, type(default)(raw) if not isinstance(default, bool) else True
 
@@ -83,3 +86,10 @@ def test_a_vendor_key_is_kept_secret():
     assert vendor.secret == "sk-live-very-secret"
     assert "sk-live-very-secret" not in repr(settings) and "sk-live-very-secret" not in str(vendor)
     assert "sk-live-very-secret" not in settings.model_dump_json()
+
+
+def test_a_database_password_is_kept_secret():
+    url = "postgresql://gw:hunter2@db.internal:5432/ledger"
+    settings = load_settings(NO_LOCAL | {"GATEWAY_DATABASE_URL": url})
+    assert settings.database_url.get_secret_value() == url
+    assert "hunter2" not in repr(settings) and "hunter2" not in settings.model_dump_json()

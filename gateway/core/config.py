@@ -115,8 +115,9 @@ class Settings(_Frozen):
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"],
                          BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)] = "info"
     # Accounts, keys and the usage ledger. SQLite (a file, created on first start) suits one
-    # gateway process; several processes or hosts share one PostgreSQL (postgresql://...).
-    database_url: str = "sqlite:///var/gateway.db"
+    # gateway process; several processes or hosts share one PostgreSQL (postgresql://...). Secret:
+    # a PostgreSQL URL may hold a password.
+    database_url: SecretStr = SecretStr("sqlite:///var/gateway.db")
     # How long a key's lookup is trusted before the database is asked again: a revoked key keeps
     # working on a running gateway for at most this long.
     key_cache_seconds: NonNegativeFloat = 10.0

@@ -14,7 +14,10 @@ upgrade that removes a hook fails loudly at once instead of misbehaving later.
 2. OpenAPI 3.1 (`accept_openapi_31`). Connexion checks documents against its OpenAPI 3.0
    meta-schema and refuses 3.1 (spec-first/connexion#1396). openapi.json is validated as 3.1 by
    a test (openapi-spec-validator) and exercised by schemathesis instead.
-3. Security handlers (`ApiKeyHandler`, `BearerHandler`) that resolve to our own key check instead
+3. The JSON body validator (`body_validator`): Connexion's body validators are classes it builds
+   per request; ours only carries the schema and whether a body is required (Connexion's private
+   `_schema` and `_required`) over to http/validation.py, which does the work.
+4. Security handlers (`ApiKeyHandler`, `BearerHandler`) that resolve to our own key check instead
    of a function named in a vendor extension of the spec, and call it directly: Connexion's
    generic wrapper inspects the function's signature on every request.
 """
@@ -38,6 +41,7 @@ from connexion.middleware.request_validation import (
 from connexion.operations import AbstractOperation
 from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 from connexion.spec import OpenAPISpecification
+from connexion.validators import AbstractRequestBodyValidator
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -68,6 +72,9 @@ _HOOKS: tuple[tuple[Any, str], ...] = (
     (ApiKeySecurityHandler, "check_api_key"),
     (BearerSecurityHandler, "_resolve_func"),
     (BearerSecurityHandler, "check_bearer_token"),
+    (AbstractRequestBodyValidator, "wrap_receive"),
+    (AbstractRequestBodyValidator, "_required"),
+    (AbstractRequestBodyValidator, "_schema"),
 )
 
 
@@ -195,7 +202,23 @@ class PreparedValidationMiddleware(RequestValidationMiddleware):
     api_cls = _PreparedValidationAPI
 
 
-# -- 3. security handlers --------------------------------------------------------------------
+# -- 3. the JSON body validator ------------------------------------------------------------
+BodyCheck = Callable[[Receive, Scope, bool, dict[str, Any]], Awaitable[tuple[Receive, Scope]]]
+
+
+def body_validator(check: BodyCheck) -> type[AbstractRequestBodyValidator]:
+    """A Connexion body validator class that hands the request to `check(receive, scope, required,
+    schema)`, which reads, validates and replays the body."""
+
+    class JSONBodyValidator(AbstractRequestBodyValidator):
+        async def wrap_receive(self, receive: Receive, *, scope: Scope) -> tuple[Receive, Scope]:
+            return await check(receive, scope, self._required, self._schema)
+
+    return JSONBodyValidator
+
+
+
+# -- 4. security handlers --------------------------------------------------------------------
 def security_map(check: KeyCheck) -> dict[str, type]:
     """Connexion's `security_map` for the spec's two schemes (`apiKey` in x-api-key, and `bearer`),
     both answered by `check(request, key, required_scopes)`."""

@@ -28,10 +28,10 @@ import jsonschema_rs
 import orjson
 from connexion.datastructures import MediaTypeDict
 from connexion.lifecycle import ConnexionRequest
-from connexion.validators import AbstractRequestBodyValidator
 from starlette.types import Receive, Scope
 
 from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
+from gateway.http.connexion_overrides import body_validator
 from gateway.http.context import BODY_KEY
 
 # Levels of JSON nesting a body may have: the contract's deepest value (a list of prompts inside
@@ -161,33 +161,32 @@ def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
     """Connexion's `validator_map` entry for JSON bodies, bound to this app's limits."""
     validators = SchemaValidators()
 
-    class JSONBodyValidator(AbstractRequestBodyValidator):
-        async def wrap_receive(self, receive: Receive, *, scope: Scope) -> tuple[Receive, Scope]:
-            declared = _content_length(scope)
-            if declared is not None and declared > max_body_bytes:
-                raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body_bytes}")
-            try:
-                async with asyncio.timeout(body_timeout):
-                    body = await _read_body(receive, max_body_bytes)
-            except TimeoutError:
-                raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
-            if not body:
-                if self._required:
-                    raise ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
-                return receive, scope
-            try:
-                parsed = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise json_invalid(f"JSON decode error: {exc}") from None
-            if _nested_deeper(body, parsed, MAX_DEPTH):
-                raise json_invalid(f"JSON nested more than {MAX_DEPTH} levels deep")
-            detail = problems(validators.get(self._schema), parsed)
-            if detail:
-                raise ValidationFailed(detail)
-            scope.setdefault("extensions", {})[BODY_KEY] = parsed
-            return _replay(body, receive), scope
+    async def check(receive: Receive, scope: Scope, required: bool, schema: dict[str, Any]) -> tuple[Receive, Scope]:
+        declared = _content_length(scope)
+        if declared is not None and declared > max_body_bytes:
+            raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body_bytes}")
+        try:
+            async with asyncio.timeout(body_timeout):
+                body = await _read_body(receive, max_body_bytes)
+        except TimeoutError:
+            raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
+        if not body:
+            if required:
+                raise ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
+            return receive, scope
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise json_invalid(f"JSON decode error: {exc}") from None
+        if _nested_deeper(body, parsed, MAX_DEPTH):
+            raise json_invalid(f"JSON nested more than {MAX_DEPTH} levels deep")
+        detail = problems(validators.get(schema), parsed)
+        if detail:
+            raise ValidationFailed(detail)
+        scope.setdefault("extensions", {})[BODY_KEY] = parsed
+        return _replay(body, receive), scope
 
-    return {"body": MediaTypeDict({"*/*json": JSONBodyValidator}), "parameter": ParameterValidator}
+    return {"body": MediaTypeDict({"*/*json": body_validator(check)}), "parameter": ParameterValidator}
 
 
 _PARAMETER_SCHEMAS = SchemaValidators(validate_formats=True)  # the spec's parameter schemas live as long as the app

@@ -31,7 +31,7 @@ async def _standalone() -> None:
     from gateway.core import config
     from gateway.store import database
 
-    engine = database.connect(config.load().database_url)
+    engine = database.connect(config.load().database_url.get_secret_value())
     try:
         async with engine.begin() as connection:
             await connection.run_sync(run)
