@@ -12,7 +12,7 @@ import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.completion import Choice, Chunk, Result, Usage, generated
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream
 from gateway.http.context import HandlerRequest
@@ -34,6 +34,7 @@ async def create(request: HandlerRequest) -> Response:
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
     services.admission.enter()
+    heard = generated.set(meter.generated)  # the vendor call's task inherits it
     try:
         settings = services.settings
         started = await request.unless_client_leaves(fallbacks.start(
@@ -43,6 +44,8 @@ async def create(request: HandlerRequest) -> Response:
         services.admission.leave()
         meter.fail(exc)
         raise
+    finally:
+        generated.reset(heard)
     plan = started.plan
     headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
     if plan.model != completion_request.model:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpx
+
 from gateway import cli
 from gateway.core.config import VendorConfig
 from gateway.vendors import registry
@@ -36,6 +38,7 @@ ANTHROPIC_SECRET = "sk-ant-upstream-secret-never-leak"
 GEMINI_SECRET = "AIza-upstream-secret-never-leak"
 # The gateway with the real embedded model (tests/conftest.py's local_gateway).
 LOCAL_MODEL = "local/smollm2-135m"
+NO_EOS = {"0": -100, "2": -100}  # <|endoftext|> and <|im_end|> banned: generations run to max_tokens
 LOCAL_PARALLEL = 2
 LOCAL_CONTEXT = 1024
 # Seconds a client of the real model waits before giving up: a safety net for a busy machine (other
@@ -79,7 +82,7 @@ VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
     "gemini": ("gemini", "gemini", {"max_candidates": "4"}),
     "gemini1": ("gemini", "gemini", {}),
     # An OpenAI-compatible server lacking everything the gateway can emulate.
-    "lean": ("openai", "openai", {"lacks": "prompt,n,echo,stop,best_of,user"}),
+    "bare": ("openai", "openai", {"lacks": "prompt,n,echo,stop,best_of,user"}),
     # One that echoes natively but takes a single stop sequence.
     "fewstops": ("openai", "openai", {"max_stop": "1"}),
 }
@@ -190,3 +193,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"still waiting after {timeout}s: {message or predicate}")
         time.sleep(interval)
+
+
+def memory(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory (VmRSS) or its peak (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        kib = next(line for line in status if line.startswith(f"{field}:")).split()[1]
+    return int(kib) * 1024
+
+
+def assert_responsive(gateway) -> None:
+    """The gateway answers /healthz at once (a pinned event loop would hold it for seconds; the 1 s
+    client timeout is a safety net, not a bound under test)."""
+    assert httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200

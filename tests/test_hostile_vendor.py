@@ -22,11 +22,19 @@ from gateway.core.errors import MAX_RETRY_AFTER
 from gateway.store.tokens import PIECE
 from gateway.vendors.http import MAX_ANSWER_BYTES
 from gateway.vendors.sse_reader import MAX_EVENT_BYTES
-from tests.fakes.hostile_upstream import MIB, HostileOpenAI
+from tests.fakes.hostile_upstream import MIB, HostileOpenAI, word
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, empty_database, ledger_rows, postgres_unavailable
-from tests.support import SHARED_TLS, chunks_of, gateway_env, sse_events, wait_until
+from tests.support import (
+    SHARED_TLS,
+    assert_responsive,
+    chunks_of,
+    gateway_env,
+    memory,
+    sse_events,
+    wait_until,
+)
 
 # Keys the vendors are configured with. Not key-shaped (no "sk-"), so only the gateway's knowledge of
 # its own keys can scrub them.
@@ -34,13 +42,6 @@ KEYS = {"hostile": "hv-Zq8Xv3Lp9Rt2Wm5Yb7Nc4Hd6Jf1Kg0Tz", "claude": "ha-Pw4Ns8Kd
         "gem": "hg-Tb6Mv1Qx8Ld3Zn5Kw0Rp2Hs9Jc4Yf7Ge"}  # fmt: skip
 PROMPT = "hello hostile world"
 GROWTH = 64 << 20  # bytes: a peak this much higher for one small request means something was allocated whole
-
-
-def memory(pid: int, field: str) -> int:
-    """A process's resident memory (VmRSS) or its peak (VmHWM), in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        kib = next(line for line in status if line.startswith(f"{field}:")).split()[1]
-    return int(kib) * 1024
 
 
 def peak_growth(pid: int, action):
@@ -132,10 +133,6 @@ def row_of(ledger_db, tag: str) -> dict:
                       message=f"the ledger row of {tag}")
     assert len(rows) == 1
     return rows[0]
-
-
-def assert_responsive(gateway) -> None:
-    assert httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200
 
 
 def assert_failed_on_the_vendor(call: Call, ledger_db, vendor: str, status: int = 502, says: str = "") -> dict:
@@ -272,10 +269,11 @@ def test_an_answer_without_end_is_cut_at_its_limit(client, gateway, ledger_db, h
 
 
 def test_a_stream_of_one_five_megabyte_word_is_served_and_billed_promptly(client, gateway, ledger_db):
-    """D2: the estimate of a vendor that reported no usage counts 5 MiB without spaces (linear time)."""
+    """D2: the estimate of a vendor that reported no usage counts 5 MiB of letters that never repeat,
+    without spaces (bounded work)."""
     call = Call(client, "hostile/word-5mb", stream=True, max_tokens=10**7)
     assert call.response.status_code == 200
-    assert call.text() == "x" * (5 * MIB)
+    assert call.text() == word(5)
     assert_responsive(gateway)  # while the gateway counts
     row = row_of(ledger_db, call.tag)
     assert (row["outcome"], row["estimated"]) == ("completed", True)
@@ -313,3 +311,21 @@ def test_a_client_that_leaves_a_slow_request_cancels_the_vendor_call(client, gat
     # The gateway admits one request at a time: the slot of the one that left is free again.
     assert Call(client, "hostile/ok").response.status_code == 200
     assert_responsive(gateway)
+
+
+def test_sigterm_while_an_estimate_is_counted_writes_its_row_and_exits(upstream, hostile, ledger_db):
+    """D2: shutdown waits for the count of a long prompt the vendor refused (bounded work), not for
+    ever, and the row is written before the gateway exits."""
+    url, _, key = ledger_db
+    env = gateway_env(upstream.url, url, GATEWAY_VENDOR_HOSTILE_PROTOCOL="openai",
+                      GATEWAY_VENDOR_HOSTILE_BASE_URL=f"{hostile.url}/v1", GATEWAY_VENDOR_HOSTILE_RETRIES="0")
+    tag = f"t-{secrets.token_hex(6)}"
+    prompt = word(1)[:900_000]  # letters that never repeat, just under the body limit
+    with GatewayProcess(env) as process:
+        with httpx.Client(base_url=process.url, headers={"x-api-key": key}, timeout=30) as http:
+            r = http.post("/v5/completions", json={"model": "hostile/reject-400", "prompt": prompt, "user": tag})
+        assert r.status_code == 400
+        assert process.stop() == 0
+    row = row_of(ledger_db, tag)
+    assert (row["outcome"], row["estimated"]) == ("vendor_error", True)
+    assert len(prompt) / PIECE <= row["prompt_tokens"] <= len(prompt)

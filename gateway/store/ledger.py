@@ -37,6 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gateway.core.completion import COUNT_TOKENS_TIMEOUT
 from gateway.store import database
 from gateway.store.meter import Estimate, Meter
 from gateway.store.tables import ledger, ledger_rejects
@@ -55,9 +56,10 @@ class Ledger:
     # low concurrency; rows that arrive meanwhile join the next batch. It adds at most this much
     # to the loss window of a hard kill (SIGTERM loses nothing).
     COMMIT_INTERVAL = 0.05
-    # Counting an estimate's tokens is linear in the text (store/tokens.py), but the local model's
-    # tokenizer is a service that may stall: past this, the row is estimated by its length.
-    ESTIMATE_TIMEOUT = 10.0
+    # Counting an estimate's tokens is bounded work (store/tokens.py), but the local model's
+    # tokenizer is a service that may stall: past this, the row is estimated by its length. Twice
+    # the time one tokenizer call may take, which then gives up and frees its worker thread.
+    ESTIMATE_TIMEOUT = 2 * COUNT_TOKENS_TIMEOUT
     PROBE_TIMEOUT = 3.0  # seconds for the database to answer "are you there?" after a failed write
 
     def __init__(self, engine: AsyncEngine, max_pending: int) -> None:

@@ -4,7 +4,7 @@ A handler opens a `Meter` per request (`Ledger.meter`), names the vendor calls i
 (`trying`, with the planner's `Attempt`), tells it what text went to the client, and closes it
 with the vendor's usage (`finish`), with what went wrong (`fail`) or because the client left
 (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text
-delivered so far, counted with a tokenizer (store/tokens.py) in a worker thread, never more than
+delivered so far (or, when none was, what an adapter reported as generated), counted with a tokenizer (store/tokens.py) in a worker thread, never more than
 could have been read or generated, and the row says `estimated`.
 """
 
@@ -50,23 +50,24 @@ def outcome_of(exc: BaseException) -> str:
 
 @dataclass(slots=True)
 class Estimate:
-    count: Callable[[str], int]  # store/tokens.py: linear in the text, whatever the text
+    count: Callable[[str], int]  # one text's tokens (store/tokens.py); `tokens()` bounds the work of all
     prompts: list[str]  # each prompt as often as it was sent to the vendor
     sent: list[str]  # the text delivered per choice
     max_completion: int | None  # the most the vendor calls could have generated
 
     def tokens(self) -> tuple[int, int]:
-        return self._bounded(self.count)
+        return self._bounded(tokens.counts(self.count, [*self.prompts, *self.sent]))
 
     def rough(self) -> tuple[int, int]:
         """The estimate of last resort, when counting did not finish in time."""
-        return self._bounded(lambda text: rough_tokens(len(text)))
+        return self._bounded([rough_tokens(len(text)) for text in [*self.prompts, *self.sent]])
 
-    def _bounded(self, count: Callable[[str], int]) -> tuple[int, int]:
+    def _bounded(self, counted: list[int]) -> tuple[int, int]:
         # A token covers at least one byte, and a completion no more than was asked for: an
         # estimate never bills more than could have been read or generated.
-        prompt = sum(min(count(text), len(text.encode())) for text in self.prompts)
-        completion = sum(min(count(text), len(text.encode())) for text in self.sent)
+        texts = [*self.prompts, *self.sent]
+        bounded = [min(count, len(text.encode())) for count, text in zip(counted, texts, strict=True)]
+        prompt, completion = sum(bounded[:len(self.prompts)]), sum(bounded[len(self.prompts):])
         if self.max_completion is not None:
             completion = min(completion, self.max_completion)
         return prompt, completion
@@ -78,7 +79,8 @@ class Meter:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
     away. A request that never reached a vendor (refused by the gateway) records nothing."""
 
-    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
+    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_generated",
+                 "_closed")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
@@ -87,6 +89,7 @@ class Meter:
         self._clock = time.monotonic()
         self._first_text: float | None = None
         self._sent: dict[int, list[str]] = {}
+        self._generated: dict[int, list[str]] = {}  # by candidate, before any of it was sent
         self._closed = False
         self._row: dict[str, Any] = {
             "request_id": request_id,
@@ -98,6 +101,7 @@ class Meter:
     def trying(self, attempt: Attempt) -> None:
         """Vendor calls are made for `attempt` (a fallback replaces the model tried before it)."""
         self._attempt = attempt
+        self._generated = {}  # what an earlier attempt generated is not this one's
         if self._requested is None:
             self._requested = attempt.model
 
@@ -109,6 +113,11 @@ class Meter:
                 if self._first_text is None:
                     self._first_text = time.monotonic()
                 self._sent.setdefault(choice.index, []).append(choice.text)
+
+    def generated(self, candidate: int, text: str) -> None:
+        """Text was generated for the answer but not yet sent (core.completion.generated): what an
+        estimate counts when nothing was sent because the client left first."""
+        self._generated.setdefault(candidate, []).append(text)
 
     def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
         """The request completed; `choices` is a plain (non-stream) answer's text."""
@@ -154,7 +163,7 @@ class Meter:
         estimate = Estimate(
             count=tokens.counter(attempt.model, attempt.count_tokens),
             prompts=list(attempt.prompts_sent),
-            sent=["".join(pieces) for pieces in self._sent.values()],
+            sent=["".join(pieces) for pieces in (self._sent or self._generated).values()],
             max_completion=attempt.max_completion_tokens,
         )
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}

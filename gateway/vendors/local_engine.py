@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from gateway.core.completion import COUNT_TOKENS_TIMEOUT
 from gateway.core.errors import clip
 from gateway.vendors import untrusted as read
 from gateway.vendors.logprobs import TokenLogprob, engine_entries, from_engine, raw_token
@@ -109,7 +110,7 @@ class Engine:
         self.vocab_size = int(meta["n_vocab"])
         self._probe = probe[0]
         self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
-        self._counting = httpx.Client(base_url=url, headers=headers, timeout=30)
+        self._counting = httpx.Client(base_url=url, headers=headers, timeout=COUNT_TOKENS_TIMEOUT)
         self._server = server
 
     async def close(self) -> None:

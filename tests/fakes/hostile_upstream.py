@@ -22,7 +22,7 @@ it is in the usage, which comes last anyway.
   endless-line        a stream whose first line never ends (sent until the client leaves)
   huge-body           a 200 JSON answer padded without end (chunked; sent until the client leaves)
   huge-length         a 200 answer declaring a Content-Length of 1 TB, then waiting
-  word-<n>mb          streams one word of n MiB, in 1 MiB pieces, without usage
+  word-<n>mb          streams one word of n MiB that never repeats (`word(n)`), in 1 MiB pieces, without usage
   reject-400          400, as for a prompt the vendor finds too long
   slow                never answers a non-streamed request; waits for the client to leave
 
@@ -33,7 +33,10 @@ gateway) left before the fake was done; `waiting` counts `slow` requests now hel
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import random
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +51,13 @@ BAD_USAGE: dict[str, Any] = {"1e30": 10**30, "3e9": 3 * 10**9, "negative": -5, "
 BAD_INDEX: dict[str, Any] = {"huge": 10**18, "negative": -1}
 PIECE = 64 << 10  # bytes per body message of the endless answers
 MIB = 1 << 20
+
+
+@functools.cache
+def word(mib: int) -> str:
+    """One word of `mib` MiB of letters that never repeats: a tokenizer gets no help from caching
+    repeated pieces, as it would from a run of one letter."""
+    return "".join(random.Random(mib).choices(string.ascii_letters, k=mib * MIB))
 
 
 @dataclass
@@ -119,10 +129,10 @@ async def _stream(send, request: dict[str, Any], key: str, served: Served) -> No
     last = json.loads(events[-1])
     text_events = events[:-1] if last.get("usage") else events
     if model.startswith("word-"):
-        word = "x" * (int(model.removeprefix("word-").removesuffix("mb")) * MIB)
+        text = word(int(model.removeprefix("word-").removesuffix("mb")))
         head = {"id": "cmpl-hostile", "object": "text_completion", "created": 1, "model": model}
-        events = [json.dumps(head | {"choices": [{"index": 0, "text": word[i:i + MIB], "finish_reason": None}]})
-                  for i in range(0, len(word), MIB)]
+        events = [json.dumps(head | {"choices": [{"index": 0, "text": text[i:i + MIB], "finish_reason": None}]})
+                  for i in range(0, len(text), MIB)]
         events.append(json.dumps(head | {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
     elif model.startswith("usage-"):
         assert last.get("usage"), "the gateway always asks for stream_options.include_usage"
