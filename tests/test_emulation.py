@@ -1,6 +1,6 @@
 """The gateway's emulations: stop matching (unit, then over HTTP), echo, n and list prompts by
 fan-out, best_of ranking. Over HTTP they run against the fake OpenAI-compatible server configured
-as `lean` (it lacks everything the gateway can emulate) and `fewstops` (one stop sequence a call)."""
+as `bare` (it lacks everything the gateway can emulate) and `fewstops` (one stop sequence a call)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_the_vendors_echo_of_the_prompt_is_never_matched():
 
 
 def test_stream_stop_split_across_chunks_ends_the_vendor_call_with_estimated_usage(vclient, upstream):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "stop": ["1 w2", "zz"],
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "stop": ["1 w2", "zz"],
                                               "max_tokens": 8, "stream": True,
                                               "stream_options": {"include_usage": True}})
     texts, finishes, chunks = streamed(r.text)
@@ -105,7 +105,7 @@ def test_stream_stop_split_across_chunks_ends_the_vendor_call_with_estimated_usa
 
 
 def test_stream_stop_prefix_at_the_very_end_is_released(vclient):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "stop": "w3 w", "max_tokens": 4,
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "stop": "w3 w", "max_tokens": 4,
                                               "stream": True, "stream_options": {"include_usage": True}})
     texts, finishes, chunks = streamed(r.text)
     assert texts == {0: " w0 w1 w2 w3"} and finishes == {0: ["length"]}
@@ -113,7 +113,7 @@ def test_stream_stop_prefix_at_the_very_end_is_released(vclient):
 
 
 def test_the_vendor_call_ends_as_soon_as_every_choice_has_stopped(vclient, upstream):
-    r = vclient.post("/v5/completions", json={"model": "lean/slow-100", "prompt": "x", "stop": " w1",
+    r = vclient.post("/v5/completions", json={"model": "bare/slow-100", "prompt": "x", "stop": " w1",
                                               "max_tokens": 40, "stream": True})
     assert streamed(r.text)[0] == {0: " w0"}
     (vendor_stream,) = upstream.streams
@@ -123,7 +123,7 @@ def test_the_vendor_call_ends_as_soon_as_every_choice_has_stopped(vclient, upstr
 
 
 def test_non_streamed_stop_cuts_text_and_logprobs(vclient):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "stop": "1 w2", "max_tokens": 5,
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "stop": "1 w2", "max_tokens": 5,
                                               "logprobs": 1})
     (choice,) = r.json()["choices"]
     assert (choice["text"], choice["finish_reason"]) == (" w0 w", "stop")
@@ -133,7 +133,7 @@ def test_non_streamed_stop_cuts_text_and_logprobs(vclient):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_n_times_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, upstream, stream):
-    body = {"model": "lean/m", "prompt": ["a", "b b"], "n": 3, "max_tokens": 2, "stream": stream}
+    body = {"model": "bare/m", "prompt": ["a", "b b"], "n": 3, "max_tokens": 2, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     r = vclient.post("/v5/completions", json=body)
@@ -151,13 +151,13 @@ def test_n_times_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, up
 
 
 def test_seeds_of_fanned_out_choices_are_seed_plus_i(vclient, upstream):
-    vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "n": 3, "seed": 7, "max_tokens": 1})
+    vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "n": 3, "seed": 7, "max_tokens": 1})
     assert sorted(req["body"]["seed"] for req in upstream.requests) == [7, 8, 9]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_echo_prepends_the_prompt(vclient, upstream, stream):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": ["p", "q"], "echo": True,
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": ["p", "q"], "echo": True,
                                               "max_tokens": 2, "stream": stream})
     assert all("echo" not in req["body"] for req in upstream.requests)
     if not stream:
@@ -173,10 +173,10 @@ def test_echo_prepends_the_prompt(vclient, upstream, stream):
 
 
 def test_echo_with_logprobs_needs_a_vendor_that_scores_prompts(vclient, upstream):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "p", "echo": True, "logprobs": 1})
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "p", "echo": True, "logprobs": 1})
     assert r.status_code == 400
     error = r.json()["error"]
-    assert (error["param"], error["vendor"], error["code"]) == ("echo", "lean", "unsupported_parameter")
+    assert (error["param"], error["vendor"], error["code"]) == ("echo", "bare", "unsupported_parameter")
     assert "score the prompt" in error["message"] and upstream.requests == []
 
 
@@ -197,7 +197,7 @@ def test_stops_within_the_vendor_limit_go_to_the_vendor(vclient, upstream):
 
 
 def test_best_of_generates_every_candidate_and_returns_n(vclient, upstream):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "best_of": 3, "max_tokens": 2})
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "best_of": 3, "max_tokens": 2})
     assert r.status_code == 200, r.text
     (choice,) = r.json()["choices"]
     assert choice == {"index": 0, "text": " w0 w1", "finish_reason": "length"}
@@ -206,5 +206,5 @@ def test_best_of_generates_every_candidate_and_returns_n(vclient, upstream):
 
 
 def test_user_is_recorded_not_sent_to_a_server_without_it(vclient, upstream):
-    r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "user": "u-1", "max_tokens": 1})
+    r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "user": "u-1", "max_tokens": 1})
     assert r.status_code == 200 and "user" not in upstream.requests[0]["body"]

@@ -93,3 +93,19 @@ def test_a_database_password_is_kept_secret():
     settings = load_settings(NO_LOCAL | {"GATEWAY_DATABASE_URL": url})
     assert settings.database_url.get_secret_value() == url
     assert "hunter2" not in repr(settings) and "hunter2" not in settings.model_dump_json()
+
+
+def test_a_protocol_declares_its_own_endpoints_and_key_shortcut():
+    """A new hosted protocol needs no change to the settings loader: what its adapter declares
+    makes <PROTOCOL>_API_KEY configure a vendor at its endpoint, and names its default base URL."""
+    from gateway.core import config
+
+    protocols = {"acme": config.Protocol(frozenset({"region"}), "https://api.acme.test/v2", "https://api.acme.test/v2"),
+                 "compat": config.Protocol(frozenset())}
+    settings = config.load({"ACME_API_KEY": "k-acme", "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+                            "GATEWAY_VENDOR_OTHER_PROTOCOL": "acme", "GATEWAY_VENDOR_OTHER_REGION": "eu"}, protocols)
+    assert (settings.vendors["acme"].base_url, settings.vendors["acme"].secret) == ("https://api.acme.test/v2", "k-acme")
+    assert (settings.vendors["other"].base_url, settings.vendors["other"].options) == ("https://api.acme.test/v2",
+                                                                                         {"region": "eu"})
+    with pytest.raises(ConfigError, match=r"needs a protocol \(acme, compat\)"):
+        config.load({"GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_VENDOR_X_BASE_URL": "http://x"}, protocols)

@@ -9,20 +9,22 @@ variable that holds its key (`api_key_env`), so the file can be committed and sh
     GATEWAY_<SETTING>                    any field of `Settings`, e.g. GATEWAY_PORT ([gateway] port)
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
     GATEWAY_FALLBACKS                    "vendor/model=vendor/other,vendor/third;..." ([fallbacks])
-    OPENAI_API_KEY [+ OPENAI_BASE_URL]   shortcut that configures the `openai` vendor
-    ANTHROPIC_API_KEY [+ ANTHROPIC_BASE_URL]  ... the `anthropic` vendor (Messages API)
-    GEMINI_API_KEY [+ GEMINI_BASE_URL]   ... the `gemini` vendor (generateContent)
+    <PROTOCOL>_API_KEY [+ <PROTOCOL>_BASE_URL]
+                                         for a protocol named after a hosted service (its adapter
+                                         says which: OPENAI_, ANTHROPIC_, GEMINI_), a vendor of that
+                                         name at the service's endpoint
 
 Each setting is declared once, as a field below; its environment name derives from it. A vendor's
 protocol-specific options are declared by its adapter (gateway/vendors/), which validates them;
-the names they may take in the environment are given to `load` by the registry.
+the registry gives `load` what each protocol declares (`Protocol`): its option names and endpoints.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -107,8 +109,8 @@ class Settings(_Frozen):
     # Seconds SIGTERM gives requests in flight to finish; a request still waiting for its vendor then
     # is answered 503 (a stream ends with an error event).
     shutdown_timeout: PositiveFloat = 30.0
-    # Response validation against openapi.json: on in tests, off in production (it halves
-    # throughput and turns every stream into a buffered body).
+    # Response validation against openapi.json: on in tests, off in production (it costs much of
+    # the throughput, and turns every stream into a buffered body).
     validate_responses: bool = False
     # Which I/O the vendor HTTP clients use under httpx's API (see bench/).
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
@@ -132,22 +134,21 @@ SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("ve
 VENDOR_FIELDS = ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries",
                  *Timeouts.model_fields)  # fmt: skip
 
-# Protocols that one hosted service speaks: a vendor of that protocol defaults to its endpoint.
-# (Not `openai`: a compatible server without a base_url is a mistake, not OpenAI.)
-DEFAULT_BASE_URLS = {
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com/v1beta",
-}
-# <NAME>_API_KEY [+ <NAME>_BASE_URL] configures vendor <name> of protocol <name> at this URL.
-_SHORTCUTS = {"openai": "https://api.openai.com/v1", **DEFAULT_BASE_URLS}
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """What the loader knows of a vendor protocol; its adapter declares it (gateway/vendors/)."""
+
+    options: frozenset[str]  # the protocol's own option names
+    default_base_url: str = ""  # where a vendor of it is when its configuration names no base_url
+    hosted_url: str = ""  # the hosted service it is named after: <PROTOCOL>_API_KEY configures it
 
 
-def load(env: Mapping[str, str] | None = None, vendor_options: Collection[str] | None = None) -> Settings:
+def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol] | None = None) -> Settings:
     """The settings from GATEWAY_CONFIG's file and the environment (`env`, default os.environ).
 
-    `vendor_options` are the protocol option names the adapters declare (the registry knows them):
-    they are what GATEWAY_VENDOR_<NAME>_<OPTION> may name. None skips the vendors altogether, for
-    tools that only need the server settings (the migrations' command line)."""
+    `protocols` are the vendor protocols the adapters declare (the registry knows them): their
+    option names are what GATEWAY_VENDOR_<NAME>_<OPTION> may name. None skips the vendors
+    altogether, for tools that only need the server settings (the migrations' command line)."""
     env = os.environ if env is None else env
     path = env.get("GATEWAY_CONFIG")
     data = _read_toml(Path(path)) if path else {}
@@ -159,7 +160,7 @@ def load(env: Mapping[str, str] | None = None, vendor_options: Collection[str] |
     for name in SERVER_FIELDS:
         if (var := ENV_PREFIX + name.upper()) in env:
             server[name] = env[var]
-    vendors = {} if vendor_options is None else _vendors(data.get("vendors", {}), env, vendor_options)
+    vendors = {} if protocols is None else _vendors(data.get("vendors", {}), env, protocols)
     try:
         return Settings.model_validate({**server, "vendors": vendors, "fallbacks": _fallbacks(data, env)})
     except ValidationError as exc:
@@ -199,11 +200,15 @@ def _fallbacks(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, tup
     return chains
 
 
-def _vendors(table: Mapping[str, Any], env: Mapping[str, str], options: Collection[str]) -> dict[str, VendorConfig]:
+def _vendors(table: Mapping[str, Any], env: Mapping[str, str],
+             protocols: Mapping[str, Protocol]) -> dict[str, VendorConfig]:
     raw: dict[str, dict[str, Any]] = {
         "local": {"protocol": "local"},  # the embedded model: on unless disabled
     }
-    for name, base_url in _SHORTCUTS.items():
+    for name, protocol in protocols.items():
+        if not protocol.hosted_url:
+            continue
+        base_url = protocol.hosted_url
         key_env = f"{name.upper()}_API_KEY"
         if env.get(key_env):
             raw[name] = {
@@ -217,6 +222,7 @@ def _vendors(table: Mapping[str, Any], env: Mapping[str, str], options: Collecti
         raw.setdefault(name.lower(), {}).update(values)
     # The longest matching field wins, so vendor names may contain underscores
     # (GATEWAY_VENDOR_MY_VLLM_BASE_URL is vendor "my_vllm").
+    options = {name for protocol in protocols.values() for name in protocol.options}
     fields = sorted({*VENDOR_FIELDS, *options}, key=len, reverse=True)
     for var, value in env.items():
         if not var.startswith(VENDOR_PREFIX):
@@ -229,10 +235,11 @@ def _vendors(table: Mapping[str, Any], env: Mapping[str, str], options: Collecti
                 break
         else:
             raise ConfigError(f"{var}: unknown vendor setting (known: {', '.join(sorted(fields))})")
-    return {name: vendor for name, values in raw.items() if (vendor := _vendor(name, dict(values), env))}
+    return {name: vendor for name, values in raw.items() if (vendor := _vendor(name, dict(values), env, protocols))}
 
 
-def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> VendorConfig | None:
+def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str],
+            protocols: Mapping[str, Protocol]) -> VendorConfig | None:
     try:
         enabled = _Switch.model_validate({"on": values.pop("enabled", True)}).on
     except ValidationError as exc:
@@ -241,7 +248,7 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> Vendor
         return None
     protocol = values.pop("protocol", None)
     if not protocol:
-        raise ConfigError(f"vendor {name!r} needs a protocol (openai, anthropic, gemini, local)")
+        raise ConfigError(f"vendor {name!r} needs a protocol ({', '.join(protocols)})")
     key_env = values.pop("api_key_env", None)
     api_key = values.pop("api_key", "") or (env.get(key_env, "") if key_env else "")
     if key_env and not api_key:
@@ -249,7 +256,8 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str]) -> Vendor
     timeouts = dict(values.pop("timeouts", {}))
     for name_field in set(Timeouts.model_fields) & set(values):
         timeouts[name_field] = values.pop(name_field)
-    base_url = str(values.pop("base_url", "") or DEFAULT_BASE_URLS.get(protocol, "")).rstrip("/")
+    known = protocols.get(protocol)
+    base_url = str(values.pop("base_url", "") or (known.default_base_url if known else "")).rstrip("/")
     common = {"name": name, "protocol": protocol, "base_url": base_url, "api_key": api_key, "timeouts": timeouts}
     if "retries" in values:
         common["retries"] = values.pop("retries")

@@ -87,6 +87,8 @@ def capabilities(options: AnthropicOptions) -> Capabilities:
 
 class AnthropicAdapter(HttpAdapter):
     protocol: ClassVar[str] = "anthropic"
+    default_base_url: ClassVar[str] = "https://api.anthropic.com"
+    hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = AnthropicOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 

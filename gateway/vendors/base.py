@@ -7,6 +7,9 @@ for, after checking the adapter's `Capabilities` (gateway/core/parameters.py).
 
 A protocol is one module here that defines an adapter class with:
 - `protocol`, its name in the configuration;
+- `default_base_url`, where a vendor of the protocol is when its configuration names no
+  `base_url` ("" when it must name one), and `hosted_url`, the hosted service the protocol is
+  named after ("" for none): `<PROTOCOL>_API_KEY` then configures a vendor of that name there;
 - `Options`, a pydantic model of its own configuration options (environment names derive from
   them: GATEWAY_VENDOR_<NAME>_<OPTION>);
 - `capabilities_of(options)`, its support record for every request parameter;
@@ -26,6 +29,8 @@ from gateway.core.parameters import Capabilities
 
 class Adapter(Protocol):
     protocol: ClassVar[str]
+    default_base_url: ClassVar[str]
+    hosted_url: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
     capabilities_of: ClassVar[Callable[[Any], Capabilities]]
     name: str  # the configured vendor name, the part before "/" in `model`

@@ -94,6 +94,8 @@ def capabilities(options: GeminiOptions) -> Capabilities:
 
 class GeminiAdapter(HttpAdapter):
     protocol: ClassVar[str] = "gemini"
+    default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com/v1beta"
+    hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = GeminiOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 

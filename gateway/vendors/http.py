@@ -85,8 +85,9 @@ class HttpAdapter:
 def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
                   headers: Mapping[str, str]) -> httpx.AsyncClient:
     """One client per vendor for the process's life. `transport` picks the I/O under httpx's API:
-    "aiohttp" (httpx-aiohttp; httpx's own pool is several times slower under concurrency,
-    encode/httpx#3215), "httpx" (bench/ measures both), or a transport of the caller's."""
+    "aiohttp" (httpx-aiohttp: httpx's own pool is slow under concurrency, encode/httpx#3215; the
+    README's Performance section has the figures), "httpx" (bench/ measures both), or a transport
+    of the caller's."""
     t = config.timeouts
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     if isinstance(transport, httpx.AsyncBaseTransport):

@@ -106,8 +106,3 @@ def legacy(tokens: Iterable[TokenLogprob], top: int, offsets: Offsets) -> dict[s
 def concat(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Two consecutive legacy pieces of one choice (the echoed prompt, then the completion)."""
     return {key: first[key] + second[key] for key in first}
-
-
-def cumulative(tokens: Iterable[TokenLogprob]) -> float:
-    """The log-probability of a whole completion: how `best_of` ranks its candidates."""
-    return sum(t.logprob for t in tokens if t.logprob is not None)

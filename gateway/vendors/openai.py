@@ -80,6 +80,9 @@ def capabilities(options: OpenAIOptions) -> Capabilities:
 
 class OpenAIAdapter(HttpAdapter):
     protocol: ClassVar[str] = "openai"
+    # Any compatible server: one without a base_url is a mistake, not OpenAI.
+    default_base_url: ClassVar[str] = ""
+    hosted_url: ClassVar[str] = "https://api.openai.com/v1"
     Options: ClassVar[type[BaseModel]] = OpenAIOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 

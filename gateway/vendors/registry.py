@@ -32,9 +32,16 @@ def option_names() -> frozenset[str]:
     return frozenset(name for adapter in PROTOCOLS.values() for name in adapter.Options.model_fields)
 
 
+def protocols() -> dict[str, config.Protocol]:
+    """What the settings loader needs to know of each protocol, as its adapter declares it."""
+    return {name: config.Protocol(frozenset(adapter.Options.model_fields), adapter.default_base_url,
+                                  adapter.hosted_url)
+            for name, adapter in PROTOCOLS.items()}
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """The gateway's settings (gateway/core/config.py), with vendor options known to the protocols."""
-    return config.load(env, option_names())
+    """The gateway's settings (gateway/core/config.py), with the vendors the protocols can serve."""
+    return config.load(env, protocols())
 
 
 def options_of(vendor: VendorConfig) -> tuple[type[Adapter], object]:
