@@ -242,3 +242,32 @@ def test_a_stream_broken_after_its_head_counts_as_a_failure():
     assert isinstance(answer, VendorFailed)
     served = vendor.state(call.served_by[0])
     assert served.failures == 1 and served.consecutive_failures == 1 and served.in_flight == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_after_its_cooling_a_deployment_returns_when_its_trial_call_succeeds(waits, stream):
+    broken = {"a": failing(500)}
+    vendor = Vendor(broken)
+    for _ in range(2):  # eject_after 2
+        pin_first_pick(vendor, "a")
+        vendor.run(stream)
+    assert vendor.state("a").state == "ejected" and vendor.state("a").returns_in == 5
+    broken.clear()  # it is mended
+    vendor.clock.advance(5)
+    assert vendor.state("a").state == "half_open"
+    pin_first_pick(vendor, "a")
+    answer, call = vendor.run(stream)
+    assert not isinstance(answer, GatewayError) and call.served_by == ["a"]
+    assert vendor.state("a").state == "healthy" and vendor.state("a").in_flight == 0
+
+
+def test_a_failed_trial_sends_the_deployment_out_for_twice_as_long(waits):
+    vendor = Vendor({"a": failing(500)})
+    for _ in range(2):
+        pin_first_pick(vendor, "a")
+        vendor.run()
+    vendor.clock.advance(5)
+    pin_first_pick(vendor, "a")
+    answer, call = vendor.run()
+    assert not isinstance(answer, GatewayError) and call.served_by != ["a"]  # retried elsewhere
+    assert vendor.state("a").state == "ejected" and vendor.state("a").returns_in == 10

@@ -40,6 +40,7 @@ from pydantic import (
     PositiveInt,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -101,9 +102,17 @@ class Deployment(_Frozen):
 
     base_url: str
     api_key: SecretStr = SecretStr("")  # resolved from api_key_env; never logged or shown
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^,\s]+$")] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     weight: PositiveFloat = 1.0
     max_concurrent: PositiveInt | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str | None) -> str | None:
+        # A fanned-out request's ledger row lists the names that served it, comma-separated.
+        if name is not None and not all("!" <= c <= "~" and c != "," for c in name):
+            raise ValueError("a deployment name is printable ASCII without spaces or commas")
+        return name
 
     @property
     def secret(self) -> str:

@@ -208,7 +208,8 @@ class Ticket:
         self._end_trial()
 
     def close(self) -> None:
-        """Release the member's slot; a trial that ended without a verdict lets the next one in."""
+        """Release the member's slot; a trial that ended without a verdict lets the next one in
+        (so a verdict is given before `close`)."""
         if self._open:
             self._open = False
             self.member.in_flight -= 1

@@ -166,10 +166,11 @@ class Deployments:
             ticket.failed()
             raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
                                vendor=config.name) from None
+        else:
+            ticket.succeeded()
         finally:
             ticket.close()
             await response.aclose()
-        ticket.succeeded()
         return answer
 
     async def sse_events(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> AsyncIterator[Event]:
