@@ -36,7 +36,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 def redactor(settings: Settings) -> Redactor:
     """The one scrubber of secrets for a gateway: its vendors' keys, and anything key-shaped."""
-    return Redactor(vendor.secret for vendor in settings.vendors.values())
+    return Redactor(secret for vendor in settings.vendors.values() for secret in vendor.secrets)
 
 
 def create_app(settings: Settings | None = None) -> DirectCallApp:

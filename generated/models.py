@@ -253,6 +253,64 @@ class HealthStatus(BaseModel):
     """
 
 
+class DeploymentState(BaseModel):
+    """
+    One deployment of a vendor, as this gateway process sees it (passive health: nothing is probed).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    index: Annotated[int, Field(ge=0, title='Index')]
+    """
+    Its position in the vendor's `deployments`.
+    """
+    name: Annotated[str, Field(title='Name')]
+    """
+    Its configured `name`, else its index: what the usage ledger records as the deployment that served a request.
+    """
+    weight: Annotated[float, Field(gt=0.0, title='Weight')]
+    """
+    Its share of the traffic, relative to the others.
+    """
+    max_concurrent: Annotated[int | MISSING, Field(ge=1, title='Max Concurrent')] = MISSING
+    """
+    The most calls it may have in flight (from this process); absent when unbounded.
+    """
+    state: Annotated[Literal['healthy', 'ejected', 'half_open', 'resting'], Field(title='State')]
+    """
+    `healthy`: takes calls. `ejected`: out after consecutive failures, until `returns_in`. `half_open`: its cooling is over and one trial call decides whether it returns. `resting`: the vendor answered 429 with Retry-After, out until `returns_in`.
+    """
+    in_flight: Annotated[int, Field(ge=0, title='In Flight')]
+    """
+    Calls to it in progress.
+    """
+    consecutive_failures: Annotated[int, Field(ge=0, title='Consecutive Failures')]
+    """
+    Connection failures, timeouts and 5xx answers since its last success.
+    """
+    ejections: Annotated[int, Field(ge=0, title='Ejections')]
+    """
+    Ejections in a row: each doubles the next cooling period; forgotten once it has stayed healthy for as long as it was last out.
+    """
+    returns_in: Annotated[float | MISSING, Field(ge=0.0, title='Returns In')] = MISSING
+    """
+    Seconds until an ejected or resting deployment may be tried again.
+    """
+    latency_ms: Annotated[float | MISSING, Field(ge=0.0, title='Latency Ms')] = MISSING
+    """
+    Its moving average of the time to a response's first byte, in milliseconds (peak-sensitive, decaying while idle); absent before its first answer.
+    """
+    tries: Annotated[int, Field(ge=0, title='Tries')]
+    """
+    Tries sent to it since the process started (retries included).
+    """
+    failures: Annotated[int, Field(ge=0, title='Failures')]
+    """
+    Tries that failed on its side since the process started.
+    """
+
+
 class ParameterSupport(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -353,7 +411,7 @@ class CompletionUsage(BaseModel):
 
 class Vendor(BaseModel):
     """
-    A configured vendor and what it does with each request parameter.
+    A configured vendor, what it does with each request parameter, and for a vendor served over HTTP, how it routes among its deployments and the state of each in the process that answered.
     """
 
     model_config = ConfigDict(
@@ -370,6 +428,16 @@ class Vendor(BaseModel):
     parameters: Annotated[dict[str, ParameterSupport], Field(title='Parameters')]
     """
     Per request parameter of CompletionRequest, plus `prompt` for list prompts.
+    """
+    routing: Annotated[
+        Literal['least_outstanding', 'weighted_random', 'p2c_ewma'] | MISSING, Field(title='Routing')
+    ] = MISSING
+    """
+    How a deployment is picked for each try: `least_outstanding` (fewest calls in flight per unit of weight), `weighted_random` (by weight), `p2c_ewma` (the cheaper of two at random, on latency times calls in flight). Absent for the embedded model.
+    """
+    deployments: Annotated[list[DeploymentState] | MISSING, Field(title='Deployments')] = MISSING
+    """
+    The vendor's deployments in configuration order (one for a vendor configured with a single `base_url`). Health is kept per gateway process: another process may see other states. Absent for the embedded model.
     """
 
 

@@ -1,5 +1,6 @@
 """GET /v5/vendors: the configured vendors and what each does with every request parameter, from
-the same verdicts the planner enforces (gateway/planner/capabilities.py)."""
+the same verdicts the planner enforces (gateway/planner/capabilities.py), and for a vendor served
+from deployments, its routing and each deployment's state in this process (vendors/balancer.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,48 @@ from starlette.responses import Response
 from gateway.core.parameters import Capabilities, Support
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
+from gateway.vendors.balancer import Balancer, Snapshot
+from gateway.vendors.base import Adapter, Balanced
 
 
 async def list_vendors(request: HandlerRequest) -> Response:
     adapters = sorted(request.services.registry, key=lambda adapter: adapter.name)
-    body = {"object": "list", "data": [describe(a.name, a.protocol, a.capabilities) for a in adapters]}
+    body = {"object": "list", "data": [_vendor(a) for a in adapters]}
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _vendor(adapter: Adapter) -> dict[str, Any]:
+    body = describe(adapter.name, adapter.protocol, adapter.capabilities)
+    if isinstance(adapter, Balanced):
+        body |= deployments(adapter.balancer)
+    return body
+
+
+def deployments(balancer: Balancer) -> dict[str, Any]:
+    """A vendor's routing and its deployments' state, as the `Vendor` schema's fields (never a
+    deployment's key or URL: clients see names)."""
+    return {"routing": balancer.routing, "deployments": [_deployment(s) for s in balancer.snapshot()]}
+
+
+def _deployment(state: Snapshot) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "index": state.index,
+        "name": state.name,
+        "weight": state.weight,
+        "state": state.state,
+        "in_flight": state.in_flight,
+        "consecutive_failures": state.consecutive_failures,
+        "ejections": state.ejections,
+        "tries": state.tries,
+        "failures": state.failures,
+    }
+    if state.max_concurrent is not None:
+        body["max_concurrent"] = state.max_concurrent
+    if state.returns_in is not None:
+        body["returns_in"] = round(state.returns_in, 3)
+    if state.latency_ewma is not None:
+        body["latency_ms"] = round(state.latency_ewma * 1000, 3)
+    return body
 
 
 def describe(name: str, protocol: str, capabilities: Capabilities) -> dict[str, Any]:

@@ -180,6 +180,20 @@ def contains(node: Any, value: Any) -> bool:
     return False
 
 
+# -- time ----------------------------------------------------------------------------------------
+class ManualClock:
+    """A monotonic clock (seconds) that moves only when a test says so."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 # -- waiting for things --------------------------------------------------------------------------
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02,
                message: str = "") -> T:

@@ -14,6 +14,7 @@ import pytest
 from gateway.core.config import VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, RateLimited
 from gateway.vendors import http as vendor_http
+from gateway.vendors import vendor_errors
 from tests.support import chunks_of, gateway_env, sse_events
 
 
@@ -140,17 +141,17 @@ def call_with_retries(upstream, model: str, monkeypatch) -> tuple[object, list[f
     config = VendorConfig(name="retrying", protocol="openai", base_url=f"{upstream.url}/v1")
 
     def on_error(status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        return vendor_http.vendor_error(config, status, vendor_http.error_message(body), retry_after)
+        return vendor_errors.vendor_error(config, status, vendor_errors.error_message(body), retry_after)
 
     async def call() -> object:
-        client = vendor_http.pooled_client(config, "aiohttp", {})
+        deployments = vendor_http.Deployments(config, "aiohttp", lambda key: {})
         try:
             payload = {"model": model, "prompt": f"p-{time.monotonic_ns()}", "max_tokens": 1}
-            return await vendor_http.post_json(client, config, "/completions", payload, on_error)
+            return await deployments.post_json("/completions", payload, on_error, [])
         except GatewayError as exc:
             return exc
         finally:
-            await client.aclose()
+            await deployments.aclose()
 
     return asyncio.run(call()), waits
 

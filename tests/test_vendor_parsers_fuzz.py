@@ -29,10 +29,10 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import MAX_RETRY_AFTER, GatewayError, RateLimited, VendorFailed
 from gateway.vendors import anthropic, gemini, logprobs, openai, registry
 from gateway.vendors import untrusted as read
-from gateway.vendors.http import retry_after_seconds
 from gateway.vendors.local import _Piece
 from gateway.vendors.local_engine import EngineError
 from gateway.vendors.sse_reader import MalformedStream, read_events
+from gateway.vendors.vendor_errors import retry_after_seconds
 from tests.vendor_answers import (
     ANTHROPIC_EVENT,
     ANTHROPIC_MESSAGE,

@@ -52,6 +52,9 @@ class CompletionCall:
     temperature: float | None = None
     top_p: float | None = None
     user: str | None = None
+    # Not a parameter: where the vendor layer names the deployment each vendor call was served by
+    # (the ledger records them). The calls of one plan share one list.
+    served_by: list[str] = field(default_factory=list)
 
     def given(self, name: str) -> Any:
         """The value of parameter `name` when the request sets it to something other than its
@@ -191,6 +194,9 @@ class Attempt:
     # The model's own tokenizer when the adapter has one; else the ledger counts with an OpenAI
     # vocabulary (store/tokens.py). Called from a worker thread.
     count_tokens: Callable[[str], int] | None = None
+    # The deployments that served the vendor calls (configured name or index), filled in as they
+    # answer: the plan's calls' `served_by`.
+    served_by: Sequence[str] = ()
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ variable that holds its key (`api_key_env`), so the file can be committed and sh
     GATEWAY_CONFIG=gateway.toml          the file (optional)
     GATEWAY_<SETTING>                    any field of `Settings`, e.g. GATEWAY_PORT ([gateway] port)
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
+                                         (DEPLOYMENTS takes the TOML array as JSON)
     GATEWAY_FALLBACKS                    "vendor/model=vendor/other,vendor/third;..." ([fallbacks])
     <PROTOCOL>_API_KEY [+ <PROTOCOL>_BASE_URL]
                                          for a protocol named after a hosted service (its adapter
@@ -21,6 +22,7 @@ the registry gives `load` what each protocol declares (`Protocol`): its option n
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -39,6 +41,8 @@ from pydantic import (
     PositiveInt,
     SecretStr,
     ValidationError,
+    field_validator,
+    model_validator,
 )
 
 from gateway.core.errors import ConfigError
@@ -73,18 +77,85 @@ class Timeouts(_Frozen):
     total: PositiveFloat = 600.0
 
 
-class VendorConfig(_Frozen):
-    name: str
-    protocol: str  # which adapter speaks to it (gateway/vendors/registry.py)
-    base_url: str = ""
+class Health(_Frozen):
+    """Passive health of a vendor's deployments (gateway/vendors/balancer.py): `eject_after`
+    consecutive failures (connection failures, timeouts, 5xx) take a deployment out for `cooldown`
+    seconds, doubled at each ejection in a row up to `max_cooldown`."""
+
+    eject_after: PositiveInt = 3
+    cooldown: PositiveFloat = 5.0
+    max_cooldown: PositiveFloat = 300.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Health:
+        if self.cooldown > self.max_cooldown:
+            raise ValueError(f"cooldown ({self.cooldown}) is longer than max_cooldown ({self.max_cooldown})")
+        return self
+
+
+# How a vendor with several deployments picks the one for each try (gateway/vendors/balancer.py).
+Routing = Literal["least_outstanding", "weighted_random", "p2c_ewma"]
+
+
+class Deployment(_Frozen):
+    """One place that serves a vendor: its URL and key, its share of the traffic, how many calls it
+    may have in flight. `name` is what the ledger and GET /v5/vendors call it (default: its index)."""
+
+    base_url: str
     api_key: SecretStr = SecretStr("")  # resolved from api_key_env; never logged or shown
-    timeouts: Timeouts = Timeouts()
-    retries: NonNegativeInt = 2  # extra tries after a connection failure or a retryable status
-    options: Mapping[str, Any] = Field(default_factory=dict)  # the protocol's own, validated by its adapter
+    name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    weight: PositiveFloat = 1.0
+    max_concurrent: PositiveInt | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str | None) -> str | None:
+        # A fanned-out request's ledger row lists the names that served it, comma-separated.
+        if name is not None and not all("!" <= c <= "~" and c != "," for c in name):
+            raise ValueError("a deployment name is printable ASCII without spaces or commas")
+        return name
 
     @property
     def secret(self) -> str:
         return self.api_key.get_secret_value()
+
+
+class VendorConfig(_Frozen):
+    name: str
+    protocol: str  # which adapter speaks to it (gateway/vendors/registry.py)
+    # One deployment (base_url and api_key), or several (`deployments`); one of the two forms.
+    base_url: str = ""
+    api_key: SecretStr = SecretStr("")  # resolved from api_key_env; never logged or shown
+    deployments: tuple[Deployment, ...] = ()
+    routing: Routing = "least_outstanding"
+    health: Health = Health()
+    timeouts: Timeouts = Timeouts()
+    retries: NonNegativeInt = 2  # extra tries after a connection failure or a retryable status
+    options: Mapping[str, Any] = Field(default_factory=dict)  # the protocol's own, validated by its adapter
+
+    @model_validator(mode="after")
+    def _one_form(self) -> VendorConfig:
+        if self.deployments and (self.base_url or self.secret):
+            raise ValueError("give either base_url (and its key) or deployments, not both")
+        names = [d.name for d in self.deployments if d.name is not None]
+        if len(set(names)) != len(names):
+            raise ValueError(f"deployment names must differ: {names}")
+        return self
+
+    @property
+    def targets(self) -> tuple[Deployment, ...]:
+        """The deployments the vendor is served from: `deployments`, or the one of the
+        single-deployment form (base_url and key) as a list of one."""
+        return self.deployments or (Deployment(base_url=self.base_url, api_key=self.api_key),)
+
+    @property
+    def secret(self) -> str:
+        return self.api_key.get_secret_value()
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every key the vendor's deployments use (what a vendor's text is scrubbed of)."""
+        return tuple(s for s in dict.fromkeys(d.secret for d in self.targets) if s)
 
 
 class Settings(_Frozen):
@@ -131,8 +202,9 @@ class Settings(_Frozen):
 # Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.
 SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks"))
 # Fields every vendor has, whatever its protocol (api_key_env and enabled are read here, not kept).
-VENDOR_FIELDS = ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries",
-                 *Timeouts.model_fields)  # fmt: skip
+# The fields of `timeouts` and `health` may also be written flat (GATEWAY_VENDOR_X_FIRST_BYTE).
+VENDOR_FIELDS = ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries", "deployments",
+                 "routing", *Timeouts.model_fields, *Health.model_fields)  # fmt: skip
 
 @dataclass(frozen=True, slots=True)
 class Protocol:
@@ -249,22 +321,70 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str],
     protocol = values.pop("protocol", None)
     if not protocol:
         raise ConfigError(f"vendor {name!r} needs a protocol ({', '.join(protocols)})")
-    key_env = values.pop("api_key_env", None)
-    api_key = values.pop("api_key", "") or (env.get(key_env, "") if key_env else "")
-    if key_env and not api_key:
-        raise ConfigError(f"vendor {name!r}: environment variable {key_env} is not set")
-    timeouts = dict(values.pop("timeouts", {}))
-    for name_field in set(Timeouts.model_fields) & set(values):
-        timeouts[name_field] = values.pop(name_field)
     known = protocols.get(protocol)
-    base_url = str(values.pop("base_url", "") or (known.default_base_url if known else "")).rstrip("/")
-    common = {"name": name, "protocol": protocol, "base_url": base_url, "api_key": api_key, "timeouts": timeouts}
-    if "retries" in values:
-        common["retries"] = values.pop("retries")
+    default_url = known.default_base_url if known else ""
+    default_key = _Key(values.pop("api_key_env", None), values.pop("api_key", ""))
+    common: dict[str, Any] = {"name": name, "protocol": protocol}
+    for table, model in (("timeouts", Timeouts), ("health", Health)):
+        common[table] = dict(values.pop(table, {}))
+        for name_field in set(model.model_fields) & set(values):
+            common[table][name_field] = values.pop(name_field)
+    if "deployments" in values:
+        if "base_url" in values:
+            raise ConfigError(f"vendor {name!r}: give either base_url or deployments, not both")
+        common["deployments"] = _deployments(name, default_url, values.pop("deployments"), default_key, env)
+    else:
+        common["base_url"] = str(values.pop("base_url", "") or default_url).rstrip("/")
+        common["api_key"] = default_key.read(env, f"vendor {name!r}")
+    for name_field in ("retries", "routing"):
+        if name_field in values:
+            common[name_field] = values.pop(name_field)
     try:
         return VendorConfig.model_validate(common | {"options": values})
     except ValidationError as exc:
         raise ConfigError(f"vendor {name!r}: {describe(exc)}") from None
+
+
+@dataclass(frozen=True)
+class _Key:
+    """Where a key comes from: the variable `api_key_env` names, or a value given directly
+    (GATEWAY_VENDOR_<NAME>_API_KEY)."""
+
+    env_name: str | None
+    value: str = ""
+
+    def read(self, env: Mapping[str, str], where: str) -> str:
+        if self.value:
+            return self.value
+        if self.env_name and not env.get(self.env_name):
+            raise ConfigError(f"{where}: environment variable {self.env_name} is not set")
+        return env.get(self.env_name, "") if self.env_name else ""
+
+
+def _deployments(vendor: str, default_url: str, entries: Any, default_key: _Key,
+                 env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """`deployments = [{base_url, api_key_env, weight, max_concurrent, name}, ...]` (or that array
+    as JSON, from the environment), each key read from its variable (default: the vendor's), each
+    URL defaulting to the protocol's hosted endpoint."""
+    if isinstance(entries, str):
+        try:
+            entries = json.loads(entries)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"vendor {vendor!r} deployments: not a JSON array ({exc})") from None
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(f"vendor {vendor!r} deployments: give a non-empty array of tables")
+    deployments = []
+    for index, entry in enumerate(entries):
+        entry = dict(entry)
+        where = f"vendor {vendor!r} deployment {index}"
+        if "api_key" in entry:
+            raise ConfigError(f"{where}: put the key in an environment variable and name it in api_key_env")
+        key = _Key(entry.pop("api_key_env")) if "api_key_env" in entry else default_key
+        base_url = str(entry.pop("base_url", "") or default_url).rstrip("/")
+        if not base_url:
+            raise ConfigError(f"{where} needs a base_url")
+        deployments.append(entry | {"base_url": base_url, "api_key": key.read(env, where)})
+    return deployments
 
 
 class _Switch(BaseModel):

@@ -80,7 +80,7 @@ class Plan:
                        prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
                        max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
                                                  * len(leg.call.prompts) for leg in self.legs),
-                       count_tokens=own)
+                       count_tokens=own, served_by=self.legs[0].call.served_by)
 
 
 def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
@@ -95,12 +95,15 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) 
         call.best_of = None  # as many candidates as choices: nothing to rank
     emulation = capabilities.check(adapter, call)
     options = _value(request.stream_options)
+    legs = _fan_out(adapter, emulation.vendor_call(call), max_vendor_calls)
+    for leg in legs:
+        leg.call.served_by = call.served_by  # one record of the deployments that served the plan
     return Plan(
         adapter=adapter,
         model=request.model,
         prompts=call.prompts,
         n=call.n,
-        legs=_fan_out(adapter, emulation.vendor_call(call), max_vendor_calls),
+        legs=legs,
         stream=call.stream,
         include_usage=bool(options and _value(options.include_usage)),
         emulation=emulation,

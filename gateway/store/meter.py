@@ -143,6 +143,8 @@ class Meter:
             "vendor": attempt.vendor,
             "model": attempt.model,
             "fallback_from": self._requested if self._requested != attempt.model else None,
+            # Fanned-out calls may be served by several deployments: each named once, in order.
+            "deployment": ",".join(dict.fromkeys(attempt.served_by)) or None,
             "streamed": attempt.streamed,
             "end_user": attempt.end_user,
             "outcome": outcome,

@@ -90,6 +90,8 @@ ledger = Table(
     Column("vendor", Text, nullable=False),
     Column("model", Text, nullable=False),  # the model that answered: "vendor/name"
     Column("fallback_from", Text, nullable=True),  # the model the client asked for, when a fallback answered
+    # The vendor's deployment(s) that served it, by configured name or index; never a key or a URL.
+    Column("deployment", Text, nullable=True),
     Column("prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
     Column("total_tokens", BigInteger, nullable=False),

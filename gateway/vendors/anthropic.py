@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, ClassVar, Literal
 
-import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict
 
@@ -34,7 +33,8 @@ from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
 from gateway.vendors import untrusted as read
-from gateway.vendors.http import HttpAdapter, error_message, post_json, redact, sse_events, vendor_error
+from gateway.vendors.http import HttpAdapter
+from gateway.vendors.vendor_errors import error_message, redact, vendor_error
 
 API_VERSION = "2023-06-01"
 MESSAGES = "/v1/messages"
@@ -93,16 +93,16 @@ class AnthropicAdapter(HttpAdapter):
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 
     def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
-        super().__init__(config, settings, {"x-api-key": config.secret, "anthropic-version": API_VERSION})
+        super().__init__(config, settings, lambda key: {"x-api-key": key, "anthropic-version": API_VERSION},
+                         paths=(MESSAGES,))
         self.capabilities = capabilities(options)
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"prompt", "max_tokens"})}
         self._prompt_as = options.prompt_as
         self._user_turn_models = tuple(sorted(options.user_turn_models))
-        self._url = httpx.URL(f"{config.base_url}{MESSAGES}")  # built once, as in vendors/openai.py
 
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)
-        data = await post_json(self._client, self._config, self._url, payload, self._error)
+        data = await self._post_json(MESSAGES, payload, call.served_by)
         try:
             return read_message(data, reply)
         except read.READ_ERRORS as exc:
@@ -113,7 +113,7 @@ class AnthropicAdapter(HttpAdapter):
         payload, reply = self._request(call)
         payload["stream"] = True
         reader = EventReader(reply)
-        events = sse_events(self._client, self._config, self._url, payload, self._error)
+        events = self._sse_events(MESSAGES, payload, call.served_by)
         async with aclosing(events):
             async for sse in events:
                 try:

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from gateway.core.completion import Chunk, CompletionCall, Result
 from gateway.core.parameters import Capabilities
+from gateway.vendors.balancer import Balancer
 
 
 class Adapter(Protocol):
@@ -61,3 +62,11 @@ class CountsTokens(Protocol):
     thread, so it must not touch the event loop."""
 
     def count_tokens(self, model: str, text: str) -> int: ...
+
+
+@runtime_checkable
+class Balanced(Protocol):
+    """Optional for an adapter: it serves from deployments, one picked per try by its `balancer`
+    (vendors/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""
+
+    balancer: Balancer

@@ -24,7 +24,8 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
 from gateway.vendors import untrusted as read
-from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
+from gateway.vendors.http import HttpAdapter
+from gateway.vendors.vendor_errors import error_message, vendor_error
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
 _FILTERED = "content_filter"
@@ -100,7 +101,7 @@ class GeminiAdapter(HttpAdapter):
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 
     def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
-        super().__init__(config, settings, {"x-goog-api-key": config.secret})
+        super().__init__(config, settings, lambda key: {"x-goog-api-key": key})
         self.capabilities = capabilities(options)
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"max_tokens"})}
 
@@ -115,7 +116,7 @@ class GeminiAdapter(HttpAdapter):
 
     async def complete(self, call: CompletionCall) -> Result:
         url = _url(call, "generateContent")
-        data = await post_json(self._client, self._config, url, self._payload(call), self._error)
+        data = await self._post_json(url, self._payload(call), call.served_by)
         try:
             reader = Reader(call)
             choices = reader.read(data)
@@ -129,7 +130,7 @@ class GeminiAdapter(HttpAdapter):
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
         reader = Reader(call)
         url = _url(call, "streamGenerateContent") + "?alt=sse"
-        events = sse_events(self._client, self._config, url, self._payload(call), self._error)
+        events = self._sse_events(url, self._payload(call), call.served_by)
         async with aclosing(events):
             async for sse in events:
                 try:

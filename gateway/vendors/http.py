@@ -1,38 +1,24 @@
-"""What every HTTP vendor adapter shares: one pooled client per vendor, timeouts, bounded reads of
-the vendor's answers, and the translation of a vendor's failure into the gateway's errors (who was
-at fault, never a secret)."""
+"""What every HTTP vendor adapter shares: a pooled client per deployment, the choice of a
+deployment for each try (vendors/balancer.py) and retries, timeouts, and bounded reads of the
+vendor's answers. A failure becomes the gateway's error in vendors/vendor_errors.py."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
-import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
-from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import (
-    MAX_RETRY_AFTER,
-    BadRequest,
-    GatewayError,
-    NotFound,
-    RateLimited,
-    VendorCredentialsRejected,
-    VendorFailed,
-    VendorTimeout,
-    clip,
-)
-from gateway.core.redaction import REDACTED
+from gateway.core.config import Deployment, Settings, VendorConfig
+from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
+from gateway.vendors.balancer import Balancer, Member, Ticket
 from gateway.vendors.sse_reader import Event, MalformedStream, read_events
-from gateway.vendors.untrusted import MESSAGE_LIMIT
+from gateway.vendors.vendor_errors import connection_dropped, is_timeout, retry_after_seconds, transport_error
 
 MAX_CONNECTIONS = 512
 _JSON = {"content-type": "application/json"}
@@ -46,6 +32,9 @@ BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of bei
 MAX_ANSWER_BYTES = 32 << 20
 # How much of a vendor's error answer (a non-200) is read: its message is at the start.
 MAX_ERROR_BYTES = 64 << 10
+# Where a failed try may be retried: on any deployment, or only on another one (a deployment that
+# refused the gateway's key: another deployment has another key).
+ANYWHERE, ELSEWHERE = "anywhere", "elsewhere"
 
 log = logging.getLogger("gateway.vendors")
 
@@ -58,34 +47,52 @@ ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 
 
 class HttpAdapter:
-    """What every adapter over HTTP shares: its vendor's configuration, one pooled client for the
-    process's life (opened here, closed by `close()`), and nothing to wait for before serving."""
+    """What every adapter over HTTP shares: its vendor's configuration, its deployments (one pooled
+    client each for the process's life, opened here, closed by `close()`), and nothing to wait for
+    before serving. `headers` gives the headers a deployment sends for its key; `paths` are the
+    paths the adapter posts to, whose URLs each deployment builds once."""
 
-    def __init__(self, config: VendorConfig, settings: Settings, headers: Mapping[str, str]) -> None:
+    def __init__(self, config: VendorConfig, settings: Settings, headers: Callable[[str], Mapping[str, str]],
+                 paths: Iterable[str] = ()) -> None:
         self.name = config.name
         self._config = config
-        self._headers = dict(headers)
-        self._client = pooled_client(config, settings.http_transport, headers)
+        self._headers = headers
+        self._paths = tuple(paths)
+        self._deployments = Deployments(config, settings.http_transport, headers, self._paths)
+
+    @property
+    def balancer(self) -> Balancer:
+        """The deployments' routing and health state (GET /v5/vendors reads it)."""
+        return self._deployments.balancer
 
     def use_transport(self, transport: httpx.AsyncBaseTransport) -> None:
         """Send this vendor's requests through `transport` instead of the network, with the same
-        headers, base URL and timeouts (in-process tests: httpx.MockTransport)."""
-        self._client = pooled_client(self._config, transport, self._headers)
+        headers, base URLs and timeouts (in-process tests: httpx.MockTransport)."""
+        self._deployments = Deployments(self._config, transport, self._headers, self._paths, self.balancer)
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._deployments.aclose()
 
     def not_ready(self) -> str | None:
         return None
 
+    async def _post_json(self, path: str, payload: Any, served: list[str]) -> Any:
+        return await self._deployments.post_json(path, payload, self._error, served)
 
-def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
+    def _sse_events(self, path: str, payload: Any, served: list[str]) -> AsyncIterator[Event]:
+        return self._deployments.sse_events(path, payload, self._error, served)
+
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        raise NotImplementedError  # each adapter reads its vendor's error body
+
+
+def pooled_client(config: VendorConfig, deployment: Deployment, transport: str | httpx.AsyncBaseTransport,
                   headers: Mapping[str, str]) -> httpx.AsyncClient:
-    """One client per vendor for the process's life. `transport` picks the I/O under httpx's API:
-    "aiohttp" (httpx-aiohttp: httpx's own pool is slow under concurrency, encode/httpx#3215; the
+    """One client per deployment for the process's life. `transport` picks the I/O under httpx's
+    API: "aiohttp" (httpx-aiohttp: httpx's own pool is slow under concurrency, encode/httpx#3215; the
     README's Performance section has the figures), "httpx" (bench/ measures both), or a transport
     of the caller's."""
     t = config.timeouts
@@ -97,7 +104,7 @@ def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTranspor
     else:
         io = httpx.AsyncHTTPTransport(limits=limits)
     return httpx.AsyncClient(
-        base_url=config.base_url,
+        base_url=deployment.base_url,
         headers=dict(headers),
         # A non-streamed answer arrives whole at the end, so its only read limit is `total`;
         # streams are held to `first_byte` and `idle` by paced().
@@ -106,25 +113,207 @@ def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTranspor
     )
 
 
-async def post_json(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
-                    on_error: ErrorMapper) -> Any:
-    """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
-    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
-    response = await _send(client, config, request, on_error, first_byte=None)
-    try:
-        body = await read_body(response, MAX_ANSWER_BYTES)
-    except httpx.HTTPError as exc:
-        raise transport_error(config, exc) from None
-    except TooLarge:
-        raise VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
-                           vendor=config.name) from None
-    finally:
-        await response.aclose()
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
-                           vendor=config.name) from None
+class _Upstream:
+    """One deployment as the HTTP layer calls it: its client and its URLs, built once (httpx
+    parses and merges a relative URL on every request). Another path is merged by the client."""
+
+    __slots__ = ("member", "client", "urls")
+
+    def __init__(self, member: Member, client: httpx.AsyncClient, base_url: str, paths: Iterable[str]) -> None:
+        self.member = member
+        self.client = client
+        self.urls = {path: httpx.URL(f"{base_url}{path}") for path in paths}
+
+    def request(self, path: str, body: bytes) -> httpx.Request:
+        return self.client.build_request("POST", self.urls.get(path, path), content=body, headers=_JSON)
+
+
+class Deployments:
+    """A vendor's deployments, called over HTTP: each try goes to the deployment the balancer
+    (vendors/balancer.py) picks, and tells it how the deployment answered. The name of the
+    deployment whose answer a call ends with is appended to `served` (for the ledger)."""
+
+    def __init__(self, config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
+                 headers: Callable[[str], Mapping[str, str]], paths: Iterable[str] = (),
+                 balancer: Balancer | None = None) -> None:
+        self.config = config
+        self.balancer = balancer or Balancer(config.name, config.targets, config.routing, config.health)
+        paths = tuple(paths)
+        self._upstreams = [
+            _Upstream(member, pooled_client(config, deployment, transport, headers(deployment.secret)),
+                      deployment.base_url, paths)
+            for member, deployment in zip(self.balancer.members, config.targets, strict=True)
+        ]
+
+    async def aclose(self) -> None:
+        for upstream in self._upstreams:
+            await upstream.client.aclose()
+
+    async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> Any:
+        """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+        config = self.config
+        response, ticket = await self._send(path, orjson.dumps(payload), on_error, None, served)
+        try:
+            body = await read_body(response, MAX_ANSWER_BYTES)
+            answer = orjson.loads(body)
+        except httpx.HTTPError as exc:
+            ticket.failed()
+            raise transport_error(config, exc) from None
+        except TooLarge:
+            ticket.failed()
+            raise VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
+                               vendor=config.name) from None
+        except orjson.JSONDecodeError as exc:
+            ticket.failed()
+            raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
+                               vendor=config.name) from None
+        else:
+            ticket.succeeded()
+        finally:
+            ticket.close()
+            await response.aclose()
+        return answer
+
+    async def sse_events(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> AsyncIterator[Event]:
+        """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
+        timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator.
+
+        A stream its reader stops (at its end marker, or because the client left) after events
+        came without a fault went well, as far as the deployment's health is concerned."""
+        config = self.config
+        timeouts = config.timeouts
+        response, ticket = await self._send(path, orjson.dumps(payload), on_error, timeouts.first_byte, served)
+        flowing = False
+        try:
+            body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
+            async for event in read_events(body_chunks):
+                flowing = True
+                yield event
+        except (httpx.HTTPError, TimeoutError) as exc:
+            ticket.failed()
+            raise transport_error(config, exc) from None
+        except MalformedStream as exc:
+            ticket.failed()
+            raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+        finally:
+            if flowing:
+                ticket.succeeded()  # a no-op after a failure
+            ticket.close()
+            await response.aclose()
+
+    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, first_byte: float | None,
+                    served: list[str]) -> tuple[httpx.Response, Ticket]:
+        """Send the request and return the vendor's 200 response with its body still to be read
+        (the caller closes it and its ticket), or raise the gateway error its failure means.
+        `first_byte` bounds the wait for the response head (a stream's; a non-streamed head
+        comes with the whole answer).
+
+        Connection failures and RETRY_STATUSES are retried up to `config.retries` times. This
+        happens before anything went to the client (a stream's headers wait for its first chunk),
+        so a retry is invisible to it. A retry goes to a deployment not tried yet when one can
+        take it, at once; back on a deployment already tried it waits first, with exponential
+        backoff and full jitter, honouring Retry-After (a longer one than BACKOFF_CAP goes back to
+        the client). A deployment rejecting the gateway's key (401/403) is retried only elsewhere.
+        Timeouts are not retried: the time is already spent.
+        """
+        attempts = self.config.retries + 1
+        balancer = self.balancer
+        tried: list[Member] = []
+        member = balancer.pick()
+        while True:
+            ticket = balancer.begin(member)
+            try:
+                response, error, retry, retry_after = await self._try(self._upstreams[member.index], ticket, path,
+                                                                      body, on_error, first_byte)
+            except BaseException:
+                ticket.close()
+                raise
+            if response is not None:
+                served.append(member.name)
+                return response, ticket
+            ticket.close()
+            tried.append(member)
+            try:
+                member = await self._next(tried, error, retry, retry_after, len(tried) < attempts)
+            except GatewayError:
+                served.append(tried[-1].name)
+                raise
+
+    async def _next(self, tried: list[Member], error: GatewayError, retry: str | None, retry_after: float | None,
+                    budget_left: bool) -> Member:
+        """The deployment of the next try after `error` on the last one tried, or `error` raised."""
+        if retry is None or not budget_left:
+            raise error
+        balancer = self.balancer
+        try:
+            member = balancer.pick(tried)
+        except VendorNotReady:
+            raise error from None
+        last = tried[-1]
+        if member not in tried:
+            log.info("vendor %s: %s (deployment %s); retry %d/%d on deployment %s", self.config.name, error.message,
+                     last.name, len(tried), self.config.retries, member.name)
+            return member
+        if retry == ELSEWHERE or (retry_after or 0) > BACKOFF_CAP:
+            raise error
+        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (len(tried) - 1))
+        log.info("vendor %s: %s; retry %d/%d in %.2fs", self.config.name, error.message, len(tried),
+                 self.config.retries, delay)
+        await sleep(delay)
+        try:
+            return balancer.pick(tried)
+        except VendorNotReady:
+            raise error from None
+
+    async def _try(self, upstream: _Upstream, ticket: Ticket, path: str, body: bytes, on_error: ErrorMapper,
+                   first_byte: float | None) -> tuple[httpx.Response | None, Any, str | None, float | None]:
+        """One try on one deployment: its 200 response, or (None, the error, whether and where it
+        may be retried (ANYWHERE, ELSEWHERE or None), the vendor's Retry-After). The ticket hears
+        what the answer says of the deployment's health.
+
+        A request is sent once more at once when its connection dropped before any answer: an
+        HTTP/1.1 server may close a kept-alive connection just as the pool hands it out again
+        (llama.cpp's server does it after every streamed answer although it announced keep-alive;
+        a few requests in a hundred under concurrency failed). The vendor closed the connection
+        without answering, so it did not serve the request, and its health is not in question."""
+        config = self.config
+        request = upstream.request(path, body)
+        resent_after_drop = False
+        while True:
+            try:
+                async with asyncio.timeout(first_byte):
+                    response = await upstream.client.send(request, stream=True)
+            except (httpx.HTTPError, TimeoutError) as exc:
+                if connection_dropped(exc) and not resent_after_drop:
+                    resent_after_drop = True
+                    await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
+                    continue
+                ticket.failed()
+                return None, transport_error(config, exc), None if is_timeout(exc) else ANYWHERE, None
+            break
+        status = response.status_code
+        if status == 200:
+            ticket.answered()
+            return response, None, None, None
+        try:
+            answer = await read_body(response, MAX_ERROR_BYTES, truncate=True)
+        except httpx.HTTPError:
+            answer = b""
+        finally:
+            await response.aclose()
+        header = response.headers.get("retry-after")
+        retry_after = retry_after_seconds(header)
+        error = on_error(status, answer, header)
+        key_rejected = isinstance(error, VendorCredentialsRejected)  # however the vendor says it
+        if status >= 500 or key_rejected:
+            ticket.failed()  # the deployment's fault
+        elif status == 429:
+            if retry_after:
+                ticket.rest(retry_after)
+        else:
+            ticket.succeeded()  # up, and answering the request's own mistake
+        retry = ANYWHERE if status in RETRY_STATUSES else ELSEWHERE if key_rejected else None
+        return None, error, retry, retry_after
 
 
 class TooLarge(Exception):
@@ -147,164 +336,6 @@ async def read_body(response: httpx.Response, limit: int, *, truncate: bool = Fa
     return bytes(body)
 
 
-async def sse_events(client: httpx.AsyncClient, config: VendorConfig, url: httpx.URL | str, payload: Any,
-                     on_error: ErrorMapper) -> AsyncIterator[Event]:
-    """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
-    timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator."""
-    timeouts = config.timeouts
-    request = client.build_request("POST", url, content=orjson.dumps(payload), headers=_JSON)
-    response = await _send(client, config, request, on_error, first_byte=timeouts.first_byte)
-    try:
-        body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
-        async for event in read_events(body_chunks):
-            yield event
-    except (httpx.HTTPError, TimeoutError) as exc:
-        raise transport_error(config, exc) from None
-    except MalformedStream as exc:
-        raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
-    finally:
-        await response.aclose()
-
-
-async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.Request, on_error: ErrorMapper, *,
-                first_byte: float | None) -> httpx.Response:
-    """Send `request` and return the vendor's 200 response with its body still to be read (the
-    caller closes it), or raise the gateway error its failure means. `first_byte` bounds the wait
-    for the response head (a stream's; a non-streamed head comes with the whole answer).
-
-    Connection failures and RETRY_STATUSES are retried up to `config.retries` times with
-    exponential backoff and full jitter, honouring Retry-After. This happens before anything
-    went to the client (a stream's headers wait for its first chunk), so a retry is invisible
-    to it. Timeouts are not retried: the time is already spent.
-
-    Apart from that budget, a request is sent once more at once when its connection dropped
-    before any answer: an HTTP/1.1 server may close a kept-alive connection just as the pool
-    hands it out again (llama.cpp's server does it after every streamed answer although it
-    announced keep-alive; a few requests in a hundred under concurrency failed). The vendor
-    closed the connection without answering, so it did not serve the request.
-    """
-    attempts = config.retries + 1
-    attempt = 0
-    resent_after_drop = False
-    while True:
-        retry_after: float | None = None
-        try:
-            async with asyncio.timeout(first_byte):
-                response = await client.send(request, stream=True)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            if connection_dropped(exc) and not resent_after_drop:
-                resent_after_drop = True
-                await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
-                continue
-            error = transport_error(config, exc)
-            retryable = not is_timeout(exc)
-        else:
-            if response.status_code == 200:
-                return response
-            try:
-                body = await read_body(response, MAX_ERROR_BYTES, truncate=True)
-            except httpx.HTTPError:
-                body = b""
-            finally:
-                await response.aclose()
-            header = response.headers.get("retry-after")
-            error = on_error(response.status_code, body, header)
-            retryable = response.status_code in RETRY_STATUSES
-            retry_after = retry_after_seconds(header)
-        attempt += 1
-        if not retryable or attempt == attempts or (retry_after or 0) > BACKOFF_CAP:
-            raise error
-        delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (attempt - 1))
-        log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt, config.retries, delay)
-        await sleep(delay)
-
-
-def error_message(body: bytes) -> str:
-    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
-    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
-    "status"}}`) all put it in `error.message`; some compatible servers (vLLM) at the top. A body
-    that is not JSON is its text. Not yet clipped or redacted: `vendor_error` does both."""
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body.decode(errors="replace")
-    return payload_message(payload)
-
-
-def payload_message(payload: Any) -> str:
-    """The message of a vendor's error object; "" when it has none that is text (the object
-    itself is never quoted: it is the vendor's payload, of any size)."""
-    if not isinstance(payload, dict):
-        return ""
-    error = payload.get("error")
-    for message in (error.get("message") if isinstance(error, dict) else error, payload.get("message"),
-                    payload.get("detail")):
-        if isinstance(message, str) and message.strip():
-            return message
-    return ""
-
-
-def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:
-    """A vendor's error answer, as the error the client gets: whose fault, and what to do."""
-    name = config.name
-    message = redact(config, message) or f"HTTP {status}"
-    if status in (401, 403):
-        # The client cannot fix the gateway's credentials; the vendor's text may quote the key.
-        return VendorCredentialsRejected("vendor rejected the gateway's credentials", code="vendor_auth", vendor=name)
-    if status == 404:
-        return NotFound(f"vendor '{name}': {message}", code="vendor_not_found", vendor=name)
-    if status == 429:
-        return RateLimited(f"vendor '{name}' rate limit: {message}", code="vendor_rate_limited", vendor=name,
-                           retry_after=retry_after_seconds(retry_after))
-    if 400 <= status < 500:
-        return BadRequest(f"vendor '{name}' rejected the request: {message}", code="vendor_rejected", vendor=name)
-    return VendorFailed(f"vendor '{name}' failed (HTTP {status}): {message}", code="vendor_error", vendor=name,
-                        retry_after=retry_after_seconds(retry_after))
-
-
-def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
-    """A failure to talk to the vendor at all: 504 when it was slow, 502 when it broke."""
-    if is_timeout(exc):
-        return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
-                             vendor=config.name)
-    detail = redact(config, str(exc)) or type(exc).__name__
-    return VendorFailed(f"cannot talk to vendor '{config.name}': {detail}", code="vendor_unreachable",
-                        vendor=config.name)
-
-
-def is_timeout(exc: BaseException) -> bool:
-    # httpx-aiohttp maps every aiohttp connection error (even "connection refused" or a reset
-    # mid-stream) to httpx.ConnectTimeout; only a timeout underneath is a timeout.
-    if isinstance(exc, TimeoutError):
-        return True
-    if isinstance(exc, httpx.TimeoutException):
-        cause = exc.__cause__
-        return cause is None or isinstance(cause, TimeoutError)
-    return False
-
-
-def connection_dropped(exc: BaseException) -> bool:
-    """Whether the connection closed under a request before any answer came: not a timeout, not
-    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return True  # httpx's own transport
-    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
-    cause = exc.__cause__
-    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
-        cause, aiohttp.ClientConnectorError)
-
-
-def redact(config: VendorConfig, text: str) -> str:
-    """A vendor's text for a message: the vendor's key scrubbed, then clipped to MESSAGE_LIMIT
-    characters, on one line. Scrubbed before it is clipped, so a cut never leaves part of the key.
-    (The error renderer scrubs every message again, for key-shaped strings of any origin.)"""
-    secret = config.secret
-    text = text[: MESSAGE_LIMIT + len(secret) + 1]  # a key that starts within the limit ends within this
-    if secret:
-        text = text.replace(secret, REDACTED)
-    return " ".join(clip(text, MESSAGE_LIMIT).split())
-
-
 async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, total: float) -> AsyncIterator[bytes]:
     """`chunks`, failing with TimeoutError when the first one takes longer than `first_byte`, a
     later one longer than `idle`, or all of them longer than `total` seconds.
@@ -322,24 +353,3 @@ async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, to
             return
         limit = idle
         yield chunk
-
-
-def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
-    """A vendor's Retry-After (RFC 9110): seconds, or an HTTP-date (IMF-fixdate or an obsolete
-    form) counted from `now`. A wait that is not finite or negative, or a header that is neither,
-    is ignored (None); a date already past is 0; anything longer than MAX_RETRY_AFTER is that."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
-            when = when.replace(tzinfo=UTC)
-        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return min(seconds, MAX_RETRY_AFTER)

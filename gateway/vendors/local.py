@@ -38,7 +38,7 @@ from gateway.core.completion import (
     generated,
 )
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import BadRequest, GatewayError, NotFound, VendorFailed, VendorNotReady
+from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound, VendorFailed, VendorNotReady
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
@@ -125,6 +125,8 @@ class LocalAdapter:
     def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
                  engine: Engine | None = None) -> None:
         """`engine` replaces the llama.cpp engine the options describe (in-process tests)."""
+        if config.deployments:
+            raise ConfigError(f"vendor {config.name!r}: the embedded model runs in this process; it has no deployments")
         self.name = config.name
         self.capabilities = capabilities(options)
         # Each body writer once (both penalties share one); a native parameter without one fails here.

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, ClassVar
 
-import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
@@ -29,17 +28,11 @@ from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import EMULATABLE, PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.vendors import untrusted as read
-from gateway.vendors.http import (
-    HttpAdapter,
-    error_message,
-    payload_message,
-    post_json,
-    redact,
-    sse_events,
-    vendor_error,
-)
+from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import Offsets, from_engine, legacy
+from gateway.vendors.vendor_errors import error_message, payload_message, redact, vendor_error
 
+COMPLETIONS = "/completions"
 # Sent on every call, whatever the request says: the vendor's defaults differ between servers.
 ALWAYS_SENT = ("prompt", "max_tokens")
 FINGERPRINT_LIMIT = 200  # characters of a system_fingerprint passed on (a longer one, or not text: dropped)
@@ -87,15 +80,12 @@ class OpenAIAdapter(HttpAdapter):
     capabilities_of = staticmethod(capabilities)  # the support records for given options
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
-        secret = config.secret
-        super().__init__(config, settings, {"authorization": f"Bearer {secret}"} if secret else {})
+        super().__init__(config, settings, _headers, paths=(COMPLETIONS,))
         self.capabilities = capabilities(options)
         # The parameters put on the wire as they are: only what is native (an emulated or
         # unsupported one never reaches the vendor), in the contract's order.
         self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native
                                 and name not in ALWAYS_SENT)
-        # Built once: httpx parses and merges a relative URL on every request.
-        self._url = httpx.URL(f"{config.base_url}/completions")
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -113,7 +103,7 @@ class OpenAIAdapter(HttpAdapter):
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
-        data = await post_json(self._client, self._config, self._url, self._payload(call), self._error)
+        data = await self._post_json(COMPLETIONS, self._payload(call), call.served_by)
         try:
             return read_completion(data, call)
         except read.READ_ERRORS as exc:
@@ -121,7 +111,7 @@ class OpenAIAdapter(HttpAdapter):
                                vendor=self.name) from None
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
-        events = sse_events(self._client, self._config, self._url, self._payload(call), self._error)
+        events = self._sse_events(COMPLETIONS, self._payload(call), call.served_by)
         reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
         async with aclosing(events):
             async for sse in events:
@@ -140,6 +130,10 @@ class OpenAIAdapter(HttpAdapter):
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+def _headers(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"} if secret else {}
 
 
 def read_completion(data: Any, call: CompletionCall) -> Result:

@@ -1,0 +1,140 @@
+"""A vendor's failure as the gateway's error: who was at fault, what to do, never a secret.
+
+The vendor's own text (its error message, a transport error's description) is scrubbed of every
+key the vendor's deployments use and clipped before it goes into a message; a vendor's Retry-After
+is read in every form RFC 9110 allows and bounded.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+
+from gateway.core.config import VendorConfig
+from gateway.core.errors import (
+    MAX_RETRY_AFTER,
+    BadRequest,
+    GatewayError,
+    NotFound,
+    RateLimited,
+    VendorCredentialsRejected,
+    VendorFailed,
+    VendorTimeout,
+    clip,
+)
+from gateway.core.redaction import REDACTED
+from gateway.vendors.untrusted import MESSAGE_LIMIT
+
+
+def error_message(body: bytes) -> str:
+    """The human part of a vendor's error body. OpenAI (`{"error": {"message"}}`), Anthropic
+    (`{"type": "error", "error": {"type", "message"}}`) and Gemini (`{"error": {"code", "message",
+    "status"}}`) all put it in `error.message`; some compatible servers (vLLM) at the top. A body
+    that is not JSON is its text. Not yet clipped or redacted: `vendor_error` does both."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode(errors="replace")
+    return payload_message(payload)
+
+
+def payload_message(payload: Any) -> str:
+    """The message of a vendor's error object; "" when it has none that is text (the object
+    itself is never quoted: it is the vendor's payload, of any size)."""
+    if not isinstance(payload, dict):
+        return ""
+    error = payload.get("error")
+    for message in (error.get("message") if isinstance(error, dict) else error, payload.get("message"),
+                    payload.get("detail")):
+        if isinstance(message, str) and message.strip():
+            return message
+    return ""
+
+
+def vendor_error(config: VendorConfig, status: int, message: str, retry_after: str | None = None) -> GatewayError:
+    """A vendor's error answer, as the error the client gets: whose fault, and what to do."""
+    name = config.name
+    message = redact(config, message) or f"HTTP {status}"
+    if status in (401, 403):
+        # The client cannot fix the gateway's credentials; the vendor's text may quote the key.
+        return VendorCredentialsRejected("vendor rejected the gateway's credentials", code="vendor_auth", vendor=name)
+    if status == 404:
+        return NotFound(f"vendor '{name}': {message}", code="vendor_not_found", vendor=name)
+    if status == 429:
+        return RateLimited(f"vendor '{name}' rate limit: {message}", code="vendor_rate_limited", vendor=name,
+                           retry_after=retry_after_seconds(retry_after))
+    if 400 <= status < 500:
+        return BadRequest(f"vendor '{name}' rejected the request: {message}", code="vendor_rejected", vendor=name)
+    return VendorFailed(f"vendor '{name}' failed (HTTP {status}): {message}", code="vendor_error", vendor=name,
+                        retry_after=retry_after_seconds(retry_after))
+
+
+def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
+    """A failure to talk to the vendor at all: 504 when it was slow, 502 when it broke."""
+    if is_timeout(exc):
+        return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
+                             vendor=config.name)
+    detail = redact(config, str(exc)) or type(exc).__name__
+    return VendorFailed(f"cannot talk to vendor '{config.name}': {detail}", code="vendor_unreachable",
+                        vendor=config.name)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    # httpx-aiohttp maps every aiohttp connection error (even "connection refused" or a reset
+    # mid-stream) to httpx.ConnectTimeout; only a timeout underneath is a timeout.
+    if isinstance(exc, TimeoutError):
+        return True
+    if isinstance(exc, httpx.TimeoutException):
+        cause = exc.__cause__
+        return cause is None or isinstance(cause, TimeoutError)
+    return False
+
+
+def connection_dropped(exc: BaseException) -> bool:
+    """Whether the connection closed under a request before any answer came: not a timeout, not
+    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return True  # httpx's own transport
+    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
+    cause = exc.__cause__
+    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
+        cause, aiohttp.ClientConnectorError)
+
+
+def redact(config: VendorConfig, text: str) -> str:
+    """A vendor's text for a message: every key of the vendor's deployments scrubbed, then clipped
+    to MESSAGE_LIMIT characters, on one line. Scrubbed before it is clipped, so a cut never leaves
+    part of a key. (The error renderer scrubs every message again, for key-shaped strings of any
+    origin.)"""
+    secrets = sorted(config.secrets, key=len, reverse=True)  # a key containing another is scrubbed whole
+    text = text[: MESSAGE_LIMIT + max(map(len, secrets), default=0) + 1]  # a key starting within the limit ends in this
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return " ".join(clip(text, MESSAGE_LIMIT).split())
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A vendor's Retry-After (RFC 9110): seconds, or an HTTP-date (IMF-fixdate or an obsolete
+    form) counted from `now`. A wait that is not finite or negative, or a header that is neither,
+    is ignored (None); a date already past is 0; anything longer than MAX_RETRY_AFTER is that."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER)
