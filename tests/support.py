@@ -177,6 +177,29 @@ def contains(node: Any, value: Any) -> bool:
     return False
 
 
+# -- Redis -------------------------------------------------------------------------------------
+def redis_url() -> str:
+    """The machine's shared Redis (.ci/run starts one where none answers); tests keep to their own
+    key prefix (`redis_prefix`) and remove their keys afterwards (`remove_redis_keys`)."""
+    return os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_prefix() -> str:
+    return f"gateway-test-{secrets.token_hex(6)}:"
+
+
+def remove_redis_keys(prefix: str, url: str | None = None) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url or redis_url())
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 # -- waiting for things --------------------------------------------------------------------------
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02,
                message: str = "") -> T:

@@ -123,6 +123,17 @@ class Settings(_Frozen):
     # Ledger rows held in memory while the database cannot take them; beyond this, each further
     # row is logged in full (so it can be replayed) and dropped.
     ledger_buffer_rows: PositiveInt = 100_000
+    # Processes serving the one port (`gateway serve --workers N`), sharing the database.
+    workers: PositiveInt = 1
+    # Per-key and per-account limits (gateway/store/limits.py): with a Redis URL their counters live
+    # there, shared exactly by every worker and host; without one, in this process's memory.
+    redis_url: str = ""
+    redis_prefix: str = "gateway:"  # of every Redis key the gateway writes
+    # What a request under limits gets while Redis cannot be reached: `open` serves it uncounted,
+    # `closed` refuses it (503). Either way it is logged and /readyz says degraded.
+    limits_on_store_failure: Literal["open", "closed"] = "open"
+    # How long a running gateway keeps its copy of the limits table: a change is seen within it.
+    limits_cache_seconds: NonNegativeFloat = 10.0
 
 
 # Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.

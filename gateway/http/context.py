@@ -20,6 +20,7 @@ from gateway.core.errors import ClientDisconnected
 from gateway.core.redaction import Redactor
 from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
+from gateway.store.limiter import Limiter
 from gateway.store.ledger import Ledger
 from gateway.vendors.registry import Registry
 
@@ -37,6 +38,7 @@ class Services:
     keys: KeyStore
     ledger: Ledger
     admission: Admission
+    limiter: Limiter
     redact: Redactor  # every text that reaches a client or the log passes through it
 
 
