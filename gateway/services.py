@@ -120,6 +120,8 @@ def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: R
         key = first_key.key
         print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
               f"(id {first_key.info.id}). It is shown only this once: store it now.\n    {key}", flush=True)
+    elif settings.workers > 1:
+        return  # each worker would say the same; the one that created the first key said it
     else:
         key = "$KEY"
         print("gateway: KEY is the key printed at the first start, or a new one from "

@@ -177,6 +177,30 @@ def contains(node: Any, value: Any) -> bool:
     return False
 
 
+# -- time ----------------------------------------------------------------------------------------
+class FileClock:
+    """The limits' clock of gateways started with tests/clocked_gateway.py: a file holding seconds
+    since the epoch, which `advance` moves (the gateway's environment names it)."""
+
+    def __init__(self, path: str, now: float = 1_796_083_200.0) -> None:  # 2026-12-01T00:00:00Z
+        self.path = path
+        self.set(now)
+
+    def set(self, now: float) -> None:
+        self.now = now
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as file:
+            file.write(repr(now))
+        os.replace(tmp, self.path)  # a reader never sees half a number
+
+    def advance(self, seconds: float) -> None:
+        self.set(self.now + seconds)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"GATEWAY_TEST_CLOCK_FILE": self.path}
+
+
 # -- Redis -------------------------------------------------------------------------------------
 def redis_url() -> str:
     """The machine's shared Redis (.ci/run starts one where none answers); tests keep to their own

@@ -133,7 +133,7 @@ class Settings(_Frozen):
     # `closed` refuses it (503). Either way it is logged and /readyz says degraded.
     limits_on_store_failure: Literal["open", "closed"] = "open"
     # How long a running gateway keeps its copy of the limits table: a change is seen within it.
-    limits_cache_seconds: NonNegativeFloat = 10.0
+    limits_cache_seconds: PositiveFloat = 10.0
 
 
 # Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.

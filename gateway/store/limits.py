@@ -231,7 +231,7 @@ class LimitsTable:
 
     async def _refresh_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.ttl or 1.0)
+            await asyncio.sleep(self.ttl)
             try:
                 await self.load()
             except Exception as exc:
