@@ -182,9 +182,10 @@ class FileClock:
     """The limits' clock of gateways started with tests/clocked_gateway.py: a file holding seconds
     since the epoch, which `advance` moves (the gateway's environment names it)."""
 
-    def __init__(self, path: str, now: float = 1_796_083_200.0) -> None:  # 2026-12-01T00:00:00Z
+    def __init__(self, path: str, now: float | None = None) -> None:
         self.path = path
-        self.set(now)
+        # From the real time: the ledger's rows, from which a budget starts, are stamped with it.
+        self.set(time.time() if now is None else now)
 
     def set(self, now: float) -> None:
         self.now = now
