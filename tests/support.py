@@ -225,6 +225,46 @@ def remove_redis_keys(prefix: str, url: str | None = None) -> None:
         client.close()
 
 
+class RedisServer:
+    """A Redis of the test's own, on a free port, that the test may stop and start again (the
+    machine's shared Redis is never stopped). It keeps nothing on disk."""
+
+    def __init__(self) -> None:
+        from tests.fakes.server import free_port
+
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._answers, message=f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        import redis
+
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 # -- waiting for things --------------------------------------------------------------------------
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02,
                message: str = "") -> T:

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.gateway_process import GatewayProcess
-from tests.provision import ledger_rows, run_cli, sqlite_database, wait_for_rows
-from tests.support import SHARED_TLS, FileClock, fresh_account, gateway_cli, gateway_env, wait_until
+from tests.provision import ledger_rows, new_key, run_cli, sqlite_database, wait_for_rows
+from tests.support import SHARED_TLS, FileClock, gateway_cli, gateway_env, wait_until
 
 PROBE = "nope/probe"  # outside every allow-list below: a 403 tells that the gateway has a key's limits
 
@@ -37,15 +37,6 @@ def limited_env(upstream, db, clock, **extra):
 def gateway(upstream, db, clock):
     with GatewayProcess(limited_env(upstream, db, clock), module="tests.clocked_gateway") as process:
         yield process
-
-
-def new_key(db_url: str, account: str | None = None) -> tuple[str, str, str]:
-    """(key, key id, account) of a new key of a new (or the given) account."""
-    account = account or fresh_account()
-    if account not in {a["id"] for a in json.loads(run_cli(db_url, "accounts", "list", "--format", "json"))}:
-        run_cli(db_url, "accounts", "create", account)
-    created = json.loads(run_cli(db_url, "keys", "create", "--account", account, "--format", "json"))
-    return created["key"], created["id"], account
 
 
 def limit(gateway, db, key: str, *args: str) -> None:

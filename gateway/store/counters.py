@@ -114,6 +114,9 @@ class Counters(Protocol):
 
     async def read(self, subject: Subject, limits: Limits, now: float) -> Reading: ...
 
+    async def ping(self) -> None:
+        """Raises while the store cannot be reached."""
+
     async def close(self) -> None: ...
 
 
@@ -225,6 +228,9 @@ class MemoryCounters:
             in_flight=len(self._leases.get(subject, ())),
             budgets=budgets,
         )
+
+    async def ping(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway.store.counters import (
     REFILL_SECONDS,
@@ -197,8 +199,11 @@ def _header(script: str) -> str:
 
 class RedisCounters:
     def __init__(self, url: str, prefix: str) -> None:
+        # One immediate retry (a pooled connection that a Redis restart broke), no backoff: a request
+        # must not wait for a store that is away (the limiter's policy applies instead).
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT,
-                                              socket_timeout=COMMAND_TIMEOUT, decode_responses=True)
+                                              socket_timeout=COMMAND_TIMEOUT, decode_responses=True,
+                                              retry=Retry(NoBackoff(), 1))
         self._prefix = prefix
         self._acquire = self.client.register_script(_header(ACQUIRE))
         self._settle = self.client.register_script(_header(SETTLE))

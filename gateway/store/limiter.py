@@ -240,8 +240,15 @@ class Limiter:
         renewed = time.monotonic()
         while True:
             await asyncio.sleep(TICK)
-            if self._down_since is not None and time.monotonic() < self._retry_at:
-                continue
+            if self._down_since is not None:  # is it back? (readiness need not wait for a request)
+                if time.monotonic() < self._retry_at:
+                    continue
+                try:
+                    await self.counters.ping()
+                except Exception as exc:
+                    self._failed(exc)
+                    continue
+                self._back()
             await self._replay()
             if self._live and time.monotonic() - renewed >= RENEW_EVERY and self._down_since is None:
                 try:
