@@ -131,7 +131,9 @@ def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor)
                 continue
             running.discard(process.sentinel)
             _exited(process)
-            if process.exitcode != 0:
+            # One stopped before it served (SIGTERM while it started) had nothing to drain.
+            stopped_early = stopping and not ready.is_set() and process.exitcode == -signal.SIGTERM
+            if process.exitcode != 0 and not stopped_early:
                 code = code or 1
             if stopping:
                 continue
