@@ -192,3 +192,24 @@ def test_a_lease_nobody_renews_frees_its_slot_and_its_reservation():
             remove_redis_keys(prefix)
 
     asyncio.run(scenario())
+
+
+def test_large_amounts_and_empty_reservations_stay_exact(store):
+    """Amounts past what Lua writes as digits by default (1e+15), and reservations of nothing."""
+    big = 10**15
+    limits = Limits(tpm=10**12, budgets=(Budget(TOKENS, big, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+
+    async def scenario(store):
+        nothing = claim((KEY_A, limits), tokens=0, seed=big - 7)
+        assert (await acquire(store, nothing)).refusal is None
+        await store.settle(nothing, 0, {counter: 0}, NOW)
+        some = claim((KEY_A, limits), tokens=7)
+        verdict = await acquire(store, some)
+        assert verdict.refusal is None and verdict.windows[KEY_A, "tpm"].remaining == 10**12 - 7
+        await store.settle(some, 7, {counter: 7}, NOW)
+        assert (await store.read(KEY_A, limits, NOW)).budgets == {counter: (big, 0)}
+        refused = (await acquire(store, claim((KEY_A, limits), tokens=1))).refusal
+        assert refused.kind == counters.BUDGET and refused.used == big
+
+    store(scenario)

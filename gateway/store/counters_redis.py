@@ -40,6 +40,9 @@ CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that 
 COMMAND_TIMEOUT = 1.0
 
 _COMMON = """
+-- integers go to Redis as digits: Lua would write 1e+15, or -0, which HINCRBY refuses
+local function int(x) return string.format('%d', x) end
+local function num(x) return string.format('%.17g', x) end
 local function level(key, lf, tf, cap, now)
   local v = redis.call('HMGET', key, lf, tf)
   local l, t = tonumber(v[1]), tonumber(v[2])
@@ -87,7 +90,7 @@ for s, sub in ipairs(subjects) do
       local held = redis.call('HGET', sub.held, rid)
       if held then
         for bkey, amount in string.gmatch(held, '([^\\n]+)\\n([^\\n]+)\\n') do
-          if redis.call('EXISTS', bkey) == 1 then redis.call('HINCRBY', bkey, 'reserved', -tonumber(amount)) end
+          if redis.call('EXISTS', bkey) == 1 then redis.call('HINCRBY', bkey, 'reserved', int(-tonumber(amount))) end
         end
         redis.call('HDEL', sub.held, rid)
       end
@@ -107,7 +110,7 @@ for s, sub in ipairs(subjects) do
   for _, b in ipairs(sub.budgets) do
     if redis.call('EXISTS', b.key) == 0 then
       if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
-        redis.call('HSET', b.key, 'used', b.seed, 'reserved', 0)
+        redis.call('HSET', b.key, 'used', int(b.seed), 'reserved', 0)
         redis.call('PEXPIREAT', b.key, math.ceil(b.expire * 1000))
       end
     end
@@ -126,14 +129,14 @@ local out = {'ok'}
 if #refusals > 0 then out[1] = 'refused' end
 for _, r in ipairs(refusals) do
   out[#out + 1] = 'r'
-  for i = 1, 8 do out[#out + 1] = tostring(r[i]) end
+  for i = 1, 8 do out[#out + 1] = type(r[i]) == 'number' and num(r[i]) or r[i] end
 end
 for s, sub in ipairs(subjects) do
   local taken = #refusals == 0
   local rl, tl = sub.rl, sub.tl
   if taken then
-    if rl then rl = rl - 1 redis.call('HSET', sub.rate, 'rl', tostring(rl), 'rt', tostring(now)) end
-    if tl then tl = tl - E redis.call('HSET', sub.rate, 'tl', tostring(tl), 'tt', tostring(now)) end
+    if rl then rl = rl - 1 redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', num(now)) end
+    if tl then tl = tl - E redis.call('HSET', sub.rate, 'tl', num(tl), 'tt', num(now)) end
     if rl or tl then
       local levels = {}
       if rl then levels[#levels + 1] = {rl, sub.rpm} end
@@ -145,8 +148,8 @@ for s, sub in ipairs(subjects) do
       redis.call('PEXPIRE', sub.leases, math.ceil((lease - now) * 1000) + 60000)
       local held = ''
       for _, b in ipairs(sub.budgets) do
-        redis.call('HINCRBY', b.key, 'reserved', b.reserve)
-        held = held .. b.key .. '\\n' .. tostring(b.reserve) .. '\\n'
+        redis.call('HINCRBY', b.key, 'reserved', int(b.reserve))
+        held = held .. b.key .. '\\n' .. int(b.reserve) .. '\\n'
       end
       if held ~= '' then
         redis.call('HSET', sub.held, id, held)
@@ -155,8 +158,8 @@ for s, sub in ipairs(subjects) do
     end
   end
   out[#out + 1] = 'w'
-  out[#out + 1] = rl and tostring(rl) or ''
-  out[#out + 1] = tl and tostring(tl) or ''
+  out[#out + 1] = rl and num(rl) or ''
+  out[#out + 1] = tl and num(tl) or ''
 end
 return out
 """
@@ -173,7 +176,7 @@ for s = 1, S do
   if tpm then
     local tl = level(rate, 'tl', 'tt', tpm, now) + E - T
     if tl > tpm then tl = tpm end
-    redis.call('HSET', rate, 'tl', tostring(tl), 'tt', tostring(now))
+    redis.call('HSET', rate, 'tl', num(tl), 'tt', num(now))
     -- kept until the tokens bucket is full again, and no shorter than the requests bucket needs
     redis.call('PEXPIRE', rate, math.max(redis.call('PTTL', rate), math.ceil((tpm - tl) * REFILL * 1000 / tpm) + 1000))
   end
@@ -184,8 +187,8 @@ for s = 1, S do
     local key, reserve, spent = KEYS[k], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
     k, a = k + 1, a + 2
     if redis.call('EXISTS', key) == 1 then
-      redis.call('HINCRBY', key, 'used', spent)
-      if mine then redis.call('HINCRBY', key, 'reserved', -reserve) end
+      redis.call('HINCRBY', key, 'used', int(spent))
+      if mine then redis.call('HINCRBY', key, 'reserved', int(-reserve)) end
     end
   end
 end
