@@ -24,6 +24,7 @@ import sys
 import time
 
 import aiohttp
+import uvloop
 
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters
@@ -80,7 +81,7 @@ def part_limiter(redis_url: str, requests: int, rounds: int) -> None:
         return results
 
     try:
-        results = asyncio.run(measure())
+        results = uvloop.run(measure())  # the gateway's loop
     finally:
         remove_redis_keys(prefix, redis_url)
     print(f"\n1. the limiter in-process, {requests} requests x {rounds} rounds (median), admit + settle:")

@@ -19,7 +19,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +31,7 @@ from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import consumed
 from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject, clear_limits, read_all, set_limits
 from gateway.store.meter import REFUSED
+from gateway.store.resp import RedisError, RedisUnavailable
 from gateway.store.tables import ledger
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
@@ -136,7 +136,7 @@ async def _rows(engine: AsyncEngine, live: RedisCounters | None, subject: Subjec
     if live is not None:
         try:
             reading, source = await live.read(subject, limits, now), "redis"
-        except RedisError as exc:
+        except (RedisError, RedisUnavailable) as exc:
             live, source = None, f"ledger (redis unavailable: {type(exc).__name__})"
     minute = await _last_minute(engine, subject, now) if live is None else (0, 0)
     base = {"subject": subject.kind, "id": subject.id, "source": source}

@@ -58,6 +58,11 @@ class Charge:
     def leased(self) -> bool:
         return bool(self.limits.concurrent or self.budgets)
 
+    @property
+    def settles(self) -> bool:
+        """Whether its counters change when the request ends (requests per minute alone do not)."""
+        return bool(self.limits.tpm or self.leased)
+
 
 @dataclass(slots=True)
 class Claim:
@@ -152,15 +157,17 @@ class MemoryCounters:
     async def acquire(self, claim: Claim, now: float) -> Verdict:
         verdict = Verdict()
         refusals: list[Refusal] = []
-        levels: dict[tuple[Subject, str], float] = {}
+        levels: dict[tuple[Subject, str], tuple[float, int]] = {}  # -> (level, limit)
         for charge in claim.charges:
             s, lim = charge.subject, charge.limits
             if lim.rpm:
-                level = levels[s, RPM] = self._level(s, RPM, lim.rpm, now)
+                level = self._level(s, RPM, lim.rpm, now)
+                levels[s, RPM] = (level, lim.rpm)
                 if level < 1:
                     refusals.append(Refusal(s, RPM, lim.rpm, (1 - level) * REFILL_SECONDS / lim.rpm, wanted=1))
             if lim.tpm:
-                level = levels[s, TPM] = self._level(s, TPM, lim.tpm, now)
+                level = self._level(s, TPM, lim.tpm, now)
+                levels[s, TPM] = (level, lim.tpm)
                 if claim.tokens > lim.tpm:
                     refusals.append(Refusal(s, TOO_LARGE, lim.tpm, wanted=claim.tokens))
                 elif level < claim.tokens:
@@ -186,12 +193,11 @@ class MemoryCounters:
             return verdict
         verdict.refusal = choose(refusals)
         taken = {RPM: 1, TPM: claim.tokens} if verdict.refusal is None else {RPM: 0, TPM: 0}
-        for (s, kind), level in levels.items():
+        for (s, kind), (level, limit) in levels.items():
             level -= taken[kind]
             if verdict.refusal is None:
                 self._buckets[s, kind] = (level, now)
-            limit = next(c.limits for c in claim.charges if c.subject == s)
-            verdict.windows[s, kind] = window(limit.rpm if kind == RPM else limit.tpm, level)
+            verdict.windows[s, kind] = window(limit, level)
         if verdict.refusal is None:
             for charge in claim.charges:
                 if charge.leased:

@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+import asyncio
 
 from gateway.store.counters import (
     REFILL_SECONDS,
@@ -34,6 +32,7 @@ from gateway.store.counters import (
     window,
 )
 from gateway.store.limits import Limits, Subject
+from gateway.store.resp import Redis, Script
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long is a dead process's (renewed every third of it)
 CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that is away
@@ -202,14 +201,12 @@ def _header(script: str) -> str:
 
 class RedisCounters:
     def __init__(self, url: str, prefix: str) -> None:
-        # One immediate retry (a pooled connection that a Redis restart broke), no backoff: a request
-        # must not wait for a store that is away (the limiter's policy applies instead).
-        self.client = aioredis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT,
-                                              socket_timeout=COMMAND_TIMEOUT, decode_responses=True,
-                                              retry=Retry(NoBackoff(), 1))
+        # No retry, no backoff: a request must not wait for a store that is away (the limiter's
+        # policy applies instead, and it tries again shortly).
+        self.client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=COMMAND_TIMEOUT)
         self._prefix = prefix
-        self._acquire = self.client.register_script(_header(ACQUIRE))
-        self._settle = self.client.register_script(_header(SETTLE))
+        self._acquire = Script(self.client, _header(ACQUIRE))
+        self._settle = Script(self.client, _header(SETTLE))
 
     def base(self, subject: Subject) -> str:
         return f"{self._prefix}{subject.kind}:{subject.id}"
@@ -263,23 +260,18 @@ class RedisCounters:
         await self._settle(keys=self._keys(claim), args=args)
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
-        until = now + LEASE_SECONDS
-        async with self.client.pipeline(transaction=False) as pipe:
-            for claim in claims:
-                for charge in claim.charges:
-                    if charge.leased:
-                        pipe.zadd(f"{self.base(charge.subject)}:leases", {claim.request_id: until}, xx=True)
-            await pipe.execute()
+        until = repr(now + LEASE_SECONDS)
+        await asyncio.gather(*(self.client.call("ZADD", f"{self.base(charge.subject)}:leases", "XX", until,
+                                                claim.request_id)
+                               for claim in claims for charge in claim.charges if charge.leased))
 
     async def read(self, subject: Subject, limits: Limits, now: float) -> Reading:
         base = self.base(subject)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hmget(f"{base}:rate", "rl", "rt", "tl", "tt")
-            pipe.zcount(f"{base}:leases", now, "+inf")
-            names = [f"{b.unit.name}:{b.period_at(now).id}" for b in limits.budgets]
-            for name in names:
-                pipe.hmget(f"{base}:budget:{name}", "used", "reserved")
-            rate, in_flight, *budgets = await pipe.execute()
+        names = [f"{b.unit.name}:{b.period_at(now).id}" for b in limits.budgets]
+        rate, in_flight, *budgets = await asyncio.gather(
+            self.client.call("HMGET", f"{base}:rate", "rl", "rt", "tl", "tt"),
+            self.client.call("ZCOUNT", f"{base}:leases", repr(now), "+inf"),
+            *(self.client.call("HMGET", f"{base}:budget:{name}", "used", "reserved") for name in names))
         def bucket(limit: int | None, level: str | None, at: str | None):
             if not limit:
                 return None
@@ -290,7 +282,7 @@ class RedisCounters:
                        budgets={name: (int(v[0]), int(v[1])) for name, v in zip(names, budgets) if v[0] is not None})
 
     async def ping(self) -> None:
-        await self.client.ping()
+        await self.client.call("PING")
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.client.close()

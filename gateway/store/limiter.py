@@ -83,6 +83,7 @@ class Limiter:
         self._live: dict[str, Claim] = {}  # claims taken and not yet settled (their leases are renewed)
         self._unsettled: deque[tuple[Claim, int, dict[str, int]]] = deque(maxlen=MAX_UNSETTLED)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settling: list[tuple[Claim, int, dict[str, int]]] = []
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._failure = ""
@@ -168,6 +169,8 @@ class Limiter:
         self._back()
         if verdict.refusal is not None:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
+        if not any(charge.settles for charge in claim.charges):
+            return Grant(windows=verdict.windows, subjects=found)  # nothing to settle: no second round trip
         self._live[request_id] = claim
         return Grant(self, claim, verdict.windows, subjects=found)
 
@@ -182,9 +185,19 @@ class Limiter:
 
     def settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
         self._live.pop(claim.request_id, None)
-        task = asyncio.get_running_loop().create_task(self._settle(claim, tokens, spent))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Settlements that come together go together (one task; in Redis, one burst of commands).
+        self._settling.append((claim, tokens, spent))
+        if len(self._settling) == 1:
+            task = asyncio.get_running_loop().create_task(self._settle_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _settle_all(self) -> None:
+        batch, self._settling = self._settling, []
+        if len(batch) == 1:
+            await self._settle(*batch[0])
+        else:
+            await asyncio.gather(*(self._settle(*entry) for entry in batch))
 
     async def _settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
         assert self.counters is not None

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -84,6 +84,15 @@ class Period:
 
     @classmethod
     def at(cls, name: str, now: float) -> Period:
+        current = _CURRENT.get(name)  # every request asks; the answer changes once a day or a month
+        if current is not None and current[0] <= now < current[1]:
+            return current[2]
+        period = cls._compute(name, now)
+        _CURRENT[name] = (period.start.timestamp(), period.end.timestamp(), period)
+        return period
+
+    @classmethod
+    def _compute(cls, name: str, now: float) -> Period:
         moment = datetime.fromtimestamp(now, UTC)
         if name == "day":
             start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -92,6 +101,9 @@ class Period:
         start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
         return cls(name, start.strftime("%Y-%m"), start, end)
+
+
+_CURRENT: dict[str, tuple[float, float, Period]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +135,7 @@ class Limits:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Subject:
+class Subject(NamedTuple):  # a tuple: hashed and compared in C, on every request
     kind: str  # KEY or ACCOUNT
     id: str
 
