@@ -139,7 +139,8 @@ async def per_request_cpu(gateway: GatewayProcess, keys: dict[str, str], seconds
     base = statistics.median(samples["key without limits"])
     for name, values in samples.items():
         cpu = statistics.median(values)
-        print(f"{name:<28}{cpu:>8.0f} µs CPU   (+{cpu - base:.0f} µs)   rounds: {', '.join(f'{v:.0f}' for v in values)}")
+        rounds_text = ", ".join(f"{v:.0f}" for v in values)
+        print(f"{name:<28}{cpu:>8.0f} µs CPU   (+{cpu - base:.0f} µs)   rounds: {rounds_text}")
 
 
 async def throughput(targets: dict[str, tuple[str, str]], seconds: float, rounds: int) -> None:

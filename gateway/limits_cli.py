@@ -100,7 +100,8 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
     subject = subject_of(args)
     interval = f"running gateways apply it within {settings.limits_cache_seconds:g}s"
     if args.action == "set":
-        values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period") if getattr(args, name) is not None}
+        values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period")
+                  if getattr(args, name) is not None}
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, --budget-tokens, --models")
         async with database.writing(engine) as connection:

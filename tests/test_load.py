@@ -1,7 +1,8 @@
 """A bounded load test on loopback: 200 concurrent clients, each sending requests back to back for
 GATEWAY_TEST_LOAD_SECONDS (SECONDS below; the issue's 30 with GATEWAY_TEST_LOAD_SECONDS=30) and at
-least two, mixed plain and streamed, on each database, to a gateway of one worker and of two. No unexpected error, and exactly one ledger
-row per request whose token sums match what the clients were told."""
+least two, mixed plain and streamed, on each database, to a gateway of one worker and of two. No
+unexpected error, and exactly one ledger row per request whose token sums match what the clients
+were told."""
 
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ def sample(name: str) -> tuple[str, object]:
         return "httpx", "httpx"
     if name == "log_level":
         return "DEBUG", "debug"  # case does not matter
+    if name == "limits_on_store_failure":
+        return "closed", "closed"
     default = Settings.model_fields[name].default
     raw = SAMPLES[type(default)]
     return raw, type(default)(raw) if not isinstance(default, bool) else True
