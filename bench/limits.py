@@ -2,7 +2,8 @@
 
 1. The limiter in-process: CPU time per request (admit + settle) with no limits, with limits
    counted in memory, and with limits counted in Redis on loopback (rpm, tpm, concurrency and a
-   token budget on the key: the Lua script's every branch). The Redis server's own CPU is not
+   token budget on the key, rpm on its account: the Lua scripts' every branch, two round trips),
+   and with a key's rpm alone in Redis (one round trip: nothing to settle). The Redis server's own CPU is not
    the gateway's and is not counted.
 2. A real gateway (`gateway serve`, one worker, Redis on loopback) in front of the fast fake
    vendor: its CPU time per request (from /proc) for a key with those limits and for a key
@@ -63,10 +64,12 @@ async def limiter_cost(counters, subjects: dict[Subject, Limits], requests: int)
 
 def part_limiter(redis_url: str, requests: int, rounds: int) -> None:
     limited = {Subject(KEY, "key_bench"): LIMITS, Subject(ACCOUNT, "acct"): Limits(rpm=10**9)}
+    rpm_only = {Subject(KEY, "key_bench"): Limits(rpm=10**9)}  # nothing to settle: one round trip
     prefix = redis_prefix()
 
     async def measure() -> dict[str, list[tuple[float, float]]]:
-        results: dict[str, list[tuple[float, float]]] = {"no limits": [], "limits, memory": [], "limits, redis": []}
+        results: dict[str, list[tuple[float, float]]] = {"no limits": [], "limits, memory": [], "limits, redis": [],
+                                                          "rpm only, redis": []}
         redis_counters, memory = RedisCounters(redis_url, prefix), MemoryCounters()
         for store in (memory, redis_counters):  # a budget counter starts from the ledger; here from a seed
             await _seed(store, limited)
@@ -76,6 +79,7 @@ def part_limiter(redis_url: str, requests: int, rounds: int) -> None:
                 results["no limits"].append(await limiter_cost(memory, {}, requests))
                 results["limits, memory"].append(await limiter_cost(memory, limited, requests))
                 results["limits, redis"].append(await limiter_cost(redis_counters, limited, requests))
+                results["rpm only, redis"].append(await limiter_cost(redis_counters, rpm_only, requests))
         finally:
             await redis_counters.close()
         return results

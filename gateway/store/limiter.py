@@ -177,6 +177,8 @@ class Limiter:
     def _without_store(self, claim: Claim, found: tuple[tuple[Subject, Limits], ...]) -> Grant:
         if self._policy == "closed":
             return Grant(refusal=Refusal(claim.charges[0].subject, STORE_DOWN, 0), subjects=found)
+        if not any(charge.settles for charge in claim.charges):
+            return Grant(subjects=found)
         # Served uncounted; what it uses is charged (nothing was reserved) once the store is back.
         for charge in claim.charges:
             for b in charge.budgets:
