@@ -58,10 +58,10 @@ def add_commands(commands: Any) -> None:
     show.add_argument("--format", choices=("table", "json"), default="table")
     clear = limits.add_parser("clear", help="remove limits")
     _subject(clear, required=True)
-    which = clear.add_mutually_exclusive_group(required=True)
-    which.add_argument("--all", action="store_true", help="every limit of it")
+    clear.add_argument("--all", action="store_true", help="every limit of it")
     for name in _CLEARABLE:
-        which.add_argument(f"--{name.replace('_', '-')}", dest="clear", action="append_const", const=name)
+        clear.add_argument(f"--{name.replace('_', '-')}", dest="clear", action="append_const", const=name,
+                           help="this limit (several may be given)")
 
 
 def _subject(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -108,6 +108,9 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
             limits = await set_limits(connection, subject, values)
         return f"limits of {subject}: {_described(limits)}; {interval}"
     if args.action == "clear":
+        if args.all == bool(args.clear):
+            raise AccountsError("say what to clear: --all, or some of "
+                                + ", ".join(f"--{name.replace('_', '-')}" for name in _CLEARABLE))
         async with database.writing(engine) as connection:
             left = await clear_limits(connection, subject, None if args.all else args.clear)
         return f"limits of {subject}: {_described(left) if left else 'none'}; {interval}"

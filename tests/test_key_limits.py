@@ -209,8 +209,12 @@ def test_the_limits_cli_says_what_it_did_and_refuses_what_it_cannot(db):
         assert result.returncode == 1 and message in result.stderr, result.stderr
     assert gateway_cli(db.url, "limits", "set", "--key", key_id, "--rpm", "0").returncode == 2
     assert gateway_cli(db.url, "limits", "set", "--key", key_id, "--budget-usd", "5").returncode == 2  # not yet
-    assert gateway_cli(db.url, "limits", "clear", "--key", key_id).returncode == 2  # what to clear?
-    assert run_cli(db.url, "limits", "clear", "--key", key_id, "--budget-tokens").endswith(
+    for unclear in ((), ("--all", "--rpm")):
+        result = gateway_cli(db.url, "limits", "clear", "--key", key_id, *unclear)
+        assert result.returncode == 1 and "say what to clear" in result.stderr
+    assert run_cli(db.url, "limits", "set", "--key", key_id, "--concurrent", "3").endswith(
+        "rpm 60, tpm 9, concurrent 3, budget_tokens 1000, period month; running gateways apply it within 10s\n")
+    assert run_cli(db.url, "limits", "clear", "--key", key_id, "--budget-tokens", "--concurrent").endswith(
         "rpm 60, tpm 9; running gateways apply it within 10s\n")
     assert "limits of key " + key_id + ": none" in run_cli(db.url, "limits", "clear", "--key", key_id, "--all")
     assert json.loads(run_cli(db.url, "limits", "show", "--key", key_id, "--format", "json")) == []
