@@ -5,6 +5,7 @@
     gateway keys create --account ID [--account ID2 ...] [--name NAME]
     gateway keys list [--account ID]                  gateway keys revoke KEY_ID
     gateway usage [--account ID ...] [--model vendor/name] [--since T] [--until T]
+    gateway limits set|show|clear (--key KEY_ID | --account ID) ...   (gateway/limits_cli.py)
 
 Lists and reports print as a table, or with --format json or csv. Every command works on the
 database of GATEWAY_DATABASE_URL (or the config file), upgrading its schema first if needed.
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import csv
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,7 +27,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway import __version__
+from gateway import __version__, limits_cli
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
 from gateway.store import accounts, database, usage
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        return _serve(settings, args.host, args.port)
+        return _serve(settings, args.host, args.port, args.workers)
     try:
         return asyncio.run(_administer(settings, args))
     except (AccountsError, ConfigError) as exc:
@@ -64,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host", help="listen address (default GATEWAY_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default GATEWAY_PORT or 8000)")
+    serve.add_argument("--workers", type=int, help="processes serving the port (default GATEWAY_WORKERS or 1)")
 
     account_commands = commands.add_parser("accounts", help="create and list accounts").add_subparsers(
         dest="action", required=True)
@@ -94,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                         "2026-11-01T08:00:00+01:00; UTC unless an offset is given)")
     report.add_argument("--until", type=_instant, help="to this instant, exclusive")
     _format_option(report)
+    limits_cli.add_commands(commands)
     return parser
 
 
@@ -113,6 +117,12 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
     try:
         await database.prepare(engine, _nothing)
         match args.command, args.action if args.command != "usage" else None:
+            case "limits", _:
+                out = await limits_cli.run(engine, settings, args)
+                if isinstance(out, str):
+                    print(out)
+                else:
+                    _emit(out, limits_cli.COLUMNS, args.format)
             case "accounts", "create":
                 account = await _write(engine, lambda c: accounts.create_account(c, args.id, args.name))
                 print(f"created account {account.id}")
@@ -192,18 +202,22 @@ def _text(value: Any) -> str:
     return str(_json(value))
 
 
-def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+def _serve(settings: Settings, host: str | None, port: int | None, workers: int | None) -> int:
     from gateway.http import server
     from gateway.services import create_app, redactor
 
-    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    if workers is not None and workers < 1:
+        print("gateway: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port,
+                                           "workers": workers or settings.workers})
+    factory = functools.partial(create_app, settings)  # each worker builds its own app
     try:
-        app = create_app(settings)
+        app = factory()  # here, too: a configuration the vendors refuse stops the start with a clear message
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    server.run(app, settings, redactor(settings))
-    return 0
+    return server.run(factory, settings, redactor(settings), built=app)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
@@ -21,7 +23,11 @@ from gateway.http.connexion_overrides import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database
+from gateway.store.counters import Counters, MemoryCounters
+from gateway.store.counters_redis import RedisCounters
 from gateway.store.ledger import Ledger
+from gateway.store.limiter import Limiter
+from gateway.store.limits import LimitsTable
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
 from handlers import resolve
@@ -63,9 +69,19 @@ async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app
     _announce(first_key, settings, registry)
     ledger = Ledger(engine, settings.ledger_buffer_rows)
     ledger.start()
+    limiter = limits_store(settings, engine)
+    try:
+        await limiter.start()
+    except BaseException as exc:
+        log.error("%s", exc)
+        await limiter.close()
+        await ledger.close()
+        await registry.close()
+        await engine.dispose()
+        raise
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
-                        admission=Admission(settings.max_concurrent), redact=redact)
+                        admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact)
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()
@@ -76,10 +92,22 @@ async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app
         yield {"services": services}
     finally:
         try:
+            await limiter.close()  # settles what is still open
             await ledger.close()  # after the server finished its requests: every pending row is written
         finally:
             await registry.close()
             await engine.dispose()
+
+
+def limits_store(settings: Settings, engine: AsyncEngine) -> Limiter:
+    """The limiter, counting in Redis when there is one, else in memory (one worker), else not at
+    all (several workers without Redis: see gateway/store/limiter.py)."""
+    table = LimitsTable(engine, settings.limits_cache_seconds)
+    if redis_url := settings.redis_url.get_secret_value():
+        counter_store: Counters | None = RedisCounters(redis_url, settings.redis_prefix)
+    else:
+        counter_store = MemoryCounters() if settings.workers == 1 else None
+    return Limiter(table, counter_store, engine, policy=settings.limits_on_store_failure, workers=settings.workers)
 
 
 def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: Registry) -> None:
@@ -92,6 +120,8 @@ def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: R
         key = first_key.key
         print(f"gateway: empty database, so created account '{accounts.DEFAULT_ACCOUNT}' and an API key for it "
               f"(id {first_key.info.id}). It is shown only this once: store it now.\n    {key}", flush=True)
+    elif settings.workers > 1:
+        return  # each worker would say the same; the one that created the first key said it
     else:
         key = "$KEY"
         print("gateway: KEY is the key printed at the first start, or a new one from "

@@ -358,6 +358,10 @@ class UsageLine(BaseModel):
     """
     Of those, the requests whose tokens the gateway counted itself because the vendor did not report them (e.g. a stream cut short).
     """
+    refused_requests: Annotated[int, Field(ge=0)]
+    """
+    Requests a limit of the key or the account refused (429, 403 or 503) before any vendor call; not among `requests`, and billed nothing.
+    """
     prompt_tokens: Annotated[int, Field(ge=0)]
     """
     Prompt tokens.

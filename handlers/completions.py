@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from gateway.core.completion import Choice, Chunk, Result, Usage, generated
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import event_stream
+from gateway.http import event_stream, limiting
 from gateway.http.context import HandlerRequest
 from gateway.planner import fallbacks
 from gateway.planner.plan import Plan
@@ -34,20 +34,26 @@ async def create(request: HandlerRequest) -> Response:
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
     services.admission.enter()
+    grant = limiting.NO_LIMITS
     heard = generated.set(meter.generated)  # the vendor call's task inherits it
     try:
+        # Limits of the key and the account (http/limiting.py): a refusal raises, with its ledger row.
+        grant = await limiting.admit(services.limiter, key_id=caller.key_id, account=account,
+                                     request=completion_request, request_id=request_id, meter=meter)
         settings = services.settings
+        chains = limiting.fallbacks(grant, settings.fallbacks, completion_request.model)
         started = await request.unless_client_leaves(fallbacks.start(
-            completion_request, services.registry, settings.fallbacks, settings.max_vendor_calls,
-            on_attempt=meter.trying))
+            completion_request, services.registry, chains, settings.max_vendor_calls, on_attempt=meter.trying))
     except BaseException as exc:
         services.admission.leave()
         meter.fail(exc)
+        if isinstance(exc, GatewayError) and grant.windows:
+            exc.extra_headers = limiting.headers(grant) | (exc.extra_headers or {})
         raise
     finally:
         generated.reset(heard)
     plan = started.plan
-    headers = {"x-request-id": request_id, "x-gateway-model": plan.model}
+    headers = {"x-request-id": request_id, "x-gateway-model": plan.model, **limiting.headers(grant)}
     if plan.model != completion_request.model:
         headers["x-gateway-fallback-from"] = completion_request.model
     if started.result is not None:

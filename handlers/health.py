@@ -19,10 +19,12 @@ async def ready(request: HandlerRequest) -> JSONResponse:
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.
     # Taking every gateway sharing that database out of the load balancer would turn it into an outage.
     database = services.ledger.not_ready()
-    status, code = ("starting", 503) if problems else ("degraded" if database else "ok", 200)
+    limits = services.limiter.not_ready()  # a limits store away: requests are served or refused by policy
+    status, code = ("starting", 503) if problems else ("degraded" if database or limits else "ok", 200)
     body: dict = {"status": status}
     if request.caller_or_none is not None:
-        body["checks"] = {name: "ok" for name in services.registry.names()} | problems | {"database": database or "ok"}
+        body["checks"] = ({name: "ok" for name in services.registry.names()} | problems
+                          | {"database": database or "ok", "limits": limits or "ok"})
         if rejected := services.ledger.rejected_rows:  # readiness is not affected: later rows are written
             body["checks"]["ledger_rejects"] = f"{rejected} rows refused by the database since start (see that table)"
     return JSONResponse(body, status_code=code)

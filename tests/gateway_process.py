@@ -17,12 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class GatewayProcess:
     def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0,
-                 ready_path: str = "/readyz", cwd: Path = ROOT) -> None:
+                 ready_path: str = "/readyz", cwd: Path = ROOT, module: str = "gateway") -> None:
         self.port = port or free_port()
         self.env = {**os.environ, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", **env}
         self.ready_timeout = ready_timeout
         self.ready_path = ready_path  # /healthz: serving, whether or not its vendors are ready
         self.cwd = cwd  # the installed-wheel test runs it outside the checkout
+        self.module = module  # tests/clocked_gateway.py: the same command, on a clock the test moves
         self.proc: subprocess.Popen | None = None
         self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
 
@@ -33,7 +34,7 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         self.log_path.parent.mkdir(exist_ok=True)
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], env=self.env, cwd=self.cwd,
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "serve"], env=self.env, cwd=self.cwd,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout
         # One client for every poll: httpx builds a TLS context (and loads its certificate store)

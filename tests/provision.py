@@ -60,6 +60,15 @@ def create_key(url: str, *accounts: str) -> str:
     return json.loads(created)["key"]
 
 
+def new_key(url: str, account: str | None = None) -> tuple[str, str, str]:
+    """(key, key id, account) of a new key of `account` (created if missing; default a new one)."""
+    account = account or f"acct-{secrets.token_hex(4)}"
+    if account not in {a["id"] for a in json.loads(run_cli(url, "accounts", "list", "--format", "json"))}:
+        run_cli(url, "accounts", "create", account)
+    created = json.loads(run_cli(url, "keys", "create", "--account", account, "--format", "json"))
+    return created["key"], created["id"], account
+
+
 def provision(url: str) -> TestDatabase:
     return TestDatabase(url, key=create_key(url, "acct-a"), multi_key=create_key(url, "acct-a", "acct-b"))
 

@@ -246,7 +246,8 @@ def test_stream_failure_after_start_is_an_error_event_then_done(client, model):
 def test_healthz_and_readyz(gateway, database):
     assert httpx.get(f"{gateway.url}/healthz", verify=SHARED_TLS).json() == {"status": "ok"}
     ready = httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
-    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok"}}
+    assert ready == {"status": "ok", "checks": {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok",
+                                                 "limits": "ok"}}
 
 
 def test_logs_never_hold_keys(client, gateway, database):

@@ -188,7 +188,7 @@ def test_a_body_without_content_type_is_a_415(strict, database, upstream):
 
 # -- /readyz --------------------------------------------------------------------------------------------
 def test_readyz_shows_its_checks_only_to_a_caller_with_a_valid_key(strict, database):
-    checks = {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok"}
+    checks = {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok", "limits": "ok"}
     for headers in ({}, {"x-api-key": "sk-gw-not-a-key"}, {"authorization": "Bearer sk-gw-not-a-key"}):
         r = httpx.get(f"{strict.url}/readyz", headers=headers)
         assert (r.status_code, r.json()) == (200, {"status": "ok"})

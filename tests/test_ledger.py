@@ -249,7 +249,8 @@ def two_accounts(ledger_gateway, backend):
 def expected_lines(two_accounts, *names: str, model: str | None = None) -> list[dict]:
     accounts = sorted(two_accounts[n] for n in names)
     return [
-        {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "prompt_tokens": v[1],
+        {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "refused_requests": 0,
+         "prompt_tokens": v[1],
          "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0, "reasoning_tokens": 0}
         for (account, m), v in sorted(two_accounts["told"].items())
         if account in accounts and model in (None, m)
@@ -303,8 +304,8 @@ def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accoun
     assert since == expected_lines(two_accounts, "y", model="fake/b")
 
     as_csv = gateway_cli(backend.url, "usage", "--account", y, "--format", "csv").stdout.splitlines()
-    assert as_csv[0] == ("account_id,model,requests,estimated_requests,prompt_tokens,completion_tokens,total_tokens,"
-                         "cached_tokens,reasoning_tokens")
+    assert as_csv[0] == ("account_id,model,requests,estimated_requests,refused_requests,prompt_tokens,"
+                         "completion_tokens,total_tokens,cached_tokens,reasoning_tokens")
     assert [line.split(",")[:3] for line in as_csv[1:]] == [[y, "fake/a", "1"], [y, "fake/b", "1"]]
     table = gateway_cli(backend.url, "usage", "--account", x).stdout.splitlines()
     assert table[0].split() == as_csv[0].split(",")

@@ -353,7 +353,7 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
 
 def test_readyz_reports_the_loaded_model(local_gateway, database):
     ready = httpx.get(f"{local_gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
-    assert ready == {"status": "ok", "checks": {"local": "ok", "database": "ok"}}
+    assert ready == {"status": "ok", "checks": {"local": "ok", "database": "ok", "limits": "ok"}}
     assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
 
 

@@ -21,6 +21,8 @@ def sample(name: str) -> tuple[str, object]:
         return "httpx", "httpx"
     if name == "log_level":
         return "DEBUG", "debug"  # case does not matter
+    if name == "limits_on_store_failure":
+        return "closed", "closed"
     default = Settings.model_fields[name].default
     if isinstance(default, SecretStr):
         return "sqlite:///elsewhere/gateway.db", SecretStr("sqlite:///elsewhere/gateway.db")

@@ -1,4 +1,4 @@
-"""SIGTERM: stop accepting, let in-flight streams finish, exit 0."""
+"""SIGTERM: stop accepting, let in-flight streams finish, exit 0 (with several workers: every one)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import signal
 import threading
 
 import httpx
+import pytest
 
 from tests.gateway_process import GatewayProcess
 from tests.support import SHARED_TLS, chunks_of, gateway_env, sse_events, wait_until
@@ -19,9 +20,11 @@ def refuses_connections(url: str) -> bool:
     return False
 
 
-def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_active_streams_finish_then_exits_0(upstream, database, workers):
     # The held streams wait for the test, not for the vendor timeouts.
-    env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_FAKE_FIRST_BYTE="60", GATEWAY_VENDOR_FAKE_IDLE="60")
+    env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_FAKE_FIRST_BYTE="60", GATEWAY_VENDOR_FAKE_IDLE="60",
+                      GATEWAY_WORKERS=str(workers))
     gateway = GatewayProcess(env).start()
     results: list[httpx.Response] = []
 

@@ -208,12 +208,14 @@ def test_readyz_counts_the_rows_the_database_refused_without_leaving_ready():
     async def answer(rejected: int) -> dict:
         ledger = SimpleNamespace(not_ready=lambda: None, rejected_rows=rejected)
         registry = SimpleNamespace(not_ready=dict, names=lambda: ["fake"])
-        request = SimpleNamespace(services=SimpleNamespace(registry=registry, ledger=ledger),
+        limiter = SimpleNamespace(not_ready=lambda: None)
+        request = SimpleNamespace(services=SimpleNamespace(registry=registry, ledger=ledger, limiter=limiter),
                                   caller_or_none=Caller("key_1", frozenset({"acct"})))
         response = await health.ready(request)  # type: ignore[arg-type]
         assert response.status_code == 200
         return json.loads(response.body)
 
-    assert asyncio.run(answer(0)) == {"status": "ok", "checks": {"fake": "ok", "database": "ok"}}
+    assert asyncio.run(answer(0)) == {"status": "ok", "checks": {"fake": "ok", "database": "ok",
+                                                                               "limits": "ok"}}
     refused = asyncio.run(answer(3))
     assert refused["status"] == "ok" and refused["checks"]["ledger_rejects"].startswith("3 rows refused")

@@ -54,6 +54,7 @@ class GatewayError(Exception):
         param: str | None = None,
         vendor: str | None = None,
         retry_after: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -61,6 +62,7 @@ class GatewayError(Exception):
         self.param = param
         self.vendor = vendor
         self.retry_after = retry_after
+        self.extra_headers = headers  # sent with the error besides x-should-retry (e.g. x-ratelimit-*)
 
     def body(self, redact: Callable[[str], str] = str) -> dict[str, Any]:
         """The ErrorResponse body; `redact` scrubs the message (which may quote a vendor) of secrets."""
@@ -79,6 +81,8 @@ class GatewayError(Exception):
         wait = self.retry_after
         if wait is not None and (isinstance(wait, int) or math.isfinite(wait)):
             headers["retry-after"] = str(round(min(max(wait, 0), MAX_RETRY_AFTER)))
+        if self.extra_headers:
+            headers |= self.extra_headers
         return headers
 
 
@@ -164,6 +168,19 @@ class RateLimited(GatewayError):
     retryable = True
 
 
+class RequestTooLarge(RateLimited):
+    """A request that may use more than a per-minute limit allows at all: no wait makes it fit."""
+
+    retryable = False
+
+
+class QuotaExceeded(RateLimited):
+    """A budget is spent: no retry helps until its period ends or the limit is raised."""
+
+    type = "insufficient_quota"
+    retryable = False
+
+
 class VendorFailed(GatewayError):
     """The vendor answered with an error or with something we cannot read."""
 
@@ -196,6 +213,15 @@ class VendorNotReady(GatewayError):
 
 class StorageUnavailable(GatewayError):
     """The gateway's own database cannot answer (checking a new key, reading usage)."""
+
+    status = 503
+    type = "overloaded_error"
+    retryable = True
+
+
+class LimitsUnavailable(GatewayError):
+    """The request is under limits this gateway cannot count now (their store is away, with
+    limits_on_store_failure = closed) or cannot count exactly at all (several workers, no Redis)."""
 
     status = 503
     type = "overloaded_error"

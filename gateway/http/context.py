@@ -21,6 +21,7 @@ from gateway.core.redaction import Redactor
 from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
 from gateway.store.ledger import Ledger
+from gateway.store.limiter import Limiter
 from gateway.vendors.registry import Registry
 
 T = TypeVar("T")
@@ -37,6 +38,7 @@ class Services:
     keys: KeyStore
     ledger: Ledger
     admission: Admission
+    limiter: Limiter
     redact: Redactor  # every text that reaches a client or the log passes through it
 
 

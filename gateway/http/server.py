@@ -1,9 +1,26 @@
 """Running the app under uvicorn, with our connection protocol (http/connection.py: header and
-keep-alive limits, errors the server writes itself, shutdown)."""
+keep-alive limits, errors the server writes itself, shutdown), in this process or in `workers`
+processes serving one port.
+
+With several workers this process only supervises: it binds the listening socket, starts each
+worker (`serve_worker`, the one place where a worker process starts: each builds its own app,
+vendors, database pool, ledger writer and limits), passes SIGTERM and SIGINT on to all of them
+and exits when they have drained (0 when every one exited 0). A worker that dies after it was
+serving is started again (`_exited` is where its end is noted); one that fails to start stops
+the gateway. Workers are spawned, not forked: nothing of this process's state (event loop,
+threads, connections) leaks into them.
+"""
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import os
 import signal
+import socket
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import uvicorn
@@ -12,10 +29,25 @@ from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import connection, logs
 
+log = logging.getLogger("gateway")
 
-def run(app: Any, settings: Settings, redact: Redactor) -> None:
+STARTUP_FAILED = 3  # a worker's exit code when its app did not start (uvicorn's own)
+
+
+def run(factory: Callable[[], Any], settings: Settings, redact: Redactor, built: Any = None) -> int:
+    """Serve until SIGTERM or SIGINT; the exit code. `factory` builds the app in each worker (it
+    must pickle: workers are new processes); `built`, if given, is the app one worker serves."""
+    if settings.workers == 1:
+        return serve_worker(factory if built is None else (lambda: built), settings, redact)
+    return _supervise(factory, settings, redact)
+
+
+def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redactor,
+                 sockets: list[socket.socket] | None = None, ready: Any = None, parent: int | None = None) -> int:
+    """One worker: its logging, its app, its server; `ready` (an Event) is set once it serves, and
+    it stops when process `parent` (its supervisor) is gone."""
     config = uvicorn.Config(
-        app,
+        factory(),
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -33,4 +65,101 @@ def run(app: Any, settings: Settings, redact: Redactor) -> None:
     # A handler that returns lets run() finish, and the gateway exits 0.
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: None)
-    uvicorn.Server(config).run()
+    server = _Server(config, ready, parent)
+    server.run(sockets=sockets)
+    return 0 if server.started else STARTUP_FAILED
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, ready: Any, parent: int | None) -> None:
+        super().__init__(config)
+        self._ready = ready
+        self._parent = parent
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._parent is not None and os.getppid() != self._parent:
+            self.should_exit = True  # the supervisor is gone (killed): drain and stop, orphaned no longer
+        return await super().on_tick(counter)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._ready is not None:
+            self._ready.set()
+
+
+def _worker_main(factory: Callable[[], Any], settings: Settings, redact: Redactor, sock: socket.socket,
+                 ready: Any, parent: int) -> None:
+    # Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes on one
+    # SIGTERM (a second signal would make uvicorn cut its connections instead of draining them).
+    os.setpgrp()
+    raise SystemExit(serve_worker(factory, settings, redact, [sock], ready, parent))
+
+
+def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor) -> int:
+    logs.configure(settings.log_level, redact)
+    sock = _listen(settings.host, settings.port)
+    context = multiprocessing.get_context("spawn")
+    workers: list[tuple[BaseProcess, Any]] = []
+    stopping = False
+    code = 0
+
+    def start() -> tuple[BaseProcess, Any]:
+        ready = context.Event()
+        process = context.Process(target=_worker_main, args=(factory, settings, redact, sock, ready, os.getpid()),
+                                  name=f"gateway-worker-{len(workers)}")
+        process.start()
+        return process, ready
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for process, _ready in workers:
+            if process.exitcode is None and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)  # each drains as one gateway does
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for _ in range(settings.workers):
+        workers.append(start())
+    log.info("gateway serving http://%s:%s with %d workers (pids %s)", settings.host, settings.port,
+             settings.workers, ", ".join(str(p.pid) for p, _ in workers))
+    running = {p.sentinel for p, _ in workers}
+    while running:
+        wait(list(running), timeout=1.0)
+        for index, (process, ready) in enumerate(workers):
+            if process.sentinel not in running or process.exitcode is None:
+                continue
+            running.discard(process.sentinel)
+            _exited(process)
+            # One stopped before it served (SIGTERM while it started) had nothing to drain.
+            stopped_early = stopping and not ready.is_set() and process.exitcode == -signal.SIGTERM
+            if process.exitcode != 0 and not stopped_early:
+                code = code or 1
+            if stopping:
+                continue
+            if ready.is_set():
+                log.warning("worker %s (pid %s) died with %s; starting another", index, process.pid, process.exitcode)
+                workers[index] = start()
+                running.add(workers[index][0].sentinel)
+            else:
+                log.error("worker %s (pid %s) failed to start (exit %s); stopping the gateway", index, process.pid,
+                          process.exitcode)
+                code = STARTUP_FAILED
+                stop()
+    sock.close()
+    return code
+
+
+def _exited(process: BaseProcess) -> None:
+    """A worker's end, noted in the supervisor (whatever outlives a worker is cleaned up here)."""
+    log.info("worker pid %s exited with %s", process.pid, process.exitcode)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock

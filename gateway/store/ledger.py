@@ -29,6 +29,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -115,14 +116,16 @@ class Ledger:
             self._drained.clear()
             self._wake.set()
 
-    def estimate(self, row: dict[str, Any], estimate: Estimate) -> None:
+    def estimate(self, row: dict[str, Any], estimate: Estimate,
+                 then: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Count the tokens in a worker thread (a long prompt takes a pure-Python tokenizer a
-        while), then add the row."""
-        task = asyncio.get_running_loop().create_task(self._count(row, estimate))
+        while), then add the row (and hand it to `then`)."""
+        task = asyncio.get_running_loop().create_task(self._count(row, estimate, then))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 
-    async def _count(self, row: dict[str, Any], estimate: Estimate) -> None:
+    async def _count(self, row: dict[str, Any], estimate: Estimate,
+                     then: Callable[[dict[str, Any]], None] | None) -> None:
         try:
             async with asyncio.timeout(self.ESTIMATE_TIMEOUT):
                 prompt, completion = await asyncio.to_thread(estimate.tokens)
@@ -130,7 +133,10 @@ class Ledger:
             log.warning("counting tokens for %s failed (%s); its row is estimated at four characters a token",
                         row["request_id"], _reason(exc))
             prompt, completion = estimate.rough()
-        self.add(row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+        row = row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        self.add(row)
+        if then is not None:
+            then(row)
 
     async def close(self) -> None:
         """Write every pending row (graceful shutdown), then stop."""

@@ -27,7 +27,8 @@ class Sink(Protocol):
 
     def add(self, row: dict[str, Any]) -> None: ...
 
-    def estimate(self, row: dict[str, Any], estimate: Estimate) -> None: ...
+    def estimate(self, row: dict[str, Any], estimate: Estimate,
+                 then: Callable[[dict[str, Any]], None] | None = None) -> None: ...
 
 
 # What became of a request.
@@ -36,6 +37,7 @@ CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
 VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
+REFUSED = "refused"  # a limit refused it before any vendor call (no tokens)
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -77,10 +79,11 @@ class Meter:
     """One request's way into the ledger, opened as the request starts. The handler names each
     vendor call it makes (`trying`), reports the text sent, and closes the meter exactly once:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
-    away. A request that never reached a vendor (refused by the gateway) records nothing."""
+    away. A request that never reached a vendor records nothing, unless a limit refused it
+    (`refused`). `on_close` hears of the final row (None without one), e.g. to settle limits."""
 
     __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_generated",
-                 "_closed")
+                 "_closed", "on_close")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
@@ -91,6 +94,7 @@ class Meter:
         self._sent: dict[int, list[str]] = {}
         self._generated: dict[int, list[str]] = {}  # by candidate, before any of it was sent
         self._closed = False
+        self.on_close: Callable[[dict[str, Any] | None], None] | None = None
         self._row: dict[str, Any] = {
             "request_id": request_id,
             "account_id": account_id,
@@ -131,12 +135,25 @@ class Meter:
         """The client went away (or the response ended before the stream did)."""
         self._close(CLIENT_DISCONNECTED, None)
 
+    def refused(self, model: str, streamed: bool, end_user: str | None) -> None:
+        """A limit refused the request before any vendor call: its row says so, with no tokens."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ledger.add(self._row | {
+            "vendor": model.partition("/")[0], "model": model, "fallback_from": None, "streamed": streamed,
+            "end_user": end_user, "outcome": REFUSED, "ended_at": datetime.now(UTC), "ttft_ms": None,
+            "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
+            "reasoning_tokens": None, "estimated": False})
+
     def _close(self, outcome: str, usage: Usage | None) -> None:
         if self._closed:
             return
         self._closed = True
         attempt = self._attempt
         if attempt is None:
+            if self.on_close is not None:
+                self.on_close(None)
             return
         row = self._row
         row |= {
@@ -161,6 +178,8 @@ class Meter:
                 "estimated": usage.estimated,
             }
             self._ledger.add(row)
+            if self.on_close is not None:
+                self.on_close(row)
             return
         estimate = Estimate(
             count=tokens.counter(attempt.model, attempt.count_tokens),
@@ -169,7 +188,7 @@ class Meter:
             max_completion=attempt.max_completion_tokens,
         )
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
-        self._ledger.estimate(row, estimate)
+        self._ledger.estimate(row, estimate, then=self.on_close)
 
 
 def _detail(details: dict[str, Any] | None, name: str) -> int | None:

@@ -106,6 +106,7 @@ ledger = Table(
     Column("ttft_ms", Float, nullable=True),  # streams only: until the first text was sent
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
+    Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period
 )
 
 # Ledger rows the database refused for what they hold (not for being away): kept whole, as JSON, so
@@ -118,4 +119,19 @@ ledger_rejects = Table(
     Column("reason", Text, nullable=False),
     Column("row", Text, nullable=False),  # the row as JSON
     Column("rejected_at", UTCDateTime, nullable=False),
+)
+
+# Limits on a key or an account (gateway/store/limits.py); a null column is no limit of that kind.
+limits = Table(
+    "limits",
+    metadata,
+    Column("subject", String(8), primary_key=True),  # "key" or "account"
+    Column("subject_id", String(64), primary_key=True),  # the key's public id or the account id
+    Column("rpm", BigInteger, nullable=True),  # requests per minute
+    Column("tpm", BigInteger, nullable=True),  # tokens (prompt + completion) per minute
+    Column("concurrent", BigInteger, nullable=True),  # requests in flight
+    Column("budget_tokens", BigInteger, nullable=True),  # tokens per budget period
+    Column("budget_period", String(8), nullable=True),  # "day" or "month" (UTC calendar)
+    Column("models", Text, nullable=True),  # JSON list of glob patterns the subject may call
+    Column("updated_at", UTCDateTime, nullable=False),
 )

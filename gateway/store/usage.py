@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.store.meter import REFUSED
 from gateway.store.tables import ledger
 
 
@@ -18,8 +19,9 @@ from gateway.store.tables import ledger
 class UsageLine:
     account_id: str
     model: str
-    requests: int
+    requests: int  # that reached a vendor
     estimated_requests: int  # rows whose tokens the gateway counted because the vendor did not report them
+    refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED)
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -44,8 +46,9 @@ async def report(
         select(
             c.account_id,
             c.model,
-            func.count(),
+            func.sum(case((c.outcome != REFUSED, 1), else_=0)),
             func.sum(case((c.estimated, 1), else_=0)),
+            func.sum(case((c.outcome == REFUSED, 1), else_=0)),
             func.sum(c.prompt_tokens),
             func.sum(c.completion_tokens),
             func.sum(c.total_tokens),

@@ -1,0 +1,242 @@
+"""The counters behind limits, and the one process's own store of them (`MemoryCounters`); the
+shared store is gateway/store/counters_redis.py, with the same semantics, tested alike.
+
+- Requests and tokens per minute are token buckets (as OpenAI's are): a bucket holds up to the
+  limit, refills at limit/60 per second, and a request takes 1 (requests) or its estimated tokens
+  (tokens) from it. Settling gives back what the estimate overstated, or takes what it missed (a
+  bucket may go below zero; it refills from there).
+- Requests in flight are leases, released at settlement. A shared store's leases expire unless
+  renewed (`renew`), so a process that dies frees its slots.
+- A budget counts `used` (settled) and `reserved` (in flight) per subject, unit and calendar
+  period. A request is refused when used + its reservation would pass the limit (spent: no retry
+  helps) or when requests in flight might (retry shortly). A counter starts from the period's
+  consumption in the ledger (`seed`), so budgets survive a restart of the gateway or of Redis.
+
+Every check of a claim is atomic: either every counter of every subject takes its part, or none.
+Time is the caller's clock (seconds), so tests move it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.store.limits import Budget, Limits, Period, Subject
+
+REFILL_SECONDS = 60.0  # a per-minute bucket refills completely in this long
+RETRY_IN_FLIGHT = 1.0  # seconds a client is asked to wait for requests in flight to finish
+
+# Why a claim was refused.
+RPM, TPM, TOO_LARGE, CONCURRENT, BUDGET, BUDGET_IN_FLIGHT = (
+    "rpm", "tpm", "tpm_too_large", "concurrent", "budget", "budget_in_flight")
+FINAL = (TOO_LARGE, BUDGET)  # a retry cannot help (until the period ends or the limit changes)
+
+
+@dataclass(slots=True)
+class BudgetClaim:
+    budget: Budget
+    period: Period
+    reserve: int  # in the budget's unit
+    seed: int | None = None  # the period's consumption so far (from the ledger), for a new counter
+
+    @property
+    def counter(self) -> str:
+        return f"{self.budget.unit.name}:{self.period.id}"
+
+
+@dataclass(slots=True)
+class Charge:
+    """One subject's part of a claim."""
+
+    subject: Subject
+    limits: Limits
+    budgets: list[BudgetClaim] = field(default_factory=list)
+
+    @property
+    def leased(self) -> bool:
+        return bool(self.limits.concurrent or self.budgets)
+
+    @property
+    def settles(self) -> bool:
+        """Whether its counters change when the request ends (requests per minute alone do not)."""
+        return bool(self.limits.tpm or self.leased)
+
+
+@dataclass(slots=True)
+class Claim:
+    request_id: str
+    tokens: int  # the estimate: prompt tokens + max_tokens x choices
+    charges: list[Charge]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A per-minute limit as the x-ratelimit-* headers tell it."""
+
+    limit: int
+    remaining: int
+    reset: float  # seconds until the bucket is full again
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    subject: Subject
+    kind: str
+    limit: int
+    retry_after: float | None = None
+    used: int = 0  # budgets: consumed in the period
+    reserved: int = 0  # budgets: held by requests in flight
+    wanted: int = 0  # what the request needed of it
+    unit: str = ""  # budgets: the budget's unit
+
+
+@dataclass(slots=True)
+class Verdict:
+    refusal: Refusal | None = None
+    windows: dict[tuple[Subject, str], Window] = field(default_factory=dict)  # (subject, RPM|TPM)
+    unseeded: list[BudgetClaim] = field(default_factory=list)  # counters to seed, then claim again
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A subject's counters as `gateway limits show` tells them."""
+
+    requests: Window | None = None
+    tokens: Window | None = None
+    in_flight: int | None = None
+    budgets: dict[str, tuple[int, int]] = field(default_factory=dict)  # counter -> (used, reserved)
+
+
+class Counters(Protocol):
+    async def acquire(self, claim: Claim, now: float) -> Verdict: ...
+
+    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
+        """The request ended having used `tokens`, and `spent` per budget counter."""
+
+    async def renew(self, claims: Iterable[Claim], now: float) -> None: ...
+
+    async def read(self, subject: Subject, limits: Limits, now: float) -> Reading: ...
+
+    async def ping(self) -> None:
+        """Raises while the store cannot be reached."""
+
+    async def close(self) -> None: ...
+
+
+def choose(refusals: list[Refusal]) -> Refusal | None:
+    """The refusal a client is told of: one no retry can help first, else the longest wait."""
+    if not refusals:
+        return None
+    final = [r for r in refusals if r.kind in FINAL]
+    return final[0] if final else max(refusals, key=lambda r: r.retry_after or 0.0)
+
+
+def window(limit: int, level: float) -> Window:
+    return Window(limit, max(math.floor(level), 0), (limit - level) * REFILL_SECONDS / limit)
+
+
+def refill(level: float, since: float, now: float, limit: int) -> float:
+    return min(float(limit), level + max(now - since, 0.0) * limit / REFILL_SECONDS)
+
+
+class MemoryCounters:
+    """Counters in this process's memory: exact for one process (gateway/store/limiter.py refuses
+    them for several workers). Leases never expire: their holder is this process."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[Subject, str], tuple[float, float]] = {}  # -> (level, at)
+        self._leases: dict[Subject, set[str]] = {}
+        self._budgets: dict[tuple[Subject, str], list[int]] = {}  # -> [used, reserved]
+
+    def _level(self, subject: Subject, kind: str, limit: int, now: float) -> float:
+        level, at = self._buckets.get((subject, kind), (float(limit), now))
+        return refill(level, at, now, limit)
+
+    async def acquire(self, claim: Claim, now: float) -> Verdict:
+        verdict = Verdict()
+        refusals: list[Refusal] = []
+        levels: dict[tuple[Subject, str], tuple[float, int]] = {}  # -> (level, limit)
+        for charge in claim.charges:
+            s, lim = charge.subject, charge.limits
+            if lim.rpm:
+                level = self._level(s, RPM, lim.rpm, now)
+                levels[s, RPM] = (level, lim.rpm)
+                if level < 1:
+                    refusals.append(Refusal(s, RPM, lim.rpm, (1 - level) * REFILL_SECONDS / lim.rpm, wanted=1))
+            if lim.tpm:
+                level = self._level(s, TPM, lim.tpm, now)
+                levels[s, TPM] = (level, lim.tpm)
+                if claim.tokens > lim.tpm:
+                    refusals.append(Refusal(s, TOO_LARGE, lim.tpm, wanted=claim.tokens))
+                elif level < claim.tokens:
+                    refusals.append(Refusal(s, TPM, lim.tpm, (claim.tokens - level) * REFILL_SECONDS / lim.tpm,
+                                            wanted=claim.tokens))
+            if lim.concurrent and len(self._leases.get(s, ())) >= lim.concurrent:
+                refusals.append(Refusal(s, CONCURRENT, lim.concurrent, RETRY_IN_FLIGHT, wanted=1))
+            for b in charge.budgets:
+                counter = self._budgets.get((s, b.counter))
+                if counter is None:
+                    if b.seed is None:
+                        verdict.unseeded.append(b)
+                        continue
+                    counter = self._budgets[s, b.counter] = [b.seed, 0]
+                used, reserved = counter
+                if used + b.reserve > b.budget.limit:
+                    refusals.append(Refusal(s, BUDGET, b.budget.limit, used=used, reserved=reserved, wanted=b.reserve,
+                                            unit=b.budget.unit.name))
+                elif used + reserved + b.reserve > b.budget.limit:
+                    refusals.append(Refusal(s, BUDGET_IN_FLIGHT, b.budget.limit, RETRY_IN_FLIGHT, used=used,
+                                            reserved=reserved, wanted=b.reserve, unit=b.budget.unit.name))
+        if verdict.unseeded:
+            return verdict
+        verdict.refusal = choose(refusals)
+        taken = {RPM: 1, TPM: claim.tokens} if verdict.refusal is None else {RPM: 0, TPM: 0}
+        for (s, kind), (level, limit) in levels.items():
+            level -= taken[kind]
+            if verdict.refusal is None:
+                self._buckets[s, kind] = (level, now)
+            verdict.windows[s, kind] = window(limit, level)
+        if verdict.refusal is None:
+            for charge in claim.charges:
+                if charge.leased:
+                    self._leases.setdefault(charge.subject, set()).add(claim.request_id)
+                for b in charge.budgets:
+                    self._budgets[charge.subject, b.counter][1] += b.reserve
+        return verdict
+
+    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
+        for charge in claim.charges:
+            s, lim = charge.subject, charge.limits
+            if lim.tpm:
+                level = self._level(s, TPM, lim.tpm, now) + claim.tokens - tokens
+                self._buckets[s, TPM] = (min(level, float(lim.tpm)), now)
+            self._leases.get(s, set()).discard(claim.request_id)
+            for b in charge.budgets:
+                counter = self._budgets.get((s, b.counter))
+                if counter is not None:
+                    counter[0] += spent.get(b.counter, 0)
+                    counter[1] -= b.reserve
+
+    async def renew(self, claims: Iterable[Claim], now: float) -> None:
+        return None  # leases here end only with settlement (or with this process)
+
+    async def read(self, subject: Subject, limits: Limits, now: float) -> Reading:
+        budgets = {}
+        for budget in limits.budgets:
+            name = f"{budget.unit.name}:{budget.period_at(now).id}"
+            if (counter := self._budgets.get((subject, name))) is not None:
+                budgets[name] = (counter[0], counter[1])
+        return Reading(
+            requests=window(limits.rpm, self._level(subject, RPM, limits.rpm, now)) if limits.rpm else None,
+            tokens=window(limits.tpm, self._level(subject, TPM, limits.tpm, now)) if limits.tpm else None,
+            in_flight=len(self._leases.get(subject, ())),
+            budgets=budgets,
+        )
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,287 @@
+"""The counters of gateway/store/counters.py in Redis, shared exactly by every worker and host: a
+claim is checked and taken by one Lua script (one round trip, atomic), and settled by another.
+
+Per subject (a key or an account; `<p>` is `redis_prefix` + "key:<id>" or "account:<id>"):
+    <p>:rate            hash  rl, rt (requests bucket level, at) and tl, tt (tokens bucket)
+    <p>:leases          zset  request id -> lease expiry; the requests in flight
+    <p>:held            hash  request id -> what it reserved of each budget ("counter key\\namount\\n"...)
+    <p>:budget:<unit>:<period>  hash  used, reserved
+A lease not renewed (`renew`, by the process that holds it) expires: its slot and its budget
+reservations are released by the next claim on that subject, so a process that died frees them.
+Buckets expire once full again (a missing bucket is a full one); budget counters after their
+period. The time is an argument, the caller's clock. The keys of one claim must live on one Redis
+(not a Redis Cluster: a key's and its account's counters share no hash slot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gateway.store.counters import (
+    REFILL_SECONDS,
+    RETRY_IN_FLIGHT,
+    Claim,
+    Reading,
+    Refusal,
+    Verdict,
+    choose,
+    refill,
+    window,
+)
+from gateway.store.limits import Limits, Subject
+from gateway.store.resp import Redis, Script
+
+LEASE_SECONDS = 60.0  # a lease not renewed for this long is a dead process's (renewed every third of it)
+CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that is away
+COMMAND_TIMEOUT = 1.0
+
+_COMMON = """
+-- integers go to Redis as digits: Lua would write 1e+15, or -0, which HINCRBY refuses
+local function int(x) return string.format('%d', x) end
+local function num(x) return string.format('%.17g', x) end
+local function level(key, lf, tf, cap, now)
+  local v = redis.call('HMGET', key, lf, tf)
+  local l, t = tonumber(v[1]), tonumber(v[2])
+  if l == nil then return cap end
+  l = l + math.max(now - t, 0) * cap / REFILL
+  if l > cap then l = cap end
+  return l
+end
+local function expire_full(key, now, levels)
+  -- a bucket back at its limit is the same as no bucket: let it go then
+  local ms = 1000
+  for _, p in ipairs(levels) do ms = math.max(ms, math.ceil((p[2] - p[1]) * REFILL * 1000 / p[2]) + 1000) end
+  redis.call('PEXPIRE', key, ms)
+end
+"""
+
+# KEYS: per subject rate, leases, held, then one counter per budget.
+# ARGV: now, request id, lease expiry, tokens, subjects; per subject rpm, tpm, concurrent, budgets;
+#       per budget limit, reserve, seed ("" when unknown), expiry (epoch seconds).
+ACQUIRE = _COMMON + """
+local now, id, lease, E, S = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local a, k, subjects, unseeded, refusals = 6, 1, {}, {}, {}
+local bi = 0
+for s = 1, S do
+  local sub = {rate = KEYS[k], leases = KEYS[k + 1], held = KEYS[k + 2], rpm = tonumber(ARGV[a]),
+               tpm = tonumber(ARGV[a + 1]), conc = tonumber(ARGV[a + 2]), budgets = {}}
+  local nb = tonumber(ARGV[a + 3])
+  k, a = k + 3, a + 4
+  for b = 1, nb do
+    bi = bi + 1
+    sub.budgets[b] = {key = KEYS[k], limit = tonumber(ARGV[a]), reserve = tonumber(ARGV[a + 1]),
+                      seed = tonumber(ARGV[a + 2]), expire = tonumber(ARGV[a + 3]), index = bi}
+    k, a = k + 1, a + 4
+  end
+  subjects[s] = sub
+end
+local function refuse(s, kind, limit, wait, used, reserved, wanted, budget)
+  refusals[#refusals + 1] = {s, kind, limit, wait, used, reserved, wanted, budget or 0}
+end
+for s, sub in ipairs(subjects) do
+  if sub.conc or #sub.budgets > 0 then
+    -- leases nobody renewed: their holder died; release what they held
+    local expired = redis.call('ZRANGEBYSCORE', sub.leases, '-inf', now)
+    for _, rid in ipairs(expired) do
+      local held = redis.call('HGET', sub.held, rid)
+      if held then
+        for bkey, amount in string.gmatch(held, '([^\\n]+)\\n([^\\n]+)\\n') do
+          if redis.call('EXISTS', bkey) == 1 then redis.call('HINCRBY', bkey, 'reserved', int(-tonumber(amount))) end
+        end
+        redis.call('HDEL', sub.held, rid)
+      end
+    end
+    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', sub.leases, '-inf', now) end
+  end
+  if sub.rpm then
+    sub.rl = level(sub.rate, 'rl', 'rt', sub.rpm, now)
+    if sub.rl < 1 then refuse(s, 'rpm', sub.rpm, (1 - sub.rl) * REFILL / sub.rpm, 0, 0, 1) end
+  end
+  if sub.tpm then
+    sub.tl = level(sub.rate, 'tl', 'tt', sub.tpm, now)
+    if E > sub.tpm then refuse(s, 'tpm_too_large', sub.tpm, -1, 0, 0, E)
+    elseif sub.tl < E then refuse(s, 'tpm', sub.tpm, (E - sub.tl) * REFILL / sub.tpm, 0, 0, E) end
+  end
+  if sub.conc and redis.call('ZCARD', sub.leases) >= sub.conc then refuse(s, 'concurrent', sub.conc, RETRY, 0, 0, 1) end
+  for _, b in ipairs(sub.budgets) do
+    if redis.call('EXISTS', b.key) == 0 then
+      if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
+        redis.call('HSET', b.key, 'used', int(b.seed), 'reserved', 0)
+        redis.call('PEXPIREAT', b.key, math.ceil(b.expire * 1000))
+      end
+    end
+    if redis.call('EXISTS', b.key) == 1 then
+      local v = redis.call('HMGET', b.key, 'used', 'reserved')
+      local used, reserved = tonumber(v[1]), tonumber(v[2])
+      if used + b.reserve > b.limit then refuse(s, 'budget', b.limit, -1, used, reserved, b.reserve, b.index)
+      elseif used + reserved + b.reserve > b.limit then
+        refuse(s, 'budget_in_flight', b.limit, RETRY, used, reserved, b.reserve, b.index)
+      end
+    end
+  end
+end
+if #unseeded > 0 then table.insert(unseeded, 1, 'seed') return unseeded end
+local out = {'ok'}
+if #refusals > 0 then out[1] = 'refused' end
+for _, r in ipairs(refusals) do
+  out[#out + 1] = 'r'
+  for i = 1, 8 do out[#out + 1] = type(r[i]) == 'number' and num(r[i]) or r[i] end
+end
+for s, sub in ipairs(subjects) do
+  local taken = #refusals == 0
+  local rl, tl = sub.rl, sub.tl
+  if taken then
+    if rl then rl = rl - 1 redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', num(now)) end
+    if tl then tl = tl - E redis.call('HSET', sub.rate, 'tl', num(tl), 'tt', num(now)) end
+    if rl or tl then
+      local levels = {}
+      if rl then levels[#levels + 1] = {rl, sub.rpm} end
+      if tl then levels[#levels + 1] = {tl, sub.tpm} end
+      expire_full(sub.rate, now, levels)
+    end
+    if sub.conc or #sub.budgets > 0 then
+      redis.call('ZADD', sub.leases, lease, id)
+      redis.call('PEXPIRE', sub.leases, math.ceil((lease - now) * 1000) + 60000)
+      local held = ''
+      for _, b in ipairs(sub.budgets) do
+        redis.call('HINCRBY', b.key, 'reserved', int(b.reserve))
+        held = held .. b.key .. '\\n' .. int(b.reserve) .. '\\n'
+      end
+      if held ~= '' then
+        redis.call('HSET', sub.held, id, held)
+        redis.call('PEXPIRE', sub.held, math.ceil((lease - now) * 1000) + 60000)
+      end
+    end
+  end
+  out[#out + 1] = 'w'
+  out[#out + 1] = rl and num(rl) or ''
+  out[#out + 1] = tl and num(tl) or ''
+end
+return out
+"""
+
+# KEYS: as ACQUIRE. ARGV: now, request id, reserved tokens, used tokens, subjects; per subject tpm,
+# budgets; per budget reserve, spent.
+SETTLE = _COMMON + """
+local now, id, E, T, S = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local a, k = 6, 1
+for s = 1, S do
+  local rate, leases, held = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local tpm, nb = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  k, a = k + 3, a + 2
+  if tpm then
+    local tl = level(rate, 'tl', 'tt', tpm, now) + E - T
+    if tl > tpm then tl = tpm end
+    redis.call('HSET', rate, 'tl', num(tl), 'tt', num(now))
+    -- kept until the tokens bucket is full again, and no shorter than the requests bucket needs
+    redis.call('PEXPIRE', rate, math.max(redis.call('PTTL', rate), math.ceil((tpm - tl) * REFILL * 1000 / tpm) + 1000))
+  end
+  redis.call('ZREM', leases, id)
+  -- a lease already swept (its holder was thought dead) released its reservation then
+  local mine = redis.call('HDEL', held, id) == 1
+  for b = 1, nb do
+    local key, reserve, spent = KEYS[k], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    k, a = k + 1, a + 2
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('HINCRBY', key, 'used', int(spent))
+      if mine then redis.call('HINCRBY', key, 'reserved', int(-reserve)) end
+    end
+  end
+end
+return 1
+"""
+
+
+def _header(script: str) -> str:
+    return f"local REFILL, RETRY = {REFILL_SECONDS!r}, {RETRY_IN_FLIGHT!r}\n" + script
+
+
+class RedisCounters:
+    def __init__(self, url: str, prefix: str) -> None:
+        # No retry, no backoff: a request must not wait for a store that is away (the limiter's
+        # policy applies instead, and it tries again shortly).
+        self.client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=COMMAND_TIMEOUT)
+        self._prefix = prefix
+        self._acquire = Script(self.client, _header(ACQUIRE))
+        self._settle = Script(self.client, _header(SETTLE))
+
+    def base(self, subject: Subject) -> str:
+        return f"{self._prefix}{subject.kind}:{subject.id}"
+
+    def _keys(self, claim: Claim) -> list[str]:
+        keys = []
+        for charge in claim.charges:
+            base = self.base(charge.subject)
+            keys += [f"{base}:rate", f"{base}:leases", f"{base}:held"]
+            keys += [f"{base}:budget:{b.counter}" for b in charge.budgets]
+        return keys
+
+    async def acquire(self, claim: Claim, now: float) -> Verdict:
+        args: list[Any] = [repr(now), claim.request_id, repr(now + LEASE_SECONDS), claim.tokens, len(claim.charges)]
+        for charge in claim.charges:
+            lim = charge.limits
+            args += [lim.rpm or "", lim.tpm or "", lim.concurrent or "", len(charge.budgets)]
+            for b in charge.budgets:
+                args += [b.budget.limit, b.reserve, "" if b.seed is None else b.seed, b.period.end.timestamp()]
+        out = await self._acquire(keys=self._keys(claim), args=args)
+        budgets = [b for charge in claim.charges for b in charge.budgets]
+        if out[0] == "seed":
+            return Verdict(unseeded=[budgets[int(i) - 1] for i in out[1:]])
+        verdict = Verdict()
+        refusals, at, subject_index = [], 1, 0
+        while at < len(out):
+            if out[at] == "r":
+                s, kind, limit, wait, used, reserved, wanted, budget = out[at + 1:at + 9]
+                refusals.append(Refusal(claim.charges[int(s) - 1].subject, kind, int(limit),
+                                        None if float(wait) < 0 else float(wait), int(float(used)),
+                                        int(float(reserved)), int(float(wanted)),
+                                        budgets[int(budget) - 1].budget.unit.name if int(budget) else ""))
+                at += 9
+                continue
+            charge = claim.charges[subject_index]
+            if out[at + 1]:
+                verdict.windows[charge.subject, "rpm"] = window(charge.limits.rpm, float(out[at + 1]))
+            if out[at + 2]:
+                verdict.windows[charge.subject, "tpm"] = window(charge.limits.tpm, float(out[at + 2]))
+            subject_index += 1
+            at += 3
+        verdict.refusal = choose(refusals)
+        return verdict
+
+    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
+        args: list[Any] = [repr(now), claim.request_id, claim.tokens, tokens, len(claim.charges)]
+        for charge in claim.charges:
+            args += [charge.limits.tpm or "", len(charge.budgets)]
+            for b in charge.budgets:
+                args += [b.reserve, spent.get(b.counter, 0)]
+        await self._settle(keys=self._keys(claim), args=args)
+
+    async def renew(self, claims: Iterable[Claim], now: float) -> None:
+        until = repr(now + LEASE_SECONDS)
+        await asyncio.gather(*(self.client.call("ZADD", f"{self.base(charge.subject)}:leases", "XX", until,
+                                                claim.request_id)
+                               for claim in claims for charge in claim.charges if charge.leased))
+
+    async def read(self, subject: Subject, limits: Limits, now: float) -> Reading:
+        base = self.base(subject)
+        names = [f"{b.unit.name}:{b.period_at(now).id}" for b in limits.budgets]
+        rate, in_flight, *budgets = await asyncio.gather(
+            self.client.call("HMGET", f"{base}:rate", "rl", "rt", "tl", "tt"),
+            self.client.call("ZCOUNT", f"{base}:leases", repr(now), "+inf"),
+            *(self.client.call("HMGET", f"{base}:budget:{name}", "used", "reserved") for name in names))
+        def bucket(limit: int | None, level: str | None, at: str | None):
+            if not limit:
+                return None
+            return window(limit, limit if level is None else refill(float(level), float(at), now, limit))
+
+        return Reading(requests=bucket(limits.rpm, rate[0], rate[1]), tokens=bucket(limits.tpm, rate[2], rate[3]),
+                       in_flight=in_flight,
+                       budgets={name: (int(v[0]), int(v[1])) for name, v in zip(names, budgets) if v[0] is not None})
+
+    async def ping(self) -> None:
+        await self.client.call("PING")
+
+    async def close(self) -> None:
+        await self.client.close()

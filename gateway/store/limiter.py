@@ -1,0 +1,290 @@
+"""Limits on the request path: `Limiter.admit` before a request reaches a vendor, `Grant.settle`
+when it has ended (completed, failed, cut short or left), with its ledger row.
+
+What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
+prompts' tokens plus `max_tokens` x choices (OpenAI's rule), which a per-minute token limit and a
+budget reserve until settlement replaces it with what the request used.
+
+Where the counters live (gateway/store/counters.py):
+- with `redis_url`, in Redis, shared exactly by every worker and host;
+- without it, in this process's memory: exact for one process. With several workers and no Redis
+  the counters could only be per process, which no limit means: such a gateway refuses to start
+  while limits exist, and a limit set later is refused per request (503) and logged, never
+  counted per process. (Allow-lists need no counter and are always enforced.)
+
+When Redis cannot be reached, `limits_on_store_failure` decides: `open` serves requests under
+limits uncounted (their usage is charged once Redis answers again), `closed` refuses them (503).
+Either way it is logged and /readyz says degraded. A request with no limits never waits for Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.core.errors import ConfigError
+from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window
+from gateway.store.limits import ACCOUNT, KEY, Limits, LimitsTable, Period, Subject, Unit
+from gateway.store.tables import ledger
+
+log = logging.getLogger("gateway.limits")
+
+MODEL = "model"  # a refusal's kind: the model is outside an allow-list
+UNSHARED = "unshared"  # ... counted limits that several workers without Redis cannot count
+STORE_DOWN = "store_down"  # ... the counters' store is away and the policy is `closed`
+RETRY_STORE = 1.0  # seconds between attempts to reach a store that failed
+TICK = 1.0  # seconds between the housekeeping rounds (replaying settlements, renewing leases)
+MAX_UNSETTLED = 100_000  # settlements kept while the store is away; beyond, the oldest are dropped
+
+
+@dataclass(slots=True)
+class Grant:
+    """What `admit` decided. A request that is let through settles its grant once, when it ends."""
+
+    limiter: Limiter | None = None
+    claim: Claim | None = None
+    windows: dict[tuple[Subject, str], Window] = field(default_factory=dict)
+    refusal: Refusal | None = None
+    subjects: tuple[tuple[Subject, Limits], ...] = ()  # the subjects whose limits applied
+    settled: bool = False
+
+    def settle(self, row: Mapping[str, Any] | None) -> None:
+        """The request ended; `row` is its ledger row (None: it reached no vendor, used nothing)."""
+        if self.settled or self.claim is None or self.limiter is None:
+            return
+        self.settled = True
+        claim = self.claim
+        tokens = int(row.get("total_tokens") or 0) if row else 0
+        spent = {b.counter: int(row.get(b.budget.unit.column) or 0) if row else 0
+                 for charge in claim.charges for b in charge.budgets}
+        self.limiter.settle(claim, tokens, spent)
+
+
+NO_LIMITS = Grant()
+
+
+class Limiter:
+    def __init__(self, table: LimitsTable, counters: Counters | None, engine: AsyncEngine, *, policy: str = "open",
+                 workers: int = 1, clock: Callable[[], float] | None = None) -> None:
+        self.table = table
+        self.counters = counters  # None: several workers without Redis (nothing can be counted exactly)
+        self._engine = engine
+        self._policy = policy
+        self._workers = workers
+        self._clock = clock or wall_clock
+        self._live: dict[str, Claim] = {}  # claims taken and not yet settled (their leases are renewed)
+        self._unsettled: deque[tuple[Claim, int, dict[str, int]]] = deque(maxlen=MAX_UNSETTLED)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._settling: list[tuple[Claim, int, dict[str, int]]] = []
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._failure = ""
+        self._housekeeper: asyncio.Task[None] | None = None
+        table.on_change = self._changed
+
+    # -- life ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.table.load()
+        if self.counters is None and (counted := self._uncountable()):
+            raise ConfigError(f"{self._why_uncountable()}; limits exist for {', '.join(map(str, counted[:5]))}"
+                              f"{' and more' if len(counted) > 5 else ''}. Set GATEWAY_REDIS_URL, or serve one worker")
+        self.table.start()
+        if self.counters is not None:
+            self._housekeeper = asyncio.create_task(self._housekeeping(), name="limits-housekeeping")
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._housekeeper is not None:
+            self._housekeeper.cancel()
+            await asyncio.gather(self._housekeeper, return_exceptions=True)
+        await self._replay()
+        await self.table.close()
+        if self.counters is not None:
+            await self.counters.close()
+
+    def not_ready(self) -> str | None:
+        """None while limits are counted as configured, else what is wrong (shown by /readyz)."""
+        if self._down_since is not None:
+            handling = ("served uncounted, charged when it is back" if self._policy == "open" else "refused (503)")
+            return (f"limits store unavailable for {time.monotonic() - self._down_since:.0f}s ({self._failure}); "
+                    f"requests under limits are {handling}; {len(self._unsettled)} settlements waiting")
+        if self.counters is None and (counted := self._uncountable()):
+            return f"{self._why_uncountable()}: requests of {len(counted)} limited keys or accounts are refused"
+        return None
+
+    def _uncountable(self) -> list[Subject]:
+        return [s for s, limits in self.table.subjects.items() if limits.counted]
+
+    def _why_uncountable(self) -> str:
+        return f"{self._workers} workers without GATEWAY_REDIS_URL cannot count limits exactly (each would count alone)"
+
+    def _changed(self, subjects: dict[Subject, Limits]) -> None:
+        if self.counters is None and (counted := self._uncountable()):
+            log.error("%s: requests of %s are refused until GATEWAY_REDIS_URL is set or the gateway serves one worker",
+                      self._why_uncountable(), ", ".join(map(str, counted[:20])))
+
+    # -- the request path ------------------------------------------------------------------
+    async def admit(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
+                    request_id: str) -> Grant:
+        table = self.table.subjects
+        if not table:
+            return NO_LIMITS
+        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
+                      if (limits := table.get(s)) is not None)
+        if not found:
+            return NO_LIMITS
+        for subject, limits in found:
+            if not limits.allows(model):
+                return Grant(refusal=Refusal(subject, MODEL, 0), subjects=found)
+        counted = [(s, limits) for s, limits in found if limits.counted]
+        if not counted:
+            return Grant(subjects=found)
+        if self.counters is None:
+            return Grant(refusal=Refusal(counted[0][0], UNSHARED, 0), subjects=found)
+        now = self._clock()
+        claim = Claim(request_id, prompt_tokens + completion_tokens, [
+            Charge(s, limits, [BudgetClaim(b, b.period_at(now), b.unit.reserve(model, prompt_tokens, completion_tokens))
+                               for b in limits.budgets]) for s, limits in counted])
+        if self._down_since is not None and time.monotonic() < self._retry_at:
+            return self._without_store(claim, found)
+        try:
+            verdict = await self.counters.acquire(claim, now)
+            for _ in range(3):  # a counter new to the store starts from the ledger; it may expire meanwhile
+                if not verdict.unseeded:
+                    break
+                await self._seed(claim, verdict.unseeded)
+                verdict = await self.counters.acquire(claim, now)
+        except Exception as exc:
+            self._failed(exc)
+            return self._without_store(claim, found)
+        self._back()
+        if verdict.refusal is not None:
+            return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
+        if not any(charge.settles for charge in claim.charges):
+            return Grant(windows=verdict.windows, subjects=found)  # nothing to settle: no second round trip
+        self._live[request_id] = claim
+        return Grant(self, claim, verdict.windows, subjects=found)
+
+    def _without_store(self, claim: Claim, found: tuple[tuple[Subject, Limits], ...]) -> Grant:
+        if self._policy == "closed":
+            return Grant(refusal=Refusal(claim.charges[0].subject, STORE_DOWN, 0), subjects=found)
+        if not any(charge.settles for charge in claim.charges):
+            return Grant(subjects=found)
+        # Served uncounted; what it uses is charged (nothing was reserved) once the store is back.
+        for charge in claim.charges:
+            for b in charge.budgets:
+                b.reserve = 0
+        return Grant(self, Claim(claim.request_id, 0, claim.charges), subjects=found)
+
+    def settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
+        self._live.pop(claim.request_id, None)
+        # Settlements that come together go together (one task; in Redis, one burst of commands).
+        self._settling.append((claim, tokens, spent))
+        if len(self._settling) == 1:
+            task = asyncio.get_running_loop().create_task(self._settle_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _settle_all(self) -> None:
+        batch, self._settling = self._settling, []
+        if len(batch) == 1:
+            await self._settle(*batch[0])
+        else:
+            await asyncio.gather(*(self._settle(*entry) for entry in batch))
+
+    async def _settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
+        assert self.counters is not None
+        if self._down_since is None or time.monotonic() >= self._retry_at:
+            try:
+                await self.counters.settle(claim, tokens, spent, self._clock())
+                self._back()
+                return
+            except Exception as exc:
+                self._failed(exc)
+        if len(self._unsettled) == self._unsettled.maxlen:
+            log.error("limits: %d settlements wait for the store; the oldest is dropped", len(self._unsettled))
+        self._unsettled.append((claim, tokens, spent))
+
+    async def _seed(self, claim: Claim, unseeded: list[BudgetClaim]) -> None:
+        for charge in claim.charges:
+            for b in charge.budgets:
+                if any(b is u for u in unseeded):
+                    b.seed = await consumed(self._engine, charge.subject, b.budget.unit, b.period)
+
+    # -- the store's health ----------------------------------------------------------------
+    def _failed(self, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.error("limits store unavailable (%s): requests under limits are %s", reason,
+                      "served uncounted (limits_on_store_failure=open)" if self._policy == "open"
+                      else "refused with 503 (limits_on_store_failure=closed)")
+        self._failure = reason
+        self._retry_at = time.monotonic() + RETRY_STORE
+
+    def _back(self) -> None:
+        if self._down_since is not None:
+            log.warning("limits store answers again after %.1fs; %d settlements to replay",
+                        time.monotonic() - self._down_since, len(self._unsettled))
+            self._down_since = None
+
+    async def _replay(self) -> None:
+        while self._unsettled and self.counters is not None:
+            claim, tokens, spent = self._unsettled[0]
+            try:
+                await self.counters.settle(claim, tokens, spent, self._clock())
+            except Exception as exc:
+                self._failed(exc)
+                return
+            self._unsettled.popleft()
+            self._back()
+
+    async def _housekeeping(self) -> None:
+        """Settlements the store missed are replayed once it answers; the leases of requests in
+        flight are renewed, so that the store knows this process is alive."""
+        assert self.counters is not None
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(TICK)
+            if self._down_since is not None:  # is it back? (readiness need not wait for a request)
+                if time.monotonic() < self._retry_at:
+                    continue
+                try:
+                    await self.counters.ping()
+                except Exception as exc:
+                    self._failed(exc)
+                    continue
+                self._back()
+            await self._replay()
+            if self._live and time.monotonic() - renewed >= RENEW_EVERY and self._down_since is None:
+                try:
+                    await self.counters.renew(list(self._live.values()), self._clock())
+                    renewed = time.monotonic()
+                except Exception as exc:
+                    self._failed(exc)
+
+
+RENEW_EVERY = 20.0  # seconds; a third of a shared store's lease (counters_redis.LEASE_SECONDS)
+
+
+def wall_clock() -> float:
+    """The limits' clock: seconds since the epoch (per-minute buckets, UTC budget periods)."""
+    return time.time()
+
+
+async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period) -> int:
+    """What `subject` consumed of `unit` in `period`, from the ledger."""
+    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
+    query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(
+        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end)
+    async with engine.connect() as connection:
+        return int(await connection.scalar(query))

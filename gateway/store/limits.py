@@ -1,0 +1,260 @@
+"""Limits on a key or an account, as data: requests and tokens per minute, requests in flight,
+budgets per UTC day or month, and a model allow-list of glob patterns. Both a key's and its
+account's limits apply to a request; the tighter one refuses it.
+
+This module is the data: the `limits` table, what the CLI writes into it, and the copy a running
+gateway keeps (`LimitsTable`, reread whole every `limits_cache_seconds`, so a change reaches every
+gateway within that). The counting is gateway/store/counters.py (in memory) or
+gateway/store/counters_redis.py (shared), driven per request by gateway/store/limiter.py.
+
+A budget is generic over its unit (`Unit`): a unit names the ledger column a period's consumption
+is summed from, how an operator writes an amount, and what a request may cost before it runs.
+Tokens are the one unit so far; a unit is one entry of UNITS plus its `budget_<name>` column.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.store.accounts import AccountsError
+from gateway.store.tables import accounts, api_keys, limits
+
+log = logging.getLogger("gateway.limits")
+
+KEY, ACCOUNT = "key", "account"
+PERIODS = ("day", "month")
+RATES = ("rpm", "tpm", "concurrent")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What a budget counts. Amounts are whole numbers of the unit's smallest part."""
+
+    name: str  # in the CLI (--budget-<name>), the table (budget_<name>) and the counters' names
+    column: str  # the ledger column a request's consumption is read from
+    parse: Callable[[str], int]  # an operator's amount, as the CLI takes it
+    show: Callable[[int], str]
+    # The most a request may consume before it runs: (model, prompt tokens, completion tokens) -> amount.
+    reserve: Callable[[str, int, int], int]
+
+    @property
+    def limit_column(self) -> str:
+        return f"budget_{self.name}"
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+TOKENS = Unit("tokens", "total_tokens", parse=_count, show=str,
+              reserve=lambda model, prompt, completion: prompt + completion)
+UNITS: dict[str, Unit] = {unit.name: unit for unit in (TOKENS,)}
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    unit: Unit
+    limit: int
+    period: str  # "day" or "month", UTC calendar
+
+    def period_at(self, now: float) -> Period:
+        return Period.at(self.period, now)
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    name: str  # "day" or "month"
+    id: str  # "2026-12-01" or "2026-12": part of the counter's name
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def at(cls, name: str, now: float) -> Period:
+        current = _CURRENT.get(name)  # every request asks; the answer changes once a day or a month
+        if current is not None and current[0] <= now < current[1]:
+            return current[2]
+        period = cls._compute(name, now)
+        _CURRENT[name] = (period.start.timestamp(), period.end.timestamp(), period)
+        return period
+
+    @classmethod
+    def _compute(cls, name: str, now: float) -> Period:
+        moment = datetime.fromtimestamp(now, UTC)
+        if name == "day":
+            start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+            end = datetime.fromordinal(start.toordinal() + 1).replace(tzinfo=UTC)
+            return cls(name, start.strftime("%Y-%m-%d"), start, end)
+        start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+        return cls(name, start.strftime("%Y-%m"), start, end)
+
+
+_CURRENT: dict[str, tuple[float, float, Period]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One subject's limits; None is no limit of that kind."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    concurrent: int | None = None
+    budgets: tuple[Budget, ...] = ()
+    models: tuple[str, ...] | None = None  # glob patterns ("openai/*"); None allows every model
+
+    @property
+    def counted(self) -> bool:
+        """Whether any of it needs counters (the allow-list does not)."""
+        return bool(self.rpm or self.tpm or self.concurrent or self.budgets)
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+
+    def describe(self) -> dict[str, Any]:
+        """The limits as the CLI and logs show them."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in RATES if getattr(self, name) is not None}
+        for budget in self.budgets:
+            out[f"budget_{budget.unit.name}"] = budget.unit.show(budget.limit)
+            out["period"] = budget.period
+        if self.models is not None:
+            out["models"] = list(self.models)
+        return out
+
+
+class Subject(NamedTuple):  # a tuple: hashed and compared in C, on every request
+    kind: str  # KEY or ACCOUNT
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}"
+
+
+# -- the table ----------------------------------------------------------------------------------
+def _from_row(row: Any) -> Limits:
+    period = row.budget_period or "month"
+    budgets = tuple(Budget(unit, value, period) for unit in UNITS.values()
+                    if (value := getattr(row, unit.limit_column)) is not None)
+    return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
+                  models=tuple(json.loads(row.models)) if row.models is not None else None)
+
+
+async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
+    rows = await connection.execute(select(limits))
+    return {Subject(r.subject, r.subject_id): _from_row(r) for r in rows}
+
+
+async def _check_subject(connection: AsyncConnection, subject: Subject) -> None:
+    table = api_keys if subject.kind == KEY else accounts
+    if not await connection.scalar(select(table.c.id).where(table.c.id == subject.id)):
+        raise AccountsError(f"no such {subject.kind}: {subject.id!r}")
+
+
+async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapping[str, Any]) -> Limits:
+    """Set some of a subject's limits (columns of the table: rpm, tpm, concurrent, budget_<unit>,
+    budget_period, models as a list), keeping the others. Returns them all."""
+    await _check_subject(connection, subject)
+    key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
+    current = (await connection.execute(select(limits).where(key))).first()
+    merged = dict(current._mapping) if current else {"subject": subject.kind, "subject_id": subject.id}
+    merged |= {name: json.dumps(list(value)) if name == "models" else value for name, value in values.items()}
+    has_budget = any(merged.get(unit.limit_column) is not None for unit in UNITS.values())
+    if merged.get("budget_period") is not None and not has_budget:
+        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens)")
+    if has_budget and merged.get("budget_period") is None:
+        merged["budget_period"] = "month"
+    merged["updated_at"] = datetime.now(UTC)
+    await connection.execute(delete(limits).where(key))
+    await connection.execute(limits.insert().values(**merged))
+    return await _read(connection, subject) or Limits()
+
+
+async def clear_limits(connection: AsyncConnection, subject: Subject, names: Sequence[str] | None) -> Limits | None:
+    """Remove some of a subject's limits (`names` as for set_limits), or all of them (None)."""
+    await _check_subject(connection, subject)
+    key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
+    if names is None:
+        await connection.execute(delete(limits).where(key))
+        return None
+    cleared = {name: None for name in names}
+    if any(name == unit.limit_column for unit in UNITS.values() for name in names):
+        remaining = await _read(connection, subject)
+        left = [b for b in (remaining.budgets if remaining else ()) if b.unit.limit_column not in names]
+        if not left:
+            cleared["budget_period"] = None
+    await connection.execute(limits.update().where(key).values(**cleared, updated_at=datetime.now(UTC)))
+    found = await _read(connection, subject)
+    if found is not None and found == Limits():
+        await connection.execute(delete(limits).where(key))
+        return None
+    return found
+
+
+async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
+    row = (await connection.execute(select(limits).where(
+        (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)))).first()
+    return _from_row(row) if row else None
+
+
+# -- what a running gateway knows ---------------------------------------------------------------
+@dataclass(slots=True)
+class LimitsTable:
+    """The whole limits table, reread every `ttl` seconds in the background: a request looks its
+    subjects up in a dict, and a change made with the CLI reaches every gateway within `ttl`. While
+    the database cannot be read, the last copy stays in force (and the log says so)."""
+
+    engine: AsyncEngine
+    ttl: float
+    clock: Callable[[], float] = time.monotonic
+    subjects: dict[Subject, Limits] = field(default_factory=dict)
+    on_change: Callable[[dict[Subject, Limits]], None] | None = None
+    _task: asyncio.Task[None] | None = None
+    _failing: bool = False
+
+    async def load(self) -> None:
+        async with self.engine.connect() as connection:
+            found = await read_all(connection)
+        if found != self.subjects:
+            self.subjects = found
+            if self.on_change is not None:
+                self.on_change(found)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._refresh_forever(), name="limits-refresh")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl)
+            try:
+                await self.load()
+            except Exception as exc:
+                if not self._failing:
+                    log.warning("cannot reread the limits (%s); the last copy stays in force",
+                                f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+                self._failing = True
+                continue
+            if self._failing:
+                log.warning("limits reread again")
+            self._failing = False
+
+    def of(self, subject: Subject) -> Limits | None:
+        return self.subjects.get(subject)
+
