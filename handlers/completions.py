@@ -158,10 +158,8 @@ class _EventStream:
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"index": choice.index, "text": choice.text, "finish_reason": finish_reason}
-    if choice.logprobs is not None:
-        body["logprobs"] = choice.logprobs
-    return body
+    # `logprobs` is null when not asked for (or, in a stream, when this piece has none), as OpenAI sends it.
+    return {"index": choice.index, "text": choice.text, "finish_reason": finish_reason, "logprobs": choice.logprobs}
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
