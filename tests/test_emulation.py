@@ -73,7 +73,7 @@ def test_logprobs_stay_consistent_with_the_cut_text():
     text, kept = StopMatcher(["1 w2"]).cut(" w0 w1 w2", logprobs)
     assert text == " w0 w"
     assert kept == {"tokens": [" w0", " w"], "token_logprobs": [-0.1, -0.2],
-                    "top_logprobs": [{" w0": -0.1}, {" w1": -0.2}], "text_offset": [0, 3]}
+                    "top_logprobs": [{" w0": -0.1}, {" w1": -0.2, " w": -0.2}], "text_offset": [0, 3]}
 
 
 def test_with_logprobs_whole_tokens_are_held_back():
@@ -200,7 +200,7 @@ def test_best_of_generates_every_candidate_and_returns_n(vclient, upstream):
     r = vclient.post("/v5/completions", json={"model": "lean/m", "prompt": "x", "best_of": 3, "max_tokens": 2})
     assert r.status_code == 200, r.text
     (choice,) = r.json()["choices"]
-    assert choice == {"index": 0, "text": " w0 w1", "finish_reason": "length"}
+    assert choice == {"index": 0, "text": " w0 w1", "finish_reason": "length", "logprobs": None}
     assert r.json()["usage"]["completion_tokens"] == 3 * 2
     assert [(req["body"].get("best_of"), req["body"]["logprobs"]) for req in upstream.requests] == [(None, 0)] * 3
 

@@ -99,8 +99,27 @@ def test_logprobs_shape_and_bounds(local):
         assert lp["token_logprobs"][i] == pytest.approx(max(top.values()))
         assert max(top, key=top.get) == lp["tokens"][i]
     none = complete(local, prompt=PROMPT, max_tokens=3, temperature=0, logprobs=0)["choices"][0]["logprobs"]
-    assert len(none["tokens"]) == 3 and none["top_logprobs"] == [{}, {}, {}]
-    assert "logprobs" not in complete(local, prompt=PROMPT, max_tokens=3)["choices"][0]
+    # logprobs 0: the chosen token alone, as OpenAI gives it.
+    assert len(none["tokens"]) == 3
+    assert none["top_logprobs"] == [{t: lp} for t, lp in zip(none["tokens"], none["token_logprobs"], strict=True)]
+    assert complete(local, prompt=PROMPT, max_tokens=3)["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_logprobs_always_hold_the_sampled_token(local, stream):
+    """Sampling at temperature 2 picks tokens outside the top one: each is still in its
+    top_logprobs, with its own logprob (logprobs + 1 entries then), as OpenAI gives it."""
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 2, "seed": 5, "logprobs": 1, "logit_bias": NO_EOS}
+    if stream:
+        chunks = streamed(local, **body)[3]
+        pieces = [c["logprobs"] for chunk in chunks for c in chunk["choices"] if c["logprobs"]]
+    else:
+        pieces = [complete(local, **body)["choices"][0]["logprobs"]]
+    entries = [(t, lp, top) for p in pieces
+               for t, lp, top in zip(p["tokens"], p["token_logprobs"], p["top_logprobs"], strict=True)]
+    assert len(entries) == 24
+    assert all(top[token] == logprob and len(top) <= 2 for token, logprob, top in entries)
+    assert any(len(top) == 2 and max(top, key=top.get) != token for token, _, top in entries)  # not greedy there
 
 
 @pytest.mark.parametrize("prompt", [PROMPT, "Hello は"])  # は is split over two tokens
@@ -115,8 +134,8 @@ def test_echo_logprobs_score_the_prompt_exactly(local, engine, prompt):
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     for i in range(1, len(ids)):
         assert lp["token_logprobs"][i] == pytest.approx(engine.next_token_logprob(ids[:i], ids[i]), abs=1e-3)
-        assert 1 <= len(lp["top_logprobs"][i]) <= 2
-        assert max(lp["top_logprobs"][i].values()) >= lp["token_logprobs"][i] - 1e-6
+        assert 1 <= len(lp["top_logprobs"][i]) <= 3  # the 2 likeliest, and the prompt's own token
+        assert lp["top_logprobs"][i][lp["tokens"][i]] == lp["token_logprobs"][i]
     assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
     if prompt == "Hello は":
         assert lp["tokens"] == ["Hello", "bytes:\\x20\\xe3\\x81", "bytes:\\xaf"]
@@ -191,7 +210,7 @@ def test_best_of_returns_the_candidates_with_the_highest_cumulative_logprob(loca
     best = [text for _, text in sorted(candidates, key=lambda c: c[0], reverse=True)[:2]]
     answer = complete(local, **body, seed=10, n=2, best_of=4)
     assert [c["text"] for c in answer["choices"]] == best
-    assert all("logprobs" not in c for c in answer["choices"])
+    assert all(c["logprobs"] is None for c in answer["choices"])
     assert answer["usage"]["completion_tokens"] == 4 * 6  # every candidate was generated
 
 

@@ -15,7 +15,7 @@ def test_parameters_map_to_generation_config(vclient, gemini_upstream, database)
     r = vclient.post("/v5/completions", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
-    assert data["choices"] == [{"index": 0, "text": " s42w0 s42w1 s42w2", "finish_reason": "length"}]
+    assert data["choices"] == [{"index": 0, "text": " s42w0 s42w1 s42w2", "finish_reason": "length", "logprobs": None}]
     assert data["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
                              "prompt_tokens_details": {"cached_tokens": 0}}
     (sent,) = gemini_upstream.requests
@@ -64,6 +64,20 @@ def test_logprobs_come_back_in_the_legacy_shape(vclient, gemini_upstream):
     assert config["responseLogprobs"] is True and config["logprobs"] == 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_logprobs_always_hold_the_chosen_token(vclient, gemini_upstream, stream):
+    """Gemini's top candidates need not include the chosen one (with logprobs 0 the fake sends
+    none); OpenAI's always do, so logprobs 0 gives the chosen token alone."""
+    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 2, "logprobs": 0,
+                                              "stream": stream})
+    assert r.status_code == 200, r.text
+    pieces = [c["logprobs"] for chunk in chunks_of(r.text) for c in chunk["choices"] if c["logprobs"]] if stream \
+        else [r.json()["choices"][0]["logprobs"]]
+    tops = [top for lp in pieces for top in lp["top_logprobs"]]
+    assert tops == [{" w0": -1.0}, {" w1": -1.01}]
+    assert gemini_upstream.requests[0]["body"]["generationConfig"]["logprobs"] == 0
+
+
 @pytest.mark.parametrize(("model", "finish"), [("g", "length"), ("safety", "content_filter"),
                                                ("blocked", "content_filter")])
 @pytest.mark.parametrize("stream", [False, True])
@@ -79,7 +93,7 @@ def test_finish_reasons(vclient, model, finish, stream):
 
 def test_stop_sequence_finishes_with_stop(vclient):
     r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 5, "stop": "w2"})
-    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop"}
+    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop", "logprobs": None}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -149,7 +163,7 @@ def test_best_of_ranks_candidates_by_cumulative_logprob(vclient, gemini_upstream
     # Candidate 2 scores best, then 0 and 3 tie (the vendor's order decides), then 1.
     assert [(c["index"], c["text"]) for c in data["choices"]] == [(0, " c2w0 c2w1"), (1, " c0w0 c0w1"),
                                                                    (2, " c2w0 c2w1"), (3, " c0w0 c0w1")]
-    assert all("logprobs" not in c for c in data["choices"])  # the client did not ask
+    assert all(c["logprobs"] is None for c in data["choices"])  # the client did not ask
     assert data["usage"]["completion_tokens"] == 2 * 4 * 2  # every candidate is billed
     configs = [req["body"]["generationConfig"] for req in gemini_upstream.requests]
     assert [(c["candidateCount"], c["responseLogprobs"], c["logprobs"]) for c in configs] == [(4, True, 0)] * 2

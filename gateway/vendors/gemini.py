@@ -25,6 +25,7 @@ from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
+from gateway.vendors.logprobs import with_sampled
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
 _FILTERED = "content_filter"
@@ -207,24 +208,27 @@ class Reader:
         top = [read.obj(step, "a top candidates step")
                for step in read.items(result.get("topCandidates"), "topCandidates")]
         tokens = [read.token(c.get("token"), "a chosen candidate's token") for c in chosen]
+        token_logprobs = [read.logprob(c.get("logProbability", 0.0), "logProbability") for c in chosen]
         offsets, at = [], self._offsets[index]
         for token in tokens:
             offsets.append(at)
             at += len(token)
         return {
             "tokens": tokens,
-            "token_logprobs": [read.logprob(c.get("logProbability", 0.0), "logProbability") for c in chosen],
-            "top_logprobs": [_alternatives(top[i] if i < len(top) else {}, self._top) for i in range(len(chosen))],
+            "token_logprobs": token_logprobs,
+            # Gemini's top candidates need not include the chosen one; OpenAI's always do.
+            "top_logprobs": [with_sampled(token, logprob, _alternatives(top[i] if i < len(top) else {}, self._top))
+                             for i, (token, logprob) in enumerate(zip(tokens, token_logprobs, strict=True))],
             "text_offset": offsets,
         }
 
 
-def _alternatives(step: dict[str, Any], top: int) -> dict[str, float]:
-    alternatives: dict[str, float] = {}
+def _alternatives(step: dict[str, Any], top: int) -> list[tuple[str, float]]:
+    alternatives = []
     for raw in read.items(step.get("candidates"), "candidates")[: min(top, read.MAX_ALTERNATIVES)]:
         candidate = read.obj(raw, "a top candidate")
-        alternatives[read.token(candidate.get("token"), "a top candidate's token")] = read.logprob(
-            candidate.get("logProbability", 0.0), "logProbability")
+        alternatives.append((read.token(candidate.get("token"), "a top candidate's token"),
+                             read.logprob(candidate.get("logProbability", 0.0), "logProbability")))
     return alternatives
 
 
