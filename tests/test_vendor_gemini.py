@@ -47,6 +47,24 @@ def test_n_is_candidate_count_up_to_max_candidates_then_fan_out(vclient, gemini_
     assert r.json()["usage"]["completion_tokens"] == 6 and r.json()["usage"]["prompt_tokens"] == 2
 
 
+@pytest.mark.parametrize(("seed", "sent"), [
+    (2**31 - 3, [2**31 - 3, -(2**31) + 1]),  # the second call's seed + 4 is beyond int32: wrapped
+    (2**63 - 1, [-1, 3]),  # the contract's largest seed
+    (-(2**63), [0, 4]),  # and its smallest
+    (-(2**31), [-(2**31), -(2**31) + 4]),  # in range: sent as it is
+])
+def test_seeds_wrap_into_geminis_int32(vclient, gemini_upstream, seed, sent):
+    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "n": 6, "seed": seed,
+                                              "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    configs = sorted((req["body"]["generationConfig"] for req in gemini_upstream.requests),
+                     key=lambda c: c["candidateCount"], reverse=True)
+    assert [c["seed"] for c in configs] == sent  # the fake checks each is an int32 (vclient: no violations)
+    again = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "n": 6, "seed": seed,
+                                                  "max_tokens": 1})
+    assert again.json()["choices"] == r.json()["choices"]  # deterministic
+
+
 def test_one_candidate_per_call_by_default(vclient, gemini_upstream):
     r = vclient.post("/v5/completions", json={"model": "gemini1/g", "prompt": ["a", "b"], "n": 2, "max_tokens": 1})
     assert [c["index"] for c in r.json()["choices"]] == [0, 1, 2, 3]

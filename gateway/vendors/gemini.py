@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter, error_message, post_json, sse_events, vendor_error
 from gateway.vendors.logprobs import with_sampled
@@ -46,6 +46,13 @@ def _field(name: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda config, value: config.update({name: value})
 
 
+def int32_seed(seed: int) -> int:
+    """The contract's int64 seed (and a fanned-out choice's seed + i, which may go beyond it) in
+    Gemini's int32 `seed`, wrapped as two's complement: a seed already in range is sent as it is,
+    and every seed maps to the same int32 each time."""
+    return (seed + 2**31) % 2**32 - 2**31
+
+
 def _logprobs(config: dict[str, Any], top: int) -> None:
     config["responseLogprobs"] = True
     config["logprobs"] = top
@@ -58,7 +65,7 @@ _WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
     "stop": _field("stopSequences"),
     "temperature": _field("temperature"),
     "top_p": _field("topP"),
-    "seed": _field("seed"),
+    "seed": lambda config, value: config.update(seed=int32_seed(value)),
     "presence_penalty": _field("presencePenalty"),
     "frequency_penalty": _field("frequencyPenalty"),
     "logprobs": _logprobs,
@@ -81,7 +88,7 @@ def capabilities(options: GeminiOptions) -> Capabilities:
         "stop": native(per_call=MAX_STOP),
         "temperature": native(),
         "top_p": native(),
-        "seed": native(range=Range(-(2**31), 2**31 - 1)),  # an int32 field
+        "seed": native(),  # an int32 field: wrapped into it (int32_seed)
         "presence_penalty": native(),
         "frequency_penalty": native(),
         "logprobs": native(),
