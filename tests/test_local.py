@@ -214,6 +214,27 @@ def test_best_of_returns_the_candidates_with_the_highest_cumulative_logprob(loca
     assert answer["usage"]["completion_tokens"] == 4 * 6  # every candidate was generated
 
 
+def test_the_empty_prompt_generates_from_the_start_of_text_token(local, engine):
+    """As OpenAI: "" is the start of a new document. SmolLM2's start-of-text token is <|im_start|>."""
+    body = {"prompt": "", "max_tokens": 6, "temperature": 0, "logit_bias": NO_EOS}
+    answer = complete(local, **body)
+    text = answer["choices"][0]["text"]
+    usage = answer["usage"]
+    assert text and (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (1, 6, 7)
+    (start,) = engine.tokenize("<|im_start|>")
+    assert text == engine.complete({"prompt": [start], "max_tokens": 6, "temperature": 0,
+                                    "logit_bias": NO_EOS})["choices"][0]["text"]
+    texts, finishes, usage, _ = streamed(local, **body)
+    assert texts == {0: text} and finishes == {0: "length"} and usage["prompt_tokens"] == 1
+    listed = complete(local, **body | {"prompt": ["fine", ""]})
+    assert listed["choices"][1]["text"] == text
+    # Echoed with logprobs, the empty prompt has no tokens of its own.
+    scored = complete(local, prompt="", max_tokens=0, echo=True, logprobs=1)
+    assert scored["choices"][0]["text"] == "" and scored["usage"]["prompt_tokens"] == 1
+    assert scored["choices"][0]["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                                "text_offset": []}
+
+
 def test_usage_is_the_engines_exact_count(local, engine):
     prompt = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
     answer = complete(local, prompt=prompt, max_tokens=7, logit_bias=NO_EOS, temperature=0)
@@ -254,8 +275,6 @@ def test_sampling_parameters_are_honoured(local, engine):
         ({"suffix": "!"}, 400, "suffix", "unsupported_parameter"),
         ({"logit_bias": {"49152": 5}}, 400, "logit_bias", "invalid_value"),
         ({"max_tokens": LOCAL_CONTEXT + 1}, 400, "max_tokens", "invalid_value"),
-        ({"prompt": ""}, 400, "prompt", "invalid_value"),
-        ({"prompt": ["fine", ""]}, 400, "prompt", "invalid_value"),
         ({"prompt": "word " * LOCAL_CONTEXT}, 400, "prompt", "context_length_exceeded"),
         ({"prompt": "word " * LOCAL_CONTEXT, "echo": True, "logprobs": 1}, 400, "prompt", "context_length_exceeded"),
         ({"model": "local/gpt-4"}, 404, "model", "unknown_model"),
