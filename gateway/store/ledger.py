@@ -38,7 +38,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store import database
-from gateway.store.meter import Estimate, Meter
+from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
 from gateway.store.tables import ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
@@ -55,9 +55,7 @@ class Ledger:
     # low concurrency; rows that arrive meanwhile join the next batch. It adds at most this much
     # to the loss window of a hard kill (SIGTERM loses nothing).
     COMMIT_INTERVAL = 0.05
-    # Counting an estimate's tokens is linear in the text (store/tokens.py), but the local model's
-    # tokenizer is a service that may stall: past this, the row is estimated by its length.
-    ESTIMATE_TIMEOUT = 10.0
+    ESTIMATE_TIMEOUT = ESTIMATE_TIMEOUT  # seconds counting an estimate may take (store/meter.py)
     PROBE_TIMEOUT = 3.0  # seconds for the database to answer "are you there?" after a failed write
 
     def __init__(self, engine: AsyncEngine, max_pending: int) -> None:
@@ -114,20 +112,13 @@ class Ledger:
             self._wake.set()
 
     def estimate(self, row: dict[str, Any], estimate: Estimate) -> None:
-        """Count the tokens in a worker thread (a long prompt takes a pure-Python tokenizer a
-        while), then add the row."""
+        """Count the tokens (off the event loop, bounded in time: meter.counted), then add the row."""
         task = asyncio.get_running_loop().create_task(self._count(row, estimate))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 
     async def _count(self, row: dict[str, Any], estimate: Estimate) -> None:
-        try:
-            async with asyncio.timeout(self.ESTIMATE_TIMEOUT):
-                prompt, completion = await asyncio.to_thread(estimate.tokens)
-        except Exception as exc:  # too slow (a tokenizer's own service stalling), or failed
-            log.warning("counting tokens for %s failed (%s); its row is estimated at four characters a token",
-                        row["request_id"], _reason(exc))
-            prompt, completion = estimate.rough()
+        prompt, completion = await counted(estimate, self.ESTIMATE_TIMEOUT, f"the row of {row['request_id']}")
         self.add(row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 
     async def close(self) -> None:

@@ -5,14 +5,17 @@ A handler opens a `Meter` per request (`Ledger.meter`), names the vendor calls i
 with the vendor's usage (`finish`), with what went wrong (`fail`) or because the client left
 (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text
 delivered so far, counted with a tokenizer (store/tokens.py) in a worker thread, never more than
-could have been read or generated, and the row says `estimated`.
+could have been read or generated, and the row says `estimated`. The handler asks the meter for
+the client's estimate too (`estimated_usage`: each prompt once, as OpenAI counts), counted the
+same way and bounded the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -21,9 +24,17 @@ from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
 
+log = logging.getLogger("gateway.ledger")
+
+# Counting an estimate's tokens is linear in the text (store/tokens.py), but the local model's
+# tokenizer is a service that may stall: past this many seconds, the estimate is made from length.
+ESTIMATE_TIMEOUT = 10.0
+
 
 class Sink(Protocol):
     """Where a meter's row goes (the Ledger)."""
+
+    ESTIMATE_TIMEOUT: float  # the bound of counting an estimate, the row's and the client's alike
 
     def add(self, row: dict[str, Any]) -> None: ...
 
@@ -36,6 +47,19 @@ CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
 VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
+
+
+async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, int]:
+    """The estimate's (prompt, completion) tokens, counted in a worker thread (a long text keeps a
+    pure-Python tokenizer busy for a while, which must not be the event loop's while); after
+    `timeout` seconds, or if counting fails, from the texts' length (four characters a token)."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await asyncio.to_thread(estimate.tokens)
+    except Exception as exc:
+        log.warning("counting tokens for %s failed (%s); estimated at four characters a token", what,
+                    f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        return estimate.rough()
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -78,7 +102,7 @@ class Meter:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
     away. A request that never reached a vendor (refused by the gateway) records nothing."""
 
-    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
+    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed", "_counts")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
@@ -88,6 +112,9 @@ class Meter:
         self._first_text: float | None = None
         self._sent: dict[int, list[str]] = {}
         self._closed = False
+        # Token counts of texts already counted for this request: the client's estimate and the
+        # row's count the same prompts (and the row a fanned-out prompt once per call).
+        self._counts: dict[str, int] = {}
         self._row: dict[str, Any] = {
             "request_id": request_id,
             "account_id": account_id,
@@ -109,6 +136,18 @@ class Meter:
                 if self._first_text is None:
                     self._first_text = time.monotonic()
                 self._sent.setdefault(choice.index, []).append(choice.text)
+
+    async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str]) -> Usage:
+        """The usage a client is told when the vendor reported none (OpenAI's semantics): each
+        prompt once, and every choice's text sent so far less the prompt `echoed(index)` it
+        starts with. Counted as the row's estimate is (`counted`), marked estimated."""
+        texts = []
+        for index, pieces in self._sent.items():
+            text, prefix = "".join(pieces), echoed(index)
+            texts.append(text[len(prefix):] if prefix and text.startswith(prefix) else text)
+        prompt, completion = await counted(self._estimate(list(prompts), texts), self._ledger.ESTIMATE_TIMEOUT,
+                                           f"the answer to {self._row['request_id']}")
+        return Usage(prompt, completion, estimated=True)
 
     def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
         """The request completed; `choices` is a plain (non-stream) answer's text."""
@@ -151,14 +190,23 @@ class Meter:
             }
             self._ledger.add(row)
             return
-        estimate = Estimate(
-            count=tokens.counter(attempt.model, attempt.count_tokens),
-            prompts=list(attempt.prompts_sent),
-            sent=["".join(pieces) for pieces in self._sent.values()],
-            max_completion=attempt.max_completion_tokens,
-        )
+        estimate = self._estimate(list(attempt.prompts_sent), ["".join(pieces) for pieces in self._sent.values()])
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
         self._ledger.estimate(row, estimate)
+
+    def _estimate(self, prompts: list[str], sent: list[str]) -> Estimate:
+        attempt = self._attempt
+        assert attempt is not None
+        count = tokens.counter(attempt.model, attempt.count_tokens)
+        counts = self._counts
+
+        def cached(text: str) -> int:  # from worker threads: a dict's get and set are atomic
+            found = counts.get(text)
+            if found is None:
+                found = counts[text] = count(text)
+            return found
+
+        return Estimate(count=cached, prompts=prompts, sent=sent, max_completion=attempt.max_completion_tokens)
 
 
 def _detail(details: dict[str, Any] | None, name: str) -> int | None:
