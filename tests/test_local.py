@@ -9,6 +9,7 @@ import threading
 import httpx
 import pytest
 
+from tests.fuzz import short_fuzz
 from tests.gateway_process import GatewayProcess
 from tests.support import (
     LOCAL_CONTEXT,
@@ -436,3 +437,12 @@ def test_cut_streams_are_estimated_with_the_models_own_tokenizer(engine):
     text = generated["choices"][0]["text"]
     assert len(text) > 7  # several characters per token: a character count would not pass
     assert asyncio.run(count(text)) == generated["usage"]["completion_tokens"] == 7
+
+
+def test_fuzz_finds_nothing(local_gateway, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the model cannot serve) against the real model, with short
+    generations."""
+    outcome = short_fuzz("local", local_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.vendors.anthropic import PREFILL_INSTRUCTION
 from gateway.vendors.http import BACKOFF_CAP
+from tests.fuzz import short_fuzz
 from tests.provision import ledger_rows
 from tests.support import ANTHROPIC_SECRET, chunks_of, sse_events, streamed, wait_until
 
@@ -184,3 +185,14 @@ def test_echo_is_emulated_by_prepending_the_prompt(vclient, anthropic_upstream):
                                               "max_tokens": 2})
     assert r.json()["choices"][0]["text"] == "Hi w0 w1"
     assert "echo" not in anthropic_upstream.requests[0]["body"]
+
+
+def test_fuzz_finds_nothing(vendors_gateway, anthropic_upstream, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the vendor cannot serve), through to the fake, which checks
+    every request it gets against the vendor's documented shape."""
+    anthropic_upstream.clear()
+    outcome = short_fuzz("anthropic", vendors_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert anthropic_upstream.violations == []

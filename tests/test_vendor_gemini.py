@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.fuzz import short_fuzz
 from tests.support import GEMINI_SECRET, chunks_of, sse_events, streamed
 
 
@@ -193,3 +194,14 @@ def test_best_of_keeps_logprobs_when_asked(vclient):
                                               "logprobs": 1})
     (choice,) = r.json()["choices"]
     assert choice["text"] == " c2w0" and choice["logprobs"]["token_logprobs"] == [-0.5]
+
+
+def test_fuzz_finds_nothing(vendors_gateway, gemini_upstream, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the vendor cannot serve), through to the fake, which checks
+    every request it gets against the vendor's documented shape."""
+    gemini_upstream.clear()
+    outcome = short_fuzz("gemini", vendors_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert gemini_upstream.violations == []
