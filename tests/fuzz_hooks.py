@@ -44,7 +44,7 @@ from generated.models import CompletionRequest
 BEST_OF_MAX = 20  # openapi.json: best_of maximum
 COMPLETIONS = "/v5/completions"
 # A stream is read whole (tests/fuzz.toml: max-stream-events) to be checked, so it is kept short.
-DEFAULT_LIMITS = {"prompts": 16, "choices": 64, "stream_max_tokens": 16}
+DEFAULT_LIMITS = {"prompts": 8, "choices": 16, "stream_max_tokens": 16}
 
 
 @dataclass(frozen=True)
