@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from gateway.core.errors import ValidationFailed
 from tests.support import SHARED_TLS, UPSTREAM_SECRET, chunks_of, sse_events
 
 
@@ -280,3 +281,18 @@ def test_redaction_filter_scrubs_known_and_key_shaped_secrets():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "key=topsecret", None, None)
     RedactSecrets(Redactor(["topsecret"])).filter(record)
     assert "topsecret" not in record.getMessage()
+
+
+def test_a_422_names_each_field_as_openai_writes_param_and_says_how_many_it_left_out():
+    detail = [{"loc": ["body", "prompt", 2], "msg": "not a string", "type": "type_error"},
+              {"loc": ["body", "stream_options", "include_usage"], "msg": "not a boolean", "type": "type_error"},
+              {"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
+    detail += [{"loc": ["body", f"x{i}"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+               for i in range(30)]
+    error = ValidationFailed(detail).body()["error"]
+    assert error["param"] == "prompt[2]"
+    assert error["message"].startswith("invalid request: prompt[2]: not a string; "
+                                       "stream_options.include_usage: not a boolean; body: JSON decode error; x0: ")
+    assert error["message"].endswith("; and 13 more problems (see detail)")
+    assert ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}]).body()["error"][
+        "param"] is None

@@ -1,8 +1,9 @@
 """Every error a client can see, in one place.
 
 Two bodies exist, both documented in openapi.json:
-- 422 `HTTPValidationError` (`{"detail": [{"loc", "msg", "type", ...}]}`) for a body that is not
-  valid JSON or does not match `CompletionRequest` — every problem at once;
+- 422 `HTTPValidationError` (`{"detail": [{"loc", "msg", "type", ...}], "error": {...}}`) for a
+  body that is not valid JSON or does not match `CompletionRequest` — every problem at once, in
+  FastAPI's shape and as one OpenAI-style error;
 - `ErrorResponse` (`{"error": {"message", "type", "code", "param", "vendor"}}`) for the rest.
 
 A `GatewayError` subclass per status keeps the status, the error type and the retry advice
