@@ -143,7 +143,8 @@ def main() -> int:
     for protocol in args.protocol or TARGETS:
         with running(TARGETS[protocol]) as (url, key):
             examples = args.max_examples or TARGETS[protocol].long
-            outcomes[protocol] = schemathesis_run(url, key, TARGETS[protocol], ["--max-examples", str(examples), *extra])
+            outcomes[protocol] = schemathesis_run(url, key, TARGETS[protocol],
+                                                  ["--max-examples", str(examples), *extra])
     for protocol, outcome in outcomes.items():
         print(f"fuzz {protocol}: {outcome.summary()}")
     return max(outcome.returncode for outcome in outcomes.values())

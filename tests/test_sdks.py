@@ -102,7 +102,7 @@ def test_openai_node_sdk_shows_the_reason_of_a_422(gateway, database):
     if node is None or npm is None:
         pytest.skip(f"the openai Node SDK test needs node and npm on PATH (missing: "
                     f"{', '.join(name for name, path in (('node', node), ('npm', npm)) if path is None)})")
-    assert (NODE_TESTS / "node_modules" / "openai").is_dir(), "npm is there but tests/node is not installed: make install"
+    assert (NODE_TESTS / "node_modules" / "openai").is_dir(), "npm is there, tests/node is not installed: make install"
     done = subprocess.run([node, str(NODE_TESTS / "sdk_errors.mjs"), json.dumps(INVALID)], capture_output=True,
                           text=True, timeout=60, check=False,
                           env={**os.environ, "GATEWAY_URL": gateway.url, "GATEWAY_KEY": database.key})
