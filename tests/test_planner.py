@@ -64,13 +64,15 @@ def plan_for(adapter: Scripted, max_calls: int = 64, **body: Any) -> planning.Pl
     return planning.plan(request(**body), Registry({adapter.name: adapter}), max_calls)  # type: ignore[dict-item]
 
 
-def test_list_prompts_and_n_fan_out_prompt_major_with_seed_plus_i_and_summed_usage():
+def test_list_prompts_and_n_fan_out_prompt_major_with_seed_plus_i_and_usage_per_prompt():
     adapter = Scripted("v", {"prompt": emulated(), "n": emulated()})
     plan = plan_for(adapter, prompt=["a", "b"], n=2, seed=5)
     result = asyncio.run(planning.complete(plan))
     assert len(adapter.calls) == 4 and all(len(c.prompts) == 1 and c.n == 1 for c in adapter.calls)
     assert [(c.index, c.text) for c in result.choices] == [(0, "a#5"), (1, "a#6"), (2, "b#5"), (3, "b#6")]
-    assert result.usage is not None and (result.usage.prompt_tokens, result.usage.completion_tokens) == (40, 4)
+    # The client is told each prompt once (OpenAI's semantics); the ledger gets what the 4 calls billed.
+    assert result.usage is not None and (result.usage.prompt_tokens, result.usage.completion_tokens) == (20, 4)
+    assert result.billed is not None and (result.billed.prompt_tokens, result.billed.completion_tokens) == (40, 4)
 
 
 def test_a_vendor_taking_n_per_call_gets_the_choices_in_as_few_calls_as_its_limit_allows():

@@ -8,7 +8,9 @@ import pytest
 
 from gateway.vendors.anthropic import PREFILL_INSTRUCTION
 from gateway.vendors.http import BACKOFF_CAP
-from tests.support import ANTHROPIC_SECRET, chunks_of, sse_events, streamed
+from tests.fuzz import short_fuzz
+from tests.provision import ledger_rows
+from tests.support import ANTHROPIC_SECRET, chunks_of, sse_events, streamed, wait_until
 
 
 def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, anthropic_upstream, database):
@@ -18,7 +20,7 @@ def test_prompt_is_prefilled_and_parameters_map_to_the_messages_api(vclient, ant
     assert r.status_code == 200, r.text
     data = r.json()
     assert data["model"] == "anthropic/claude-x"
-    assert data["choices"] == [{"index": 0, "text": " w0 w1 w2", "finish_reason": "length"}]
+    assert data["choices"] == [{"index": 0, "text": " w0 w1 w2", "finish_reason": "length", "logprobs": None}]
     # input_tokens counts the instruction turn and the prefill; no cache use.
     words = len(PREFILL_INSTRUCTION.split()) + 4
     assert data["usage"] == {"prompt_tokens": words, "completion_tokens": 3, "total_tokens": words + 3,
@@ -89,7 +91,7 @@ def test_stop_reasons(vclient, body, finish, stream):
 def test_stop_sequence_is_cut_by_the_vendor(vclient):
     r = vclient.post("/v5/completions", json={"model": "anthropic/claude-x", "prompt": "p", "stop": "w2",
                                               "max_tokens": 9})
-    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop"}
+    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop", "logprobs": None}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -159,7 +161,8 @@ def test_vendor_errors_are_translated_without_credentials(vclient, anthropic_ups
         assert len(anthropic_upstream.requests) == 1  # not retried: the wait is the client's to decide
 
 
-def test_n_and_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, anthropic_upstream):
+def test_n_and_list_prompts_fan_out_prompt_major_with_each_prompt_counted_once(vclient, anthropic_upstream,
+                                                                              database):
     r = vclient.post("/v5/completions", json={"model": "anthropic/claude-x", "prompt": ["a", "b c"], "n": 2,
                                               "max_tokens": 2})
     assert r.status_code == 200, r.text
@@ -169,8 +172,12 @@ def test_n_and_list_prompts_fan_out_prompt_major_with_usage_summed(vclient, anth
     prefills = sorted(req["body"]["messages"][-1]["content"] for req in anthropic_upstream.requests)
     assert prefills == ["a", "a", "b c", "b c"]
     instruction = len(PREFILL_INSTRUCTION.split())
-    assert data["usage"]["prompt_tokens"] == 2 * (instruction + 1) + 2 * (instruction + 2)
+    # The client is told each prompt once, as OpenAI counts; the ledger records what the four calls billed.
+    assert data["usage"]["prompt_tokens"] == (instruction + 1) + (instruction + 2)
     assert data["usage"]["completion_tokens"] == 8
+    row = wait_until(lambda: next((row for row in ledger_rows(database.url, "acct-a")
+                                   if row["request_id"] == r.headers["x-request-id"]), None), message="the row")
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (2 * (instruction + 1) + 2 * (instruction + 2), 8)
 
 
 def test_echo_is_emulated_by_prepending_the_prompt(vclient, anthropic_upstream):
@@ -178,3 +185,14 @@ def test_echo_is_emulated_by_prepending_the_prompt(vclient, anthropic_upstream):
                                               "max_tokens": 2})
     assert r.json()["choices"][0]["text"] == "Hi w0 w1"
     assert "echo" not in anthropic_upstream.requests[0]["body"]
+
+
+def test_fuzz_finds_nothing(vendors_gateway, anthropic_upstream, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the vendor cannot serve), through to the fake, which checks
+    every request it gets against the vendor's documented shape."""
+    anthropic_upstream.clear()
+    outcome = short_fuzz("anthropic", vendors_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert anthropic_upstream.violations == []

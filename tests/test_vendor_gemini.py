@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.fuzz import short_fuzz
 from tests.support import GEMINI_SECRET, chunks_of, sse_events, streamed
 
 
@@ -15,7 +16,7 @@ def test_parameters_map_to_generation_config(vclient, gemini_upstream, database)
     r = vclient.post("/v5/completions", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
-    assert data["choices"] == [{"index": 0, "text": " s42w0 s42w1 s42w2", "finish_reason": "length"}]
+    assert data["choices"] == [{"index": 0, "text": " s42w0 s42w1 s42w2", "finish_reason": "length", "logprobs": None}]
     assert data["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
                              "prompt_tokens_details": {"cached_tokens": 0}}
     (sent,) = gemini_upstream.requests
@@ -44,7 +45,26 @@ def test_n_is_candidate_count_up_to_max_candidates_then_fan_out(vclient, gemini_
     assert texts == [" s10c0w0", " s10c1w0", " s10c2w0", " s10c3w0", " s14c0w0", " s14c1w0"]
     configs = sorted((req["body"]["generationConfig"] for req in gemini_upstream.requests), key=lambda c: c["seed"])
     assert [(c["candidateCount"], c["seed"]) for c in configs] == [(4, 10), (2, 14)]
-    assert r.json()["usage"]["completion_tokens"] == 6 and r.json()["usage"]["prompt_tokens"] == 2
+    # Two calls read the prompt (one word); the client is told it once, as OpenAI counts.
+    assert r.json()["usage"]["completion_tokens"] == 6 and r.json()["usage"]["prompt_tokens"] == 1
+
+
+@pytest.mark.parametrize(("seed", "sent"), [
+    (2**31 - 3, [2**31 - 3, -(2**31) + 1]),  # the second call's seed + 4 is beyond int32: wrapped
+    (2**63 - 1, [-1, 3]),  # the contract's largest seed
+    (-(2**63), [0, 4]),  # and its smallest
+    (-(2**31), [-(2**31), -(2**31) + 4]),  # in range: sent as it is
+])
+def test_seeds_wrap_into_geminis_int32(vclient, gemini_upstream, seed, sent):
+    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "n": 6, "seed": seed,
+                                              "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    configs = sorted((req["body"]["generationConfig"] for req in gemini_upstream.requests),
+                     key=lambda c: c["candidateCount"], reverse=True)
+    assert [c["seed"] for c in configs] == sent  # the fake checks each is an int32 (vclient: no violations)
+    again = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "n": 6, "seed": seed,
+                                                  "max_tokens": 1})
+    assert again.json()["choices"] == r.json()["choices"]  # deterministic
 
 
 def test_one_candidate_per_call_by_default(vclient, gemini_upstream):
@@ -64,6 +84,20 @@ def test_logprobs_come_back_in_the_legacy_shape(vclient, gemini_upstream):
     assert config["responseLogprobs"] is True and config["logprobs"] == 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_top_logprobs_always_hold_the_chosen_token(vclient, gemini_upstream, stream):
+    """Gemini's top candidates need not include the chosen one (with logprobs 0 the fake sends
+    none); OpenAI's always do, so logprobs 0 gives the chosen token alone."""
+    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 2, "logprobs": 0,
+                                              "stream": stream})
+    assert r.status_code == 200, r.text
+    pieces = [c["logprobs"] for chunk in chunks_of(r.text) for c in chunk["choices"] if c["logprobs"]] if stream \
+        else [r.json()["choices"][0]["logprobs"]]
+    tops = [top for lp in pieces for top in lp["top_logprobs"]]
+    assert tops == [{" w0": -1.0}, {" w1": -1.01}]
+    assert gemini_upstream.requests[0]["body"]["generationConfig"]["logprobs"] == 0
+
+
 @pytest.mark.parametrize(("model", "finish"), [("g", "length"), ("safety", "content_filter"),
                                                ("blocked", "content_filter")])
 @pytest.mark.parametrize("stream", [False, True])
@@ -79,7 +113,7 @@ def test_finish_reasons(vclient, model, finish, stream):
 
 def test_stop_sequence_finishes_with_stop(vclient):
     r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 5, "stop": "w2"})
-    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop"}
+    assert r.json()["choices"][0] == {"index": 0, "text": " w0 w1 ", "finish_reason": "stop", "logprobs": None}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -149,7 +183,7 @@ def test_best_of_ranks_candidates_by_cumulative_logprob(vclient, gemini_upstream
     # Candidate 2 scores best, then 0 and 3 tie (the vendor's order decides), then 1.
     assert [(c["index"], c["text"]) for c in data["choices"]] == [(0, " c2w0 c2w1"), (1, " c0w0 c0w1"),
                                                                    (2, " c2w0 c2w1"), (3, " c0w0 c0w1")]
-    assert all("logprobs" not in c for c in data["choices"])  # the client did not ask
+    assert all(c["logprobs"] is None for c in data["choices"])  # the client did not ask
     assert data["usage"]["completion_tokens"] == 2 * 4 * 2  # every candidate is billed
     configs = [req["body"]["generationConfig"] for req in gemini_upstream.requests]
     assert [(c["candidateCount"], c["responseLogprobs"], c["logprobs"]) for c in configs] == [(4, True, 0)] * 2
@@ -160,3 +194,14 @@ def test_best_of_keeps_logprobs_when_asked(vclient):
                                               "logprobs": 1})
     (choice,) = r.json()["choices"]
     assert choice["text"] == " c2w0" and choice["logprobs"]["token_logprobs"] == [-0.5]
+
+
+def test_fuzz_finds_nothing(vendors_gateway, gemini_upstream, database):
+    """Schemathesis (all checks, and tests/fuzz_hooks.py's: every 400 of a valid request must be a
+    parameter the capability map says the vendor cannot serve), through to the fake, which checks
+    every request it gets against the vendor's documented shape."""
+    gemini_upstream.clear()
+    outcome = short_fuzz("gemini", vendors_gateway.url, database.key)
+    assert outcome.returncode == 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert gemini_upstream.violations == []

@@ -4,8 +4,9 @@ back (`Choice`, `Chunk`, `Result`, `Usage`), and the record the ledger keeps of 
 The helpers here are the gateway's rules for fanned-out choices, shared by the planner (which fans
 a request out over vendor calls) and by adapters that fan out themselves (the embedded model):
 choice *i* samples with `seed + i`, `best_of` keeps the candidates with the highest cumulative
-logprob, and usage is either summed over independent calls or counted once per prompt over
-candidates that read the same prompt.
+logprob, and usage is either summed over independent calls (what the vendors bill, which the
+ledger records) or counted once per prompt over candidates that read the same prompt (what the
+client is told, as OpenAI counts it).
 """
 
 from __future__ import annotations
@@ -123,8 +124,18 @@ def candidates_usage(usages: Sequence[Usage | None]) -> Usage | None:
     first = usages[0]
     assert first is not None
     completion = sum(u.completion_tokens for u in usages if u is not None)
-    return Usage(first.prompt_tokens, completion, first.prompt_tokens_details,
+    details = None
+    for usage in usages:
+        details = _add_details(details, usage.completion_tokens_details)  # type: ignore[union-attr]
+    return Usage(first.prompt_tokens, completion, first.prompt_tokens_details, details,
                  estimated=any(u.estimated for u in usages if u is not None))
+
+
+def usage_per_prompt(groups: Iterable[Sequence[Usage | None]]) -> Usage | None:
+    """The usage a client is told (OpenAI's semantics) of vendor calls grouped by the prompts they
+    read: within a group every call read the same prompts, which count once (candidates_usage);
+    the groups are summed. None when some call did not report its usage."""
+    return summed_usage([candidates_usage(group) for group in groups])
 
 
 def rough_tokens(chars: int) -> int:
@@ -161,14 +172,20 @@ def cumulative_logprob(logprobs: dict[str, Any] | None) -> float | None:
 @dataclass(slots=True)
 class Result:
     choices: list[Choice]
+    # What the client is told: each prompt counted once (OpenAI's semantics), however many vendor
+    # calls its choices took. An adapter's own answer is one call, so it sets only this.
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    # What the vendor calls reported, summed (a prompt counted per call that read it): what the
+    # ledger records. Set by the planner, which merges the calls.
+    billed: Usage | None = None
 
 
 @dataclass(slots=True)
 class Chunk:
     choices: list[Choice]
-    usage: Usage | None = None  # set on the vendor's final usage chunk
+    usage: Usage | None = None  # set on the vendor's final usage chunk (what the client is told)
+    billed: Usage | None = None  # the planner's final chunk: what the vendor calls reported, summed
 
 
 # Who hears of text generated for the current request before any of it reaches the client:

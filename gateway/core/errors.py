@@ -1,8 +1,9 @@
 """Every error a client can see, in one place.
 
 Two bodies exist, both documented in openapi.json:
-- 422 `HTTPValidationError` (`{"detail": [{"loc", "msg", "type", ...}]}`) for a body that is not
-  valid JSON or does not match `CompletionRequest` — every problem at once;
+- 422 `HTTPValidationError` (`{"detail": [{"loc", "msg", "type", ...}], "error": {...}}`) for a
+  body that is not valid JSON or does not match `CompletionRequest` — every problem at once, in
+  FastAPI's shape and as one OpenAI-style error;
 - `ErrorResponse` (`{"error": {"message", "type", "code", "param", "vendor"}}`) for the rest.
 
 A `GatewayError` subclass per status keeps the status, the error type and the retry advice
@@ -245,14 +246,51 @@ class VendorTimeout(GatewayError):
 
 class ValidationFailed(Exception):
     """422: the body is not JSON or does not match the schema (or a query parameter its schema):
-    the spec's HTTPValidationError, listing every problem."""
+    the spec's HTTPValidationError, listing every problem in `detail` (the seed's FastAPI shape),
+    and the same as one OpenAI-style `error`, since OpenAI's SDKs read only `body.error` (the Node
+    SDK otherwise says "422 status code (no body)")."""
+
+    # The error's `code`: one machine-readable reason for every 422 (`detail` says what in particular).
+    code = "invalid_request_body"
+    # Problems the `error.message` spells out; `detail` lists every one.
+    MESSAGE_PROBLEMS = 20
 
     def __init__(self, detail: list[dict[str, Any]]) -> None:
         super().__init__(detail[0]["msg"] if detail else "invalid request body")
         self.detail = detail
 
     def body(self) -> dict[str, Any]:
-        return {"detail": self.detail}
+        return {"detail": self.detail, "error": {
+            "message": self.message(),
+            "type": BadRequest.type,
+            "code": self.code,
+            "param": field_name(self.detail[0]["loc"]) if self.detail else None,
+            "vendor": None,
+        }}
+
+    def headers(self) -> dict[str, str]:
+        return {"x-should-retry": "false"}  # the same request fails the same way
+
+    def message(self) -> str:
+        """Every failing field and why, e.g. "invalid request: temperature: 3 is greater than the
+        maximum of 2; bogus: Extra inputs are not permitted"."""
+        shown = self.detail[: self.MESSAGE_PROBLEMS]
+        # A problem of the body (or query) as a whole is located by its first step alone.
+        parts = [f"{field_name(d['loc']) or d['loc'][0]}: {d['msg']}" for d in shown]
+        more = len(self.detail) - len(shown)
+        if more:
+            parts.append(f"and {more} more problem{'s' if more > 1 else ''} (see detail)")
+        return "invalid request: " + "; ".join(parts)
+
+
+def field_name(loc: list[str | int]) -> str | None:
+    """The field a problem's `loc` points at, written as OpenAI writes `param`: the location
+    (`body`, `query`...) left out, list items as `[i]`, nested keys joined by dots, e.g.
+    ["body", "prompt", 2] -> "prompt[2]"; None for the body (or query) as a whole."""
+    name = ""
+    for step in loc[1:]:
+        name += f"[{step}]" if isinstance(step, int) else (f".{step}" if name else str(step))
+    return name or None
 
 
 def invalid_field(loc: tuple[str | int, ...], msg: str, type_: str, value: Any = None) -> ValidationFailed:

@@ -94,7 +94,7 @@ def _client_disconnected(request: ConnexionRequest, exc: ClientDisconnected) -> 
 
 
 def _validation_failed(request: ConnexionRequest, exc: ValidationFailed) -> ConnexionResponse:
-    return _json(422, exc.body())
+    return _json(422, exc.body(), exc.headers())
 
 
 class _ErrorRenderer:

@@ -29,6 +29,7 @@ from gateway.core.completion import (
     rough_tokens,
 )
 from gateway.core.errors import VendorFailed
+from gateway.vendors.logprobs import with_sampled
 
 Logprobs = dict[str, list[Any]]
 _LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
@@ -257,7 +258,10 @@ def _head(atom: _Atom, keep: int, offset: int) -> Logprobs | None:
     if atom.logprobs is None:
         return None
     if atom.token:
-        return atom.logprobs | {"tokens": [atom.text[:keep]], "text_offset": [offset]}
+        # The shortened token keeps its logprob, and its top_logprobs entry still holds it.
+        token, (logprob,), (top,) = atom.text[:keep], atom.logprobs["token_logprobs"], atom.logprobs["top_logprobs"]
+        top = None if top is None else with_sampled(token, logprob, top.items())
+        return atom.logprobs | {"tokens": [token], "top_logprobs": [top], "text_offset": [offset]}
     offsets = atom.logprobs.get("text_offset") or []
     count = sum(1 for at in offsets if at is not None and at < offset + keep) if offsets else None
     return {key: list((atom.logprobs.get(key) or [])[:count]) for key in _LISTS}

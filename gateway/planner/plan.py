@@ -28,6 +28,7 @@ from gateway.core.completion import (
     Usage,
     choice_seed,
     summed_usage,
+    usage_per_prompt,
 )
 from gateway.core.errors import BadRequest, invalid_field
 from gateway.core.parameters import PARAMETERS
@@ -70,6 +71,15 @@ class Plan:
     def per_prompt(self) -> int:
         """Choices generated per prompt (best_of candidates when the gateway ranks them)."""
         return self.emulation.per_prompt(self.n)
+
+    def usage_totals(self, usages: list[Usage | None]) -> tuple[Usage | None, Usage | None]:
+        """The usage of the legs (one entry per leg): what the client is told, each prompt once
+        however many legs share it (OpenAI's semantics), and what the vendor calls billed, every
+        leg's prompt included."""
+        by_prompts: dict[int, list[Usage | None]] = {}
+        for leg, usage in zip(self.legs, usages, strict=True):
+            by_prompts.setdefault(leg.first_prompt, []).append(usage)
+        return usage_per_prompt(by_prompts.values()), summed_usage(usages)
 
     def attempt(self) -> Attempt:
         """What the usage ledger records of this plan's vendor calls."""
@@ -181,8 +191,8 @@ async def complete(plan: Plan) -> Result:
             choice.index = leg.index(choice.index, plan.per_prompt)
             choices.append(choice)
     choices.sort(key=lambda c: c.index)
-    merged = Result(choices=choices, usage=summed_usage([r.usage for r in results]),
-                    system_fingerprint=results[0].system_fingerprint)
+    client, billed = plan.usage_totals([r.usage for r in results])
+    merged = Result(choices=choices, usage=client, system_fingerprint=results[0].system_fingerprint, billed=billed)
     if plan.emulation.rewrites_result:
         return plan.emulation.complete(merged, plan.prompts, plan.n, plan.adapter.name)
     return merged
@@ -190,7 +200,8 @@ async def complete(plan: Plan) -> Result:
 
 async def stream(plan: Plan) -> AsyncIterator[Chunk]:
     """Chunks of every leg as they come (at most FANOUT_CONCURRENCY legs at once), re-indexed,
-    then one final chunk with the total usage (`usage` is None when some leg did not report it)."""
+    then one final chunk with the usage totals (Plan.usage_totals; None when some leg did not
+    report its usage)."""
     gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
     usages: list[Usage | None] = [None] * len(plan.legs)
 
@@ -209,7 +220,8 @@ async def stream(plan: Plan) -> AsyncIterator[Chunk]:
                 for choice in chunk.choices:
                     choice.index = leg.index(choice.index, plan.per_prompt)
                 yield Chunk(chunk.choices)
-    yield Chunk([], summed_usage(usages))
+    client, billed = plan.usage_totals(usages)
+    yield Chunk([], client, billed)
 
 
 def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:

@@ -38,9 +38,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.core.completion import COUNT_TOKENS_TIMEOUT
 from gateway.store import database
-from gateway.store.meter import Estimate, Meter
+from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
 from gateway.store.tables import ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
@@ -57,10 +56,7 @@ class Ledger:
     # low concurrency; rows that arrive meanwhile join the next batch. It adds at most this much
     # to the loss window of a hard kill (SIGTERM loses nothing).
     COMMIT_INTERVAL = 0.05
-    # Counting an estimate's tokens is bounded work (store/tokens.py), but the local model's
-    # tokenizer is a service that may stall: past this, the row is estimated by its length. Twice
-    # the time one tokenizer call may take, which then gives up and frees its worker thread.
-    ESTIMATE_TIMEOUT = 2 * COUNT_TOKENS_TIMEOUT
+    ESTIMATE_TIMEOUT = ESTIMATE_TIMEOUT  # seconds counting an estimate may take (store/meter.py)
     PROBE_TIMEOUT = 3.0  # seconds for the database to answer "are you there?" after a failed write
 
     def __init__(self, engine: AsyncEngine, max_pending: int) -> None:
@@ -118,21 +114,15 @@ class Ledger:
 
     def estimate(self, row: dict[str, Any], estimate: Estimate,
                  then: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Count the tokens in a worker thread (a long prompt takes a pure-Python tokenizer a
-        while), then add the row (and hand it to `then`)."""
+        """Count the tokens (off the event loop, bounded in time: meter.counted), then add the row
+        (and hand it to `then`)."""
         task = asyncio.get_running_loop().create_task(self._count(row, estimate, then))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
 
     async def _count(self, row: dict[str, Any], estimate: Estimate,
                      then: Callable[[dict[str, Any]], None] | None) -> None:
-        try:
-            async with asyncio.timeout(self.ESTIMATE_TIMEOUT):
-                prompt, completion = await asyncio.to_thread(estimate.tokens)
-        except Exception as exc:  # too slow (a tokenizer's own service stalling), or failed
-            log.warning("counting tokens for %s failed (%s); its row is estimated at four characters a token",
-                        row["request_id"], _reason(exc))
-            prompt, completion = estimate.rough()
+        prompt, completion = await counted(estimate, self.ESTIMATE_TIMEOUT, f"the row of {row['request_id']}")
         row = row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         self.add(row)
         if then is not None:

@@ -4,26 +4,39 @@ A handler opens a `Meter` per request (`Ledger.meter`), names the vendor calls i
 (`trying`, with the planner's `Attempt`), tells it what text went to the client, and closes it
 with the vendor's usage (`finish`), with what went wrong (`fail`) or because the client left
 (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text
-delivered so far (or, when none was, what an adapter reported as generated), counted with a tokenizer (store/tokens.py) in a worker thread, never more than
-could have been read or generated, and the row says `estimated`.
+delivered so far (or, when none was, what an adapter reported as generated), counted with a
+tokenizer (store/tokens.py) in a worker thread, never more than could have been read or generated,
+and the row says `estimated`. The handler asks the meter for the client's estimate too
+(`estimated_usage`: each prompt once, as OpenAI counts), counted the same way and bounded the same
+way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
+from gateway.core.completion import COUNT_TOKENS_TIMEOUT, Attempt, Choice, Usage, rough_tokens
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
+
+log = logging.getLogger("gateway.ledger")
+
+# Counting an estimate's tokens is bounded work (store/tokens.py), but the local model's tokenizer
+# is a service that may stall: past this many seconds, the estimate is made from length. Twice the
+# time one tokenizer call may take, which then gives up and frees its worker thread.
+ESTIMATE_TIMEOUT = 2 * COUNT_TOKENS_TIMEOUT
 
 
 class Sink(Protocol):
     """Where a meter's row goes (the Ledger)."""
+
+    ESTIMATE_TIMEOUT: float  # the bound of counting an estimate, the row's and the client's alike
 
     def add(self, row: dict[str, Any]) -> None: ...
 
@@ -38,6 +51,19 @@ VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
 REFUSED = "refused"  # a limit refused it before any vendor call (no tokens)
+
+
+async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, int]:
+    """The estimate's (prompt, completion) tokens, counted in a worker thread (a long text keeps a
+    pure-Python tokenizer busy for a while, which must not be the event loop's while); after
+    `timeout` seconds, or if counting fails, from the texts' length (four characters a token)."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await asyncio.to_thread(estimate.tokens)
+    except Exception as exc:
+        log.warning("counting tokens for %s failed (%s); estimated at four characters a token", what,
+                    f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        return estimate.rough()
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -83,7 +109,7 @@ class Meter:
     (`refused`). `on_close` hears of the final row (None without one), e.g. to settle limits."""
 
     __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_generated",
-                 "_closed", "on_close")
+                 "_closed", "on_close", "_counts")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
         self._ledger = ledger_
@@ -95,6 +121,9 @@ class Meter:
         self._generated: dict[int, list[str]] = {}  # by candidate, before any of it was sent
         self._closed = False
         self.on_close: Callable[[dict[str, Any] | None], None] | None = None
+        # Token counts of texts already counted for this request: the client's estimate and the
+        # row's count the same prompts (and the row a fanned-out prompt once per call).
+        self._counts: dict[str, int] = {}
         self._row: dict[str, Any] = {
             "request_id": request_id,
             "account_id": account_id,
@@ -122,6 +151,18 @@ class Meter:
         """Text was generated for the answer but not yet sent (core.completion.generated): what an
         estimate counts when nothing was sent because the client left first."""
         self._generated.setdefault(candidate, []).append(text)
+
+    async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str]) -> Usage:
+        """The usage a client is told when the vendor reported none (OpenAI's semantics): each
+        prompt once, and every choice's text sent so far less the prompt `echoed(index)` it
+        starts with. Counted as the row's estimate is (`counted`), marked estimated."""
+        texts = []
+        for index, pieces in self._sent.items():
+            text, prefix = "".join(pieces), echoed(index)
+            texts.append(text[len(prefix):] if prefix and text.startswith(prefix) else text)
+        prompt, completion = await counted(self._estimate(list(prompts), texts), self._ledger.ESTIMATE_TIMEOUT,
+                                           f"the answer to {self._row['request_id']}")
+        return Usage(prompt, completion, estimated=True)
 
     def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
         """The request completed; `choices` is a plain (non-stream) answer's text."""
@@ -181,14 +222,24 @@ class Meter:
             if self.on_close is not None:
                 self.on_close(row)
             return
-        estimate = Estimate(
-            count=tokens.counter(attempt.model, attempt.count_tokens),
-            prompts=list(attempt.prompts_sent),
-            sent=["".join(pieces) for pieces in (self._sent or self._generated).values()],
-            max_completion=attempt.max_completion_tokens,
-        )
+        sent = (self._sent or self._generated).values()
+        estimate = self._estimate(list(attempt.prompts_sent), ["".join(pieces) for pieces in sent])
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
         self._ledger.estimate(row, estimate, then=self.on_close)
+
+    def _estimate(self, prompts: list[str], sent: list[str]) -> Estimate:
+        attempt = self._attempt
+        assert attempt is not None
+        count = tokens.counter(attempt.model, attempt.count_tokens)
+        counts = self._counts
+
+        def cached(text: str) -> int:  # from worker threads: a dict's get and set are atomic
+            found = counts.get(text)
+            if found is None:
+                found = counts[text] = count(text)
+            return found
+
+        return Estimate(count=cached, prompts=prompts, sent=sent, max_completion=attempt.max_completion_tokens)
 
 
 def _detail(details: dict[str, Any] | None, name: str) -> int | None:

@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
+from gateway.vendors.logprobs import with_sampled
 from gateway.vendors.vendor_errors import error_message, vendor_error
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
@@ -46,6 +47,13 @@ def _field(name: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda config, value: config.update({name: value})
 
 
+def int32_seed(seed: int) -> int:
+    """The contract's int64 seed (and a fanned-out choice's seed + i, which may go beyond it) in
+    Gemini's int32 `seed`, wrapped as two's complement: a seed already in range is sent as it is,
+    and every seed maps to the same int32 each time."""
+    return (seed + 2**31) % 2**32 - 2**31
+
+
 def _logprobs(config: dict[str, Any], top: int) -> None:
     config["responseLogprobs"] = True
     config["logprobs"] = top
@@ -58,7 +66,7 @@ _WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
     "stop": _field("stopSequences"),
     "temperature": _field("temperature"),
     "top_p": _field("topP"),
-    "seed": _field("seed"),
+    "seed": lambda config, value: config.update(seed=int32_seed(value)),
     "presence_penalty": _field("presencePenalty"),
     "frequency_penalty": _field("frequencyPenalty"),
     "logprobs": _logprobs,
@@ -81,7 +89,7 @@ def capabilities(options: GeminiOptions) -> Capabilities:
         "stop": native(per_call=MAX_STOP),
         "temperature": native(),
         "top_p": native(),
-        "seed": native(range=Range(-(2**31), 2**31 - 1)),  # an int32 field
+        "seed": native(),  # an int32 field: wrapped into it (int32_seed)
         "presence_penalty": native(),
         "frequency_penalty": native(),
         "logprobs": native(),
@@ -210,24 +218,27 @@ class Reader:
         top = [read.obj(step, "a top candidates step")
                for step in read.items(result.get("topCandidates"), "topCandidates")]
         tokens = [read.token(c.get("token"), "a chosen candidate's token") for c in chosen]
+        token_logprobs = [read.logprob(c.get("logProbability", 0.0), "logProbability") for c in chosen]
         offsets, at = [], self._offsets[index]
         for token in tokens:
             offsets.append(at)
             at += len(token)
         return {
             "tokens": tokens,
-            "token_logprobs": [read.logprob(c.get("logProbability", 0.0), "logProbability") for c in chosen],
-            "top_logprobs": [_alternatives(top[i] if i < len(top) else {}, self._top) for i in range(len(chosen))],
+            "token_logprobs": token_logprobs,
+            # Gemini's top candidates need not include the chosen one; OpenAI's always do.
+            "top_logprobs": [with_sampled(token, logprob, _alternatives(top[i] if i < len(top) else {}, self._top))
+                             for i, (token, logprob) in enumerate(zip(tokens, token_logprobs, strict=True))],
             "text_offset": offsets,
         }
 
 
-def _alternatives(step: dict[str, Any], top: int) -> dict[str, float]:
-    alternatives: dict[str, float] = {}
+def _alternatives(step: dict[str, Any], top: int) -> list[tuple[str, float]]:
+    alternatives = []
     for raw in read.items(step.get("candidates"), "candidates")[: min(top, read.MAX_ALTERNATIVES)]:
         candidate = read.obj(raw, "a top candidate")
-        alternatives[read.token(candidate.get("token"), "a top candidate's token")] = read.logprob(
-            candidate.get("logProbability", 0.0), "logProbability")
+        alternatives.append((read.token(candidate.get("token"), "a top candidate's token"),
+                             read.logprob(candidate.get("logProbability", 0.0), "logProbability")))
     return alternatives
 
 

@@ -8,6 +8,7 @@ Every contract parameter is served here except `suffix`. The engine does samplin
 - `echo`: the prompt prepended and, with `logprobs`, the prompt's own tokens scored exactly
   (Engine.score), so evaluation harnesses can score with `max_tokens` 0 or 1;
 - `max_tokens: 0`: nothing is generated (the engine would treat 0 as 1);
+- the empty prompt: generated from the model's start-of-text token, as OpenAI does;
 - OpenAI's sampling: temperature and top_p default to 1 and act alone (no top-k or min-p),
   temperature before top_p;
 - exact usage: the prompt counted once per prompt, the completion tokens of every candidate.
@@ -242,7 +243,7 @@ class LocalAdapter:
             why = self.not_ready()
             raise VendorNotReady(f"vendor '{self.name}' is not ready: {why}", code="vendor_not_ready",
                                     vendor=self.name, retry_after=None if self._failure else 1)
-        if not call.prompts[0]:
+        if not call.prompts[0] and self._engine.start_token is None:
             raise self._invalid("prompt", "an empty prompt gives the model nothing to continue (it has no "
                                           "start-of-text token)")
         context = self._engine.options.context_size
@@ -261,13 +262,13 @@ class LocalAdapter:
         prompt = _Prompt(echoed=text if call.echo else "")
         if call.max_tokens and not (call.echo and call.logprobs is not None):
             return prompt
-        tokens = await self._engine.tokenize(text)
-        prompt.tokens = len(tokens)
+        tokens = await self._engine.tokenize(text) if text else []
+        prompt.tokens = len(tokens) or 1  # an empty prompt is read as the start-of-text token alone
         if prompt.tokens > self._engine.options.context_size:
             raise BadRequest(f"vendor '{self.name}': the prompt has {prompt.tokens} tokens, more than the "
                                  f"context size ({self._engine.options.context_size})",
                                  code="context_length_exceeded", param="prompt", vendor=self.name)
-        if call.echo and call.logprobs is not None:
+        if call.echo and call.logprobs is not None and tokens:  # an empty prompt echoes no tokens
             scored = await self._engine.score([token for token, _ in tokens], call.logprobs)
             # Token text comes from the tokenizer: a special token such as <|im_start|> is written
             # out in the prompt but scores as a token with no bytes.
@@ -294,7 +295,9 @@ class LocalAdapter:
         """The engine request for one candidate of `call`, with OpenAI's sampling: logit_bias
         (always first in llama.cpp), penalties, temperature, top_p; no hidden top-k or min-p.
         `user` is deliberately not sent."""
-        body: dict[str, Any] = {"prompt": call.prompts[0], "samplers": ["temperature"]}
+        # An empty prompt is generated from the start-of-text token (the engine would generate nothing).
+        prompt = call.prompts[0] or [self._engine.start_token]
+        body: dict[str, Any] = {"prompt": prompt, "samplers": ["temperature"]}
         for write in self._writers:
             write(body, call, self._engine.options.context_size)
         seed = choice_seed(call.seed, candidate)

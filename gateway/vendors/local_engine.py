@@ -87,6 +87,9 @@ class Engine:
     def __init__(self, options: EngineOptions) -> None:
         self.options = options
         self.vocab_size = 0
+        # The model's start-of-text (BOS) token, which an empty prompt generates from, as OpenAI's
+        # models do from <|endoftext|>; None when the model declares none.
+        self.start_token: int | None = None
         self._server: Any = None
         self._http: httpx.AsyncClient | None = None
         self._counting: httpx.Client | None = None  # count_tokens runs on worker threads
@@ -107,8 +110,12 @@ class Engine:
         with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
             meta = http.get("/v1/models").raise_for_status().json()["data"][0]["meta"]
             probe = http.post("/tokenize", json={"content": ","}).raise_for_status().json()["tokens"]
+            bos = http.get("/props").raise_for_status().json().get("bos_token")
+            start = http.post("/tokenize", json={"content": bos, "parse_special": True}).raise_for_status().json()[
+                "tokens"] if isinstance(bos, str) and bos else []
         self.vocab_size = int(meta["n_vocab"])
         self._probe = probe[0]
+        self.start_token = start[0] if len(start) == 1 else None
         self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
         self._counting = httpx.Client(base_url=url, headers=headers, timeout=COUNT_TOKENS_TIMEOUT)
         self._server = server

@@ -1,9 +1,11 @@
 """Token log-probabilities in the legacy completions shape, from llama.cpp's chat-style ones (the
-embedded engine, and OpenAI-compatible servers built on llama.cpp, answer /v1/completions so).
+embedded engine, and OpenAI-compatible servers built on llama.cpp, answer /v1/completions so), and
+the rule every conversion of ours follows: a token's `top_logprobs` always holds the token itself.
 
 llama.cpp reports logprobs chat-style (`{"content": [{"id", "token", "bytes", "logprob",
 "top_logprobs": [...]}]}`); the contract wants the legacy shape: parallel lists `tokens`,
-`token_logprobs`, `top_logprobs` (a dict of at most `logprobs` alternatives per token) and
+`token_logprobs`, `top_logprobs` (per token a dict of at most `logprobs` alternatives, plus the
+token itself) and
 `text_offset` (each token's character offset in the choice's text, which starts with the prompt
 when echoing).
 
@@ -95,12 +97,22 @@ def legacy(tokens: Iterable[TokenLogprob], top: int, offsets: Offsets) -> dict[s
         if token.top is None:
             out["top_logprobs"].append(None)
         else:
-            alternatives: dict[str, float] = {}
-            for raw, logprob in token.top[:top]:
-                alternatives.setdefault(token_text(raw), logprob)
-            out["top_logprobs"].append(alternatives)
+            out["top_logprobs"].append(with_sampled(token_text(token.raw), token.logprob,
+                                                    ((token_text(raw), logprob) for raw, logprob in token.top[:top])))
         out["text_offset"].append(offsets.next(token.raw))
     return out
+
+
+def with_sampled(token: str, logprob: float | None, alternatives: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """A token's `top_logprobs` entry as OpenAI gives it: the alternatives, and always the token
+    itself with its own logprob (so `logprobs + 1` entries when it is not among the top ones, and
+    itself alone for `logprobs: 0`). Evaluation harnesses read it to tell a greedy token."""
+    entry: dict[str, float] = {}
+    for text, value in alternatives:
+        entry.setdefault(text, value)
+    if logprob is not None:
+        entry[token] = logprob  # the value of token_logprobs, whatever the alternatives said
+    return entry
 
 
 def concat(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:

@@ -214,7 +214,8 @@ def logprobs_for(tokens: list[str], k: int, offset: int = 0) -> dict[str, Any]:
     return {
         "tokens": tokens,
         "token_logprobs": token_logprobs,
-        "top_logprobs": [{t: lp, **{f" alt{j}": lp - 1 - j for j in range(k - 1)}} if k else {}
+        # As OpenAI: the sampled token is always there (alone for logprobs 0), then k - 1 more.
+        "top_logprobs": [{t: lp, **{f" alt{j}": lp - 1 - j for j in range(k - 1)}}
                          for t, lp in zip(tokens, token_logprobs)],
         "text_offset": offsets,
     }
