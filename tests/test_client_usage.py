@@ -72,9 +72,9 @@ def test_reported_usage_is_not_marked_estimated(vclient):
 @pytest.mark.parametrize("stream", [False, True])
 def test_fanned_out_choices_count_the_prompt_once_for_the_client_and_per_call_in_the_ledger(vclient, database,
                                                                                            stream):
-    """`lean` lacks `n`: three vendor calls, each reading the prompt. The client is told the prompt
+    """`bare` lacks `n`: three vendor calls, each reading the prompt. The client is told the prompt
     once (OpenAI's semantics); the ledger keeps what the three calls billed."""
-    body = {"model": "lean/m", "prompt": "a b c d", "n": 3, "max_tokens": 2, "stream": stream}
+    body = {"model": "bare/m", "prompt": "a b c d", "n": 3, "max_tokens": 2, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     r = vclient.post("/v5/completions", json=body)
@@ -87,8 +87,8 @@ def test_fanned_out_choices_count_the_prompt_once_for_the_client_and_per_call_in
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_estimate_counts_each_prompt_once(vclient, database, stream):
-    """`lean` lacks `n`: two vendor calls read the prompt; neither reports usage."""
-    body = {"model": "lean/no-usage", "prompt": PROMPT, "n": 2, "max_tokens": 3, "stream": stream}
+    """`bare` lacks `n`: two vendor calls read the prompt; neither reports usage."""
+    body = {"model": "bare/no-usage", "prompt": PROMPT, "n": 2, "max_tokens": 3, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     r = vclient.post("/v5/completions", json=body)
