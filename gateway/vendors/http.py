@@ -18,6 +18,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from gateway.core import observe
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import (
     MAX_RETRY_AFTER,
@@ -186,20 +187,32 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
     attempts = config.retries + 1
     attempt = 0
     resent_after_drop = False
+    observer = observe.current()
     while True:
         retry_after: float | None = None
+        span = observer.vendor_request(config.name, request.method, request.url, attempt + resent_after_drop)
         try:
             async with asyncio.timeout(first_byte):
                 response = await client.send(request, stream=True)
         except (httpx.HTTPError, TimeoutError) as exc:
+            span.failed(exc)
+            span.end()
             if connection_dropped(exc) and not resent_after_drop:
                 resent_after_drop = True
+                observer.vendor_retry(config.name, "connection_dropped")
                 await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                 continue
             error = transport_error(config, exc)
             retryable = not is_timeout(exc)
+            reason = "connection"
+        except BaseException as exc:  # cancelled: the client left
+            span.failed(exc)
+            span.end()
+            raise
         else:
+            span.set({"http.response.status_code": response.status_code})
             if response.status_code == 200:
+                span.end()
                 return response
             try:
                 body = await read_body(response, MAX_ERROR_BYTES, truncate=True)
@@ -209,13 +222,17 @@ async def _send(client: httpx.AsyncClient, config: VendorConfig, request: httpx.
                 await response.aclose()
             header = response.headers.get("retry-after")
             error = on_error(response.status_code, body, header)
+            span.failed(error)
+            span.end()
             retryable = response.status_code in RETRY_STATUSES
             retry_after = retry_after_seconds(header)
+            reason = str(response.status_code)
         attempt += 1
         if not retryable or attempt == attempts or (retry_after or 0) > BACKOFF_CAP:
             raise error
         delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (attempt - 1))
         log.info("vendor %s: %s; retry %d/%d in %.2fs", config.name, error.message, attempt, config.retries, delay)
+        observer.vendor_retry(config.name, reason)
         await sleep(delay)
 
 
