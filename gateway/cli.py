@@ -193,10 +193,12 @@ def _text(value: Any) -> str:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    from gateway.http import server
+    from gateway.http import metrics, server
     from gateway.services import create_app, redactor
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    if settings.metrics:
+        metrics.prepare_directory(settings)  # before any serving process starts: they share it
     try:
         app = create_app(settings)
     except ConfigError as exc:

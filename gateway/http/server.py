@@ -26,8 +26,9 @@ def run(app: Any, settings: Settings, redact: Redactor) -> None:
         access_log=False,
         timeout_graceful_shutdown=settings.shutdown_timeout,
     )
-    # uvicorn.Config set up uvicorn's logging; ours goes on top of it.
-    logs.configure(settings.log_level, redact)
+    # uvicorn.Config set up uvicorn's logging (replacing what the app's construction did); ours
+    # goes on top of it again.
+    logs.configure(settings.log_level, settings.log_format, redact)
     # After a graceful shutdown uvicorn restores the previous SIGTERM/SIGINT handlers and raises
     # the signal again, which by default kills the process with -15 even though all went well.
     # A handler that returns lets run() finish, and the gateway exits 0.

@@ -1,0 +1,197 @@
+"""Prometheus metrics (`GET /metrics`), correct however many processes serve.
+
+Every process writes its counts to memory-mapped files in one directory shared by all of them
+(prometheus-client's multiprocess mode); a scrape, answered by any process, adds up every file.
+`prepare_directory` runs once, in the process that starts the others, before they start: it wipes
+what an earlier run left there. Each process then calls `start` (through
+http/observability.start_process). Without a directory (the app run in-process, as some tests
+do) a process counts in its own memory.
+
+Label values stay bounded whatever clients send (`Labels`): a vendor label is a configured vendor;
+a model label is a model of the fallback configuration, or one its vendor answered successfully
+(at most `metrics_models_per_vendor` of those per vendor and process); any other is "other". A
+client inventing model names cannot create series. "none" marks a request that reached no vendor
+(refused by the gateway first).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from gateway.core.config import Settings
+
+# The variable prometheus-client reads; a supervisor that sets it owns the directory (not wiped).
+DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# The text format every Prometheus server reads (the 1.0.0 variant needs a recent one).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+NONE = "none"  # the request reached no vendor
+OTHER = "other"  # a value past the bound
+MAX_LABEL_CHARS = 128  # a longer model name is never a label value
+TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+# Seconds; a completion takes from milliseconds (cached, tiny) to minutes (long streams).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+def prepare_directory(settings: Settings) -> str:
+    """The shared directory for this run's processes, made ready before any of them starts: the
+    one in PROMETHEUS_MULTIPROC_DIR as it is (its owner wipes it), else GATEWAY_METRICS_DIR with
+    an earlier run's files removed, else a new private one removed at exit. Exported in
+    PROMETHEUS_MULTIPROC_DIR, which the processes started after this inherit."""
+    if given := os.environ.get(DIRECTORY_ENV):
+        return given
+    if settings.metrics_dir:
+        path = Path(settings.metrics_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):  # only prometheus-client's files: the directory may hold others
+            stale.unlink()
+    else:
+        path = Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ[DIRECTORY_ENV] = str(path)
+    return str(path)
+
+
+class Bounded:
+    """The `known` values, and the first `limit` other distinct values admitted; then OTHER."""
+
+    __slots__ = ("_seen", "_room")
+
+    def __init__(self, limit: int, known: Iterable[str] = ()) -> None:
+        self._seen = set(known)
+        self._room = limit
+
+    def __call__(self, value: str, admit: bool = True) -> str:
+        if value in self._seen:
+            return value
+        if admit and self._room > 0 and len(value) <= MAX_LABEL_CHARS:
+            self._seen.add(value)
+            self._room -= 1
+            return value
+        return OTHER
+
+
+class Labels:
+    """Bounded vendor and model label values (see the module's docstring)."""
+
+    def __init__(self, vendors: Iterable[str], fallbacks: Mapping[str, Iterable[str]], per_vendor: int) -> None:
+        configured: dict[str, set[str]] = {vendor: set() for vendor in vendors}
+        for model, chain in fallbacks.items():
+            for name in (model, *chain):
+                if (vendor := name.partition("/")[0]) in configured:
+                    configured[vendor].add(name)
+        self._models = {vendor: Bounded(per_vendor, known) for vendor, known in configured.items()}
+
+    def vendor(self, vendor: str | None) -> str:
+        if vendor is None:
+            return NONE
+        return vendor if vendor in self._models else OTHER
+
+    def model(self, vendor: str | None, model: str | None, answered: bool) -> str:
+        """`model` ("vendor/name") as a label; `answered`: its vendor answered it successfully."""
+        if vendor is None or model is None:
+            return NONE
+        models = self._models.get(vendor)
+        return OTHER if models is None else models(model, admit=answered)
+
+
+class Metrics:
+    """This process's metrics, by the names the README documents."""
+
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None) -> None:
+        self.labels = Labels(settings.vendors, settings.fallbacks, settings.metrics_models_per_vendor)
+        self._reasons = Bounded(32)
+        self._deployments = Bounded(256)
+        r = {"registry": registry}
+        self.requests = Counter("gateway_requests", "Completion requests answered, by HTTP status.",
+                                ("vendor", "model", "status", "stream"), **r)
+        self.duration = Histogram("gateway_request_duration_seconds",
+                                  "Completion requests from arrival to the end of the answer (a stream's last byte).",
+                                  ("vendor", "model", "stream"), buckets=DURATION_BUCKETS, **r)
+        self.ttft = Histogram("gateway_time_to_first_token_seconds",
+                              "Streams: from arrival to the first text sent to the client.",
+                              ("vendor", "model"), buckets=TTFT_BUCKETS, **r)
+        self.tokens = Counter("gateway_tokens", "Tokens of the usage ledger's rows (estimates included).",
+                              ("vendor", "model", "kind"), **r)
+        self.in_flight = Gauge("gateway_in_flight_requests", "Completion requests being served.",
+                               multiprocess_mode="livesum", **r)
+        self.retries = Counter("gateway_vendor_retries", "Vendor requests sent again after a failure.",
+                               ("vendor", "reason"), **r)
+        self.fallbacks = Counter("gateway_fallbacks", "Requests that went on to a fallback model.",
+                                 ("model", "to"), **r)
+        self.ledger_pending = Gauge("gateway_ledger_pending_rows", "Usage rows waiting to be written.",
+                                    multiprocess_mode="livesum", **r)
+        self.ledger_dropped = Counter("gateway_ledger_dropped_rows", "Usage rows never written (logged instead).",
+                                      **r)
+        self.rate_limited = Counter("gateway_rate_limited", "Requests refused by the gateway's own limits.",
+                                    ("reason",), **r)
+        self.cost = Counter("gateway_cost_usd", "What requests cost by the configured prices, in US dollars.",
+                            ("vendor", "model"), **r)
+        # 1 while every process takes the deployment, 0 once one of them leaves it out.
+        self.deployment_healthy = Gauge("gateway_deployment_healthy", "Whether a deployment is taken.",
+                                        ("vendor", "deployment"), multiprocess_mode="livemin", **r)
+
+    def request(self, vendor: str, model: str, status: int, stream: bool, seconds: float,
+                ttft: float | None) -> None:
+        streamed = "true" if stream else "false"
+        self.requests.labels(vendor, model, str(status), streamed).inc()
+        self.duration.labels(vendor, model, streamed).observe(seconds)
+        if stream and ttft is not None:
+            self.ttft.labels(vendor, model).observe(ttft)
+
+    def row(self, row: Mapping[str, Any]) -> None:
+        vendor = row.get("vendor")
+        labels = (self.labels.vendor(vendor), self.labels.model(vendor, row.get("model"), row.get("outcome") == "completed"))
+        for kind in TOKEN_KINDS:
+            count = row.get(f"{kind}_tokens")
+            if count:
+                self.tokens.labels(*labels, kind).inc(count)
+
+    def reason(self, reason: str) -> str:
+        return self._reasons(reason)
+
+    def deployment(self, deployment: str) -> str:
+        return self._deployments(deployment)
+
+
+_metrics: Metrics | None = None
+_registry: CollectorRegistry | None = None  # this process's own, without a shared directory
+
+
+def start(settings: Settings) -> Metrics:
+    """This process's metrics, created on the first call: in the shared directory when one was
+    prepared (its files named by this process's id), else in this process's memory."""
+    global _metrics, _registry
+    if _metrics is None:
+        if os.environ.get(DIRECTORY_ENV):
+            if not values.ValueClass._multiprocess:  # prometheus-client chose at import, before the directory
+                values.ValueClass = values.MultiProcessValue()
+            _metrics = Metrics(settings, None)
+        else:
+            _registry = CollectorRegistry()
+            _metrics = Metrics(settings, _registry)
+    return _metrics
+
+
+def render() -> bytes:
+    """The text exposition of every process's metrics (file reads: call it off the event loop)."""
+    if _registry is not None:
+        return generate_latest(_registry)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+
+def process_exited(pid: int) -> None:
+    """A serving process is gone (its supervisor calls this): its gauges no longer count."""
+    if os.environ.get(DIRECTORY_ENV):
+        multiprocess.mark_process_dead(pid)
