@@ -27,7 +27,7 @@ from gateway.core.completion import CompletionCall
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import logs, metrics, tracing
-from gateway.http.context import BODY_KEY, HandlerRequest
+from gateway.http.context import HandlerRequest
 from gateway.store.meter import Meter
 
 COMPLETIONS = "/v5/completions"
@@ -60,17 +60,27 @@ def install(settings: Settings, redact: Redactor, tracer_provider: Any = None) -
 
 
 class _Slot:
-    __slots__ = ("meter",)
+    __slots__ = ("meter", "body")
 
     def __init__(self) -> None:
         self.meter: Meter | None = None
+        self.body: Mapping[str, Any] = {}  # the validated request body
+
+
+def uninstall() -> None:
+    """Forget this process's observability (tests that install their own, then leave)."""
+    global _installed
+    _installed = None
+    observe.install(observe.Observer())
 
 
 def attach(request: HandlerRequest, meter: Meter) -> None:
-    """The completion handler's meter, for the access line and the request's metrics."""
+    """The completion handler's meter (and the request's body), for the access line, the
+    request's metrics and its span."""
     slot = request.scope.get(_METER)
     if slot is not None:
         slot.meter = meter
+        slot.body = request.body
 
 
 class GatewayObserver(observe.Observer):
@@ -207,8 +217,7 @@ def _row(scope: Scope) -> Mapping[str, Any]:
 
 
 def _body(scope: Scope) -> Mapping[str, Any]:
-    body = scope.get("extensions", {}).get(BODY_KEY)
-    return body if isinstance(body, dict) else {}
+    return scope[_METER].body
 
 
 def _span_attributes(scope: Scope, status: int) -> dict[str, Any]:
