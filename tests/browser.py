@@ -54,9 +54,10 @@ def page(browser):
         context.close()
 
 
-def screenshot(page, name: str) -> Path:
-    """A full-page PNG of `page` in .artifacts/<name>.png, for a person to look at."""
+def screenshot(page, name: str, full_page: bool = True) -> Path:
+    """A PNG of `page` (the whole page, or what its window shows) in .artifacts/<name>.png, for a
+    person to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
