@@ -21,6 +21,7 @@ async def scrape(request: HandlerRequest) -> Response:
         raise AuthenticationFailed("the metrics need a key: GATEWAY_METRICS_KEY's"
                                    + (" or a gateway API key" if settings.metrics_api_keys else ""),
                                    code="metrics_key_required")
+    metrics.flush()  # this process's latest counts; the others' are at most FLUSH_SECONDS old
     # Reading every process's files is blocking work; a scrape must not stall the requests being served.
     return Response(await asyncio.to_thread(metrics.render), media_type=metrics.CONTENT_TYPE)
 

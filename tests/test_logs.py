@@ -85,3 +85,15 @@ def test_text_stays_the_default_with_the_access_line_as_key_values(gateway, clie
                         message="the access line")
     assert "INFO gateway.access: POST /v5/completions 200" in line
     assert "model=fake/texted" in line and "status=200" in line and "account=acct-a" in line
+
+
+@pytest.mark.parametrize("text", [
+    "nothing secret here", "Authorization: Bearer abcdefghijklmnop", "AUTHORIZATION=xyz", "x-api-key: k",
+    "X-Goog-Api-Key=abc", "api_key='v'", "SK-ABCDEFGHIJKLMN", "\u017fk-abcdefghijkl", "key \u212aeep",
+    "AIza" + "B" * 35, "bearer ABCDEFGHIJKLMNOP", "the vendor key TopSecretValue9 again", "sk-short",
+])
+def test_the_redactors_quick_check_never_skips_what_its_pattern_scrubs(text):
+    from gateway.core.redaction import Redactor, _replacement
+
+    redact = Redactor(["topsecretvalue9"])
+    assert redact(text) == redact._pattern.sub(_replacement, text)

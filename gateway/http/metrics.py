@@ -16,6 +16,7 @@ client inventing model names cannot create series. "none" marks a request that r
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
@@ -40,6 +41,8 @@ TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 # Seconds; a completion takes from milliseconds (cached, tiny) to minutes (long streams).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Seconds a process's latest counts may wait before the shared files have them (see Metrics).
+FLUSH_SECONDS = 1.0
 
 
 def prepare_directory(settings: Settings) -> str:
@@ -105,12 +108,23 @@ class Labels:
 
 
 class Metrics:
-    """This process's metrics, by the names the README documents."""
+    """This process's metrics, by the names the README documents.
+
+    Counters and gauges are kept in this process's memory and written to the shared files at most
+    FLUSH_SECONDS later (and before this process answers a scrape, and at exit): a write to the
+    files costs several microseconds under a lock, a request makes a handful of them, and a
+    scrape every few seconds does not need them sooner. Histograms are written at once (a sum and
+    a bucket per observation)."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry | None) -> None:
         self.labels = Labels(settings.vendors, settings.fallbacks, settings.metrics_models_per_vendor)
         self._reasons = Bounded(32)
         self._deployments = Bounded(256)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._counts: dict[Any, float] = {}  # counter -> what it has counted since the last flush
+        self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
+        self._flush_due: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
+        self._in_flight = 0
         r = {"registry": registry}
         self.requests = Counter("gateway_requests", "Completion requests answered, by HTTP status.",
                                 ("vendor", "model", "status", "stream"), **r)
@@ -140,13 +154,21 @@ class Metrics:
         self.deployment_healthy = Gauge("gateway_deployment_healthy", "Whether a deployment is taken.",
                                         ("vendor", "deployment"), multiprocess_mode="livemin", **r)
 
-    def request(self, vendor: str, model: str, status: int, stream: bool, seconds: float,
+    # -- what is counted ------------------------------------------------------------------------
+    def request(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
                 ttft: float | None) -> None:
+        """A completion request ended (its answer sent, or its client gone)."""
+        vendor_label, model_label = self.labels.vendor(vendor), self.labels.model(vendor, model, status == 200)
         streamed = "true" if stream else "false"
-        self.requests.labels(vendor, model, str(status), streamed).inc()
-        self.duration.labels(vendor, model, streamed).observe(seconds)
+        self._count(self.requests, (vendor_label, model_label, str(status), streamed))
+        self._child(self.duration, (vendor_label, model_label, streamed)).observe(seconds)
         if stream and ttft is not None:
-            self.ttft.labels(vendor, model).observe(ttft)
+            self._child(self.ttft, (vendor_label, model_label)).observe(ttft)
+
+    def started(self, change: int) -> None:
+        """Completion requests began (+1) or ended (-1)."""
+        self._in_flight += change
+        self._level(self.in_flight, self._in_flight)
 
     def row(self, row: Mapping[str, Any]) -> None:
         vendor = row.get("vendor")
@@ -154,13 +176,69 @@ class Metrics:
         for kind in TOKEN_KINDS:
             count = row.get(f"{kind}_tokens")
             if count:
-                self.tokens.labels(*labels, kind).inc(count)
+                self._count(self.tokens, (*labels, kind), count)
 
-    def reason(self, reason: str) -> str:
-        return self._reasons(reason)
+    def retry(self, vendor: str, reason: str) -> None:
+        self._count(self.retries, (self.labels.vendor(vendor), reason))
 
-    def deployment(self, deployment: str) -> str:
-        return self._deployments(deployment)
+    def fallback(self, model: str, to: str) -> None:
+        self._count(self.fallbacks, (model, to))  # both are models of the fallback configuration: bounded
+
+    def pending(self, rows: int) -> None:
+        self._level(self.ledger_pending, rows)
+
+    def dropped(self, rows: int) -> None:
+        self._count(self.ledger_dropped, (), rows)
+
+    def limited(self, reason: str) -> None:
+        self._count(self.rate_limited, (self._reasons(reason),))
+
+    def spent(self, vendor: str, model: str, usd: float) -> None:
+        if usd > 0:
+            self._count(self.cost, (self.labels.vendor(vendor), self.labels.model(vendor, model, answered=False)), usd)
+
+    def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
+        self._level(self.deployment_healthy, 1 if healthy else 0,
+                    (self.labels.vendor(vendor), self._deployments(deployment)))
+
+    # -- writing it -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write what was counted since the last flush to the shared files (or this process's registry)."""
+        self._flush_due = None
+        counts, self._counts = self._counts, {}
+        levels, self._levels = self._levels, {}
+        for counter, amount in counts.items():
+            counter.inc(amount)
+        for gauge, value in levels.items():
+            gauge.set(value)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        if not labels:
+            return metric
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _count(self, counter: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        child = self._child(counter, labels)
+        self._counts[child] = self._counts.get(child, 0.0) + amount
+        self._due()
+
+    def _level(self, gauge: Any, value: float, labels: tuple[str, ...] = ()) -> None:
+        self._levels[self._child(gauge, labels)] = value
+        self._due()
+
+    def _due(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here: nothing would run a later flush
+            self.flush()
+            return
+        if self._flush_due is not loop:
+            self._flush_due = loop
+            loop.call_later(FLUSH_SECONDS, self.flush)
 
 
 _metrics: Metrics | None = None
@@ -179,16 +257,23 @@ def start(settings: Settings) -> Metrics:
         else:
             _registry = CollectorRegistry()
             _metrics = Metrics(settings, _registry)
+        atexit.register(_metrics.flush)  # what this process counted last
     return _metrics
 
 
 def render() -> bytes:
-    """The text exposition of every process's metrics (file reads: call it off the event loop)."""
+    """The text exposition of every process's metrics (file reads: call it off the event loop,
+    after `flush()` on it, so that this process's latest counts are in)."""
     if _registry is not None:
         return generate_latest(_registry)
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     return generate_latest(registry)
+
+
+def flush() -> None:
+    if _metrics is not None:
+        _metrics.flush()
 
 
 def process_exited(pid: int) -> None:

@@ -98,11 +98,11 @@ class GatewayObserver(observe.Observer):
 
     def vendor_retry(self, vendor: str, reason: str) -> None:
         if self._m is not None:
-            self._m.retries.labels(self._m.labels.vendor(vendor), reason).inc()
+            self._m.retry(vendor, reason)
 
     def fallback(self, model: str, to: str) -> None:
-        if self._m is not None:  # both are models of the fallback configuration: bounded
-            self._m.fallbacks.labels(model, to).inc()
+        if self._m is not None:
+            self._m.fallback(model, to)
 
     def ledger_row(self, row: Mapping[str, Any]) -> None:
         if self._m is not None:
@@ -110,25 +110,23 @@ class GatewayObserver(observe.Observer):
 
     def ledger_pending(self, rows: int) -> None:
         if self._m is not None:
-            self._m.ledger_pending.set(rows)
+            self._m.pending(rows)
 
     def ledger_dropped(self, rows: int) -> None:
         if self._m is not None:
-            self._m.ledger_dropped.inc(rows)
+            self._m.dropped(rows)
 
     def rate_limited(self, reason: str) -> None:
         if self._m is not None:
-            self._m.rate_limited.labels(self._m.reason(reason)).inc()
+            self._m.limited(reason)
 
     def cost(self, vendor: str, model: str, usd: float) -> None:
-        if self._m is not None and usd > 0:
-            labels = self._m.labels
-            self._m.cost.labels(labels.vendor(vendor), labels.model(vendor, model, answered=False)).inc(usd)
+        if self._m is not None:
+            self._m.spent(vendor, model, usd)
 
     def deployment_health(self, vendor: str, deployment: str, healthy: bool) -> None:
         if self._m is not None:
-            self._m.deployment_healthy.labels(self._m.labels.vendor(vendor), self._m.deployment(deployment)).set(
-                1 if healthy else 0)
+            self._m.deployment(vendor, deployment, healthy)
 
 
 class ObservedApp:
@@ -160,7 +158,7 @@ class ObservedApp:
         scope[_METER] = _Slot()
         m = self._metrics
         if m is not None:
-            m.in_flight.inc()
+            m.started(1)
         status = 500
         try:
             if self._tracing is not None:
@@ -172,7 +170,7 @@ class ObservedApp:
         finally:
             seconds = time.perf_counter() - started
             if m is not None:
-                m.in_flight.dec()
+                m.started(-1)
             self._done(scope, status, seconds)
 
     def _done(self, scope: Scope, status: int, seconds: float) -> None:
@@ -181,9 +179,7 @@ class ObservedApp:
         stream = bool(row.get("streamed", _body(scope).get("stream") is True))
         ttft_ms = row.get("ttft_ms")
         if self._metrics is not None:
-            labels = self._metrics.labels
-            self._metrics.request(labels.vendor(vendor), labels.model(vendor, model, answered=status == 200),
-                                  status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000)
+            self._metrics.request(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000)
         if access_log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": row.get("request_id"), "account": row.get("account_id"), "key_id": row.get("key_id"),
