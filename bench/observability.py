@@ -1,18 +1,26 @@
 """What metrics and JSON access logs cost per request: the same gateway three ways, side by side.
 
     python -m bench.observability [--seconds 4] [--rounds 3]
+    python -m bench.observability --in-process [--requests 3000] [--rounds 5]
 
 Variants, each a `gateway serve` (one process) in front of the same fast fake vendor, on one
 SQLite ledger:
   off           GATEWAY_METRICS=0, log level warning (no access line)
   metrics       /metrics counting, log level warning
-  metrics+json  /metrics counting, GATEWAY_LOG_FORMAT=json at level info: an access line per request
+  metrics+text  /metrics counting, log level info: a text access line per request
+  metrics+json  /metrics counting, GATEWAY_LOG_FORMAT=json at level info: a JSON access line per request
 
 A closed-loop load generator (bench/run.py's) measures requests/s at concurrency 1 and 32,
 round-robin in short rounds so machine noise hits every variant alike. On a shared machine
 requests/s move with the neighbours, so each gateway's CPU time per request (user + system, read
 from /proc/<pid>/stat around its own rounds) is printed beside it: the cost the variant adds,
 whatever else runs.
+
+`--in-process` takes sockets, the vendor's server and the load generator out of the picture: each
+variant is a process of its own (observability is set up once per process) that builds the app
+and calls it directly as an ASGI app, `--requests` times, its vendor answering through an
+in-process transport; what is compared is that process's CPU time per request (the median of
+`--rounds` runs per variant, run alternately). The ledger writes to SQLite as in production.
 """
 
 from __future__ import annotations
@@ -21,9 +29,14 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
+import subprocess
 import sys
+import time
 
 import aiohttp
+import httpx
+import orjson
 
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from tests.fakes.server import free_port
@@ -33,6 +46,7 @@ from tests.provision import sqlite_database
 VARIANTS = {
     "off": {"GATEWAY_METRICS": "0", "GATEWAY_LOG_LEVEL": "warning"},
     "metrics": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "warning"},
+    "metrics+text": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info"},
     "metrics+json": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info", "GATEWAY_LOG_FORMAT": "json"},
 }
 TICK = os.sysconf("SC_CLK_TCK")
@@ -67,11 +81,117 @@ async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float,
                       f"{per_request[name]:>12.0f}{per_request[name] / per_request['off']:>8.3f}{s.errors:>7}")
 
 
+# -- in-process ----------------------------------------------------------------------------------
+async def _answer(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "bench",
+                                     "choices": [{"index": 0, "text": " w0 w1", "finish_reason": "length"}],
+                                     "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
+
+
+async def _drive(variant: str, requests: int, db_url: str, key: str) -> float:
+    """CPU seconds per request of `requests` completions through the app, in this process."""
+    from gateway import services
+
+    env = {"GATEWAY_DATABASE_URL": db_url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+           "GATEWAY_VENDOR_FAKE_BASE_URL": "http://vendor.invalid/v1", "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+           **VARIANTS[variant]}
+    os.environ.update(env)  # GATEWAY_METRICS_DIR etc. as `gateway serve` would see them
+    settings = services.load_settings(env)
+    if settings.metrics:
+        from gateway.http import metrics
+
+        metrics.prepare_directory(settings)
+    app = services.create_app(settings)
+    from gateway.http import logs
+
+    logs.configure(settings.log_level, settings.log_format, services.redactor(settings))
+    state: dict = {}
+    started, stopping = asyncio.Event(), asyncio.Event()
+
+    async def lifespan_receive():
+        if not started.is_set():
+            return {"type": "lifespan.startup"}
+        await stopping.wait()
+        return {"type": "lifespan.shutdown"}
+
+    async def lifespan_send(message):
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+
+    life = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
+                                   lifespan_receive, lifespan_send))
+    await started.wait()
+    state["services"].registry.get("fake").use_transport(httpx.MockTransport(_answer))
+    body = orjson.dumps(BODY)
+    headers = [(b"host", b"bench"), (b"content-type", b"application/json"), (b"x-api-key", key.encode()),
+               (b"content-length", str(len(body)).encode())]
+    never = asyncio.Event()
+
+    async def one() -> None:
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await never.wait()
+
+        async def send(message):
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                raise RuntimeError(f"status {message['status']}")
+
+        await app({"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                   "scheme": "http", "path": "/v5/completions", "raw_path": b"/v5/completions", "query_string": b"",
+                   "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
+                   "state": dict(state)}, receive, send)
+
+    for _ in range(200):  # warm up
+        await one()
+    began = time.process_time()
+    for _ in range(requests):
+        await one()
+    spent = (time.process_time() - began) / requests
+    stopping.set()
+    await life
+    return spent
+
+
+def in_process(requests: int, rounds: int) -> None:
+    with sqlite_database() as db:
+        results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        for _ in range(rounds):
+            for name in VARIANTS:
+                done = subprocess.run([sys.executable, "-m", "bench.observability", "--variant", name, "--requests",
+                                       str(requests), "--db", db.url, "--key", db.key], capture_output=True, text=True,
+                                      check=True)
+                results[name].append(float(done.stdout.split()[-1]))
+    print(f"\nin-process: {requests} completions per run, {rounds} runs per variant, alternately; CPU per request")
+    base = statistics.median(results["off"])
+    print(f"{'variant':<14}{'median µs':>10}{'vs off':>8}{'+µs':>7}   runs (µs)")
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"{name:<14}{median * 1e6:>10.1f}{median / base:>8.3f}{(median - base) * 1e6:>7.1f}   "
+              + " ".join(f"{v * 1e6:.0f}" for v in values))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="the cost of metrics and JSON logs, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--in-process", action="store_true", help="the app called directly, CPU per request")
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one in-process run (a child of --in-process)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.variant:
+        with contextlib.redirect_stderr(open(os.devnull, "w")):  # the variant's own log lines
+            print(asyncio.run(_drive(args.variant, args.requests, args.db, args.key)))
+        return 0
+    if args.in_process:
+        in_process(args.requests, args.rounds)
+        return 0
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
     with contextlib.ExitStack() as stack:

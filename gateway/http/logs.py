@@ -29,10 +29,8 @@ class RedactSecrets(logging.Filter):
         self._redact = redact
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        redacted = self._redact(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
+        # The message is formatted once here, scrubbed, and kept so (formatters ask for it again).
+        record.msg, record.args = self._redact(record.getMessage()), None
         return True
 
 
@@ -70,11 +68,18 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__()
         self._redact = redact
+        self._second = -1  # the whole second `_prefix` spells, reused by every line within it
+        self._prefix = ""
+
+    def _time(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._second, self._prefix = second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace(
-                "+00:00", "Z"),
+            "time": self._time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -92,6 +97,10 @@ class JsonFormatter(logging.Formatter):
 def configure(level: str, fmt: str, redact: Redactor) -> None:
     """Set up this process's logging; again after uvicorn configured its own loggers (it replaces
     their handlers), which is why it may run more than once."""
+    # What no line of ours shows is not collected for each record (the logging HOWTO's
+    # "Optimization"): a completion's access line is on the hot path.
+    logging._srcfile = None  # type: ignore[attr-defined]  # the caller's file and line
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.basicConfig(level=level.upper())
     # One INFO line per vendor request (httpx) or migration step (alembic) is noise, and on the
     # hot path a cost; they still speak at debug level.

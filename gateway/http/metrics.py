@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import bisect
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from gateway.core.config import Settings
 
+PROMETHEUS_CLIENT_VERSION = "0.26.0"
 # The variable prometheus-client reads; a supervisor that sets it owns the directory (not wiped).
 DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The text format every Prometheus server reads (the 1.0.0 variant needs a recent one).
@@ -110,11 +113,12 @@ class Labels:
 class Metrics:
     """This process's metrics, by the names the README documents.
 
-    Counters and gauges are kept in this process's memory and written to the shared files at most
+    What is counted is kept in this process's memory and written to the shared files at most
     FLUSH_SECONDS later (and before this process answers a scrape, and at exit): a write to the
-    files costs several microseconds under a lock, a request makes a handful of them, and a
-    scrape every few seconds does not need them sooner. Histograms are written at once (a sum and
-    a bucket per observation)."""
+    files costs microseconds under a lock, a request would make a handful of them, and a scrape
+    every few seconds does not need them sooner. A histogram's observations are added up per
+    bucket meanwhile, and written as one increment of each bucket (prometheus-client's private
+    `_buckets` and `_sum` of a histogram's series; checked at start, `_check_histogram`)."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry | None) -> None:
         self.labels = Labels(settings.vendors, settings.fallbacks, settings.metrics_models_per_vendor)
@@ -123,7 +127,8 @@ class Metrics:
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._counts: dict[Any, float] = {}  # counter -> what it has counted since the last flush
         self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
-        self._flush_due: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
+        self._observed: dict[tuple[Any, tuple[str, ...]], _Observed] = {}  # histogram series -> since the last flush
+        self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
         self._in_flight = 0
         r = {"registry": registry}
         self.requests = Counter("gateway_requests", "Completion requests answered, by HTTP status.",
@@ -161,14 +166,15 @@ class Metrics:
         vendor_label, model_label = self.labels.vendor(vendor), self.labels.model(vendor, model, status == 200)
         streamed = "true" if stream else "false"
         self._count(self.requests, (vendor_label, model_label, str(status), streamed))
-        self._child(self.duration, (vendor_label, model_label, streamed)).observe(seconds)
+        self._observe(self.duration, DURATION_BUCKETS, (vendor_label, model_label, streamed), seconds)
         if stream and ttft is not None:
-            self._child(self.ttft, (vendor_label, model_label)).observe(ttft)
+            self._observe(self.ttft, TTFT_BUCKETS, (vendor_label, model_label), ttft)
 
     def started(self, change: int) -> None:
         """Completion requests began (+1) or ended (-1)."""
         self._in_flight += change
-        self._level(self.in_flight, self._in_flight)
+        self._levels[self.in_flight] = self._in_flight
+        self._due()
 
     def row(self, row: Mapping[str, Any]) -> None:
         vendor = row.get("vendor")
@@ -204,13 +210,16 @@ class Metrics:
     # -- writing it -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write what was counted since the last flush to the shared files (or this process's registry)."""
-        self._flush_due = None
+        self._flush_loop = None
         counts, self._counts = self._counts, {}
         levels, self._levels = self._levels, {}
+        observed, self._observed = self._observed, {}
         for counter, amount in counts.items():
             counter.inc(amount)
         for gauge, value in levels.items():
             gauge.set(value)
+        for series in observed.values():
+            series.write()
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         if not labels:
@@ -230,15 +239,52 @@ class Metrics:
         self._levels[self._child(gauge, labels)] = value
         self._due()
 
+    def _observe(self, histogram: Any, buckets: tuple[float, ...], labels: tuple[str, ...], value: float) -> None:
+        key = (histogram, labels)
+        series = self._observed.get(key)
+        if series is None:
+            series = self._observed[key] = _Observed(self._child(histogram, labels), buckets)
+        series.counts[bisect.bisect_left(buckets, value)] += 1  # past the last bound: the +Inf bucket
+        series.sum += value
+        self._due()
+
     def _due(self) -> None:
+        loop = self._flush_loop
+        if loop is not None and not loop.is_closed():
+            return  # a flush is scheduled
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop here: nothing would run a later flush
             self.flush()
             return
-        if self._flush_due is not loop:
-            self._flush_due = loop
-            loop.call_later(FLUSH_SECONDS, self.flush)
+        self._flush_loop = loop
+        loop.call_later(FLUSH_SECONDS, self.flush)
+
+
+class _Observed:
+    """A histogram series' observations since the last flush, counted per bucket."""
+
+    __slots__ = ("child", "counts", "sum")
+
+    def __init__(self, child: Any, buckets: tuple[float, ...]) -> None:
+        _check_histogram(child, buckets)
+        self.child = child
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def write(self) -> None:
+        for bucket, count in zip(self.child._buckets, self.counts, strict=True):
+            if count:
+                bucket.inc(count)
+        self.child._sum.inc(self.sum)
+
+
+def _check_histogram(child: Any, buckets: tuple[float, ...]) -> None:
+    """Fail loudly when prometheus-client's histogram series no longer hold what _Observed writes."""
+    found = getattr(child, "_buckets", None)
+    if found is None or len(found) != len(buckets) + 1 or not hasattr(child, "_sum"):
+        raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no "
+                           f"_buckets/_sum as gateway/http/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
 
 
 _metrics: Metrics | None = None
