@@ -65,7 +65,8 @@ async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float,
         for g in gateways.values():  # warm up pools and code paths
             await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, 8, 0.5, Sample())
         print(f"\nrequests: {BODY}  ({rounds} rounds x {seconds}s per variant, round-robin)")
-        print(f"{'variant':<14}{'conc':>5}{'req/s':>9}{'vs off':>8}{'p50 ms':>8}{'CPU µs/req':>12}{'vs off':>8}{'errors':>7}")
+        print(f"{'variant':<14}{'conc':>5}{'req/s':>9}{'vs off':>8}{'p50 ms':>8}{'CPU µs/req':>12}{'vs off':>8}"
+              f"{'errors':>7}")
         for concurrency in (1, 32):
             samples = {name: Sample() for name in gateways}
             cpu = dict.fromkeys(gateways, 0.0)

@@ -178,7 +178,8 @@ class Metrics:
 
     def row(self, row: Mapping[str, Any]) -> None:
         vendor = row.get("vendor")
-        labels = (self.labels.vendor(vendor), self.labels.model(vendor, row.get("model"), row.get("outcome") == "completed"))
+        answered = row.get("outcome") == "completed"
+        labels = (self.labels.vendor(vendor), self.labels.model(vendor, row.get("model"), answered))
         for kind in TOKEN_KINDS:
             count = row.get(f"{kind}_tokens")
             if count:
@@ -283,8 +284,8 @@ def _check_histogram(child: Any, buckets: tuple[float, ...]) -> None:
     """Fail loudly when prometheus-client's histogram series no longer hold what _Observed writes."""
     found = getattr(child, "_buckets", None)
     if found is None or len(found) != len(buckets) + 1 or not hasattr(child, "_sum"):
-        raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no "
-                           f"_buckets/_sum as gateway/http/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
+        raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no _buckets/"
+                           f"_sum as gateway/http/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
 
 
 _metrics: Metrics | None = None
