@@ -1,7 +1,7 @@
 """What metrics and JSON access logs cost per request: the same gateway three ways, side by side.
 
     python -m bench.observability [--seconds 4] [--rounds 3]
-    python -m bench.observability --in-process [--requests 3000] [--rounds 5]
+    python -m bench.observability --in-process [--requests 3000] [--rounds 5] [--callgrind]
 
 Variants, each a `gateway serve` (one process) in front of the same fast fake vendor, on one
 SQLite ledger:
@@ -21,6 +21,8 @@ variant is a process of its own (observability is set up once per process) that 
 and calls it directly as an ASGI app, `--requests` times, its vendor answering through an
 in-process transport; what is compared is that process's CPU time per request (the median of
 `--rounds` runs per variant, run alternately). The ledger writes to SQLite as in production.
+With `--callgrind` each run is under valgrind and what is compared is instructions per request,
+counted only while the requests are served: the same on a busy machine as on an idle one.
 """
 
 from __future__ import annotations
@@ -89,8 +91,15 @@ async def _answer(request: httpx.Request) -> httpx.Response:
                                      "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
 
 
-async def _drive(variant: str, requests: int, db_url: str, key: str) -> float:
-    """CPU seconds per request of `requests` completions through the app, in this process."""
+def _callgrind(on: bool) -> None:
+    """Count instructions from now on (or stop): this process runs under valgrind's callgrind."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], capture_output=True,
+                   check=True)
+
+
+async def _drive(variant: str, requests: int, db_url: str, key: str, counting=None) -> float:
+    """CPU seconds per request of `requests` completions through the app, in this process.
+    `counting(True)` is called as the measured requests begin, `counting(False)` as they end."""
     from gateway import services
 
     env = {"GATEWAY_DATABASE_URL": db_url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
@@ -149,31 +158,42 @@ async def _drive(variant: str, requests: int, db_url: str, key: str) -> float:
 
     for _ in range(200):  # warm up
         await one()
+    if counting:
+        counting(True)
     began = time.process_time()
     for _ in range(requests):
         await one()
     spent = (time.process_time() - began) / requests
+    if counting:
+        counting(False)
     stopping.set()
     await life
     return spent
 
 
-def in_process(requests: int, rounds: int) -> None:
+def in_process(requests: int, rounds: int, callgrind: bool) -> None:
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
     with sqlite_database() as db:
         results: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for _ in range(rounds):
             for name in VARIANTS:
-                done = subprocess.run([sys.executable, "-m", "bench.observability", "--variant", name, "--requests",
-                                       str(requests), "--db", db.url, "--key", db.key], capture_output=True, text=True,
+                command = [sys.executable, "-m", "bench.observability", "--variant", name, "--requests", str(requests),
+                           "--db", db.url, "--key", db.key] + (["--callgrind"] if callgrind else [])
+                done = subprocess.run((valgrind if callgrind else []) + command, capture_output=True, text=True,
                                       check=True)
-                results[name].append(float(done.stdout.split()[-1]))
-    print(f"\nin-process: {requests} completions per run, {rounds} runs per variant, alternately; CPU per request")
+                if callgrind:  # valgrind's summary: "Collected : <instructions>"
+                    collected = [line for line in done.stderr.splitlines() if "Collected :" in line][-1]
+                    results[name].append(int(collected.split()[-1]) / requests)
+                else:
+                    results[name].append(float(done.stdout.split()[-1]) * 1e6)
+    unit = "instructions" if callgrind else "µs CPU"
+    print(f"\nin-process: {requests} completions per run, {rounds} runs per variant, alternately; {unit} per request")
     base = statistics.median(results["off"])
-    print(f"{'variant':<14}{'median µs':>10}{'vs off':>8}{'+µs':>7}   runs (µs)")
+    print(f"{'variant':<14}{'median':>10}{'vs off':>8}{'added':>9}   runs")
     for name, values in results.items():
         median = statistics.median(values)
-        print(f"{name:<14}{median * 1e6:>10.1f}{median / base:>8.3f}{(median - base) * 1e6:>7.1f}   "
-              + " ".join(f"{v * 1e6:.0f}" for v in values))
+        print(f"{name:<14}{median:>10.0f}{median / base:>8.3f}{median - base:>9.0f}   "
+              + " ".join(f"{v:.0f}" for v in values))
 
 
 def main() -> int:
@@ -182,16 +202,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--in-process", action="store_true", help="the app called directly, CPU per request")
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--callgrind", action="store_true", help="with --in-process: instructions, under valgrind")
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # one in-process run (a child of --in-process)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant:
         with contextlib.redirect_stderr(open(os.devnull, "w")):  # the variant's own log lines
-            print(asyncio.run(_drive(args.variant, args.requests, args.db, args.key)))
+            print(asyncio.run(_drive(args.variant, args.requests, args.db, args.key,
+                                     _callgrind if args.callgrind else None)))
         return 0
     if args.in_process:
-        in_process(args.requests, args.rounds)
+        in_process(args.requests, args.rounds, args.callgrind)
         return 0
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)

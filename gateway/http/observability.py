@@ -60,11 +60,12 @@ def install(settings: Settings, redact: Redactor, tracer_provider: Any = None) -
 
 
 class _Slot:
-    __slots__ = ("meter", "body")
+    __slots__ = ("meter", "body", "status")
 
     def __init__(self) -> None:
         self.meter: Meter | None = None
         self.body: Mapping[str, Any] = {}  # the validated request body
+        self.status = 500  # what the answer's head said; 500 while none was sent
 
 
 def uninstall() -> None:
@@ -147,31 +148,35 @@ class ObservedApp:
         elif self._tracing is not None:
             path = scope["path"]
             route = path if path in self._routes else "(other)"
+            slot = _Slot()
             with self._tracing.request(scope, f"{scope['method']} {route}") as span:
-                status = await _served(self.app, scope, receive, send)
-                span.set({"http.response.status_code": status})
+                try:
+                    await _served(self.app, scope, receive, send, slot)
+                finally:
+                    span.set({"http.response.status_code": slot.status})
         else:
             await self.app(scope, receive, send)
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        scope[_METER] = _Slot()
+        slot = scope[_METER] = _Slot()
         m = self._metrics
         if m is not None:
             m.started(1)
-        status = 500
         try:
             if self._tracing is not None:
                 with self._tracing.request(scope, f"{scope['method']} {COMPLETIONS}") as span:
-                    status = await _served(self.app, scope, receive, send)
-                    span.set(_span_attributes(scope, status))
+                    try:
+                        await _served(self.app, scope, receive, send, slot)
+                    finally:
+                        span.set(_span_attributes(scope, slot.status))
             else:
-                status = await _served(self.app, scope, receive, send)
+                await _served(self.app, scope, receive, send, slot)
         finally:
             seconds = time.perf_counter() - started
             if m is not None:
                 m.started(-1)
-            self._done(scope, status, seconds)
+            self._done(scope, slot.status, seconds)
 
     def _done(self, scope: Scope, status: int, seconds: float) -> None:
         row = _row(scope)
@@ -193,18 +198,15 @@ class ObservedApp:
             access_log.info("%s %s %d", scope["method"], COMPLETIONS, status, extra={logs.FIELDS: fields})
 
 
-async def _served(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> int:
-    """Run `app` on the request; the status it answered (500 when it answered nothing)."""
-    status = 500
+async def _served(app: ASGIApp, scope: Scope, receive: Receive, send: Send, slot: _Slot) -> None:
+    """Run `app` on the request, noting in `slot` the status it answered, however it ends."""
 
     async def sending(message: Message) -> None:
-        nonlocal status
         if message["type"] == "http.response.start":
-            status = message["status"]
+            slot.status = message["status"]
         await send(message)
 
     await app(scope, receive, sending)
-    return status
 
 
 def _row(scope: Scope) -> Mapping[str, Any]:
