@@ -203,7 +203,7 @@ def _text(value: Any) -> str:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None, workers: int | None) -> int:
-    from gateway.http import server
+    from gateway.http import metrics, server
     from gateway.services import create_app, redactor
 
     if workers is not None and workers < 1:
@@ -211,6 +211,8 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
         return 2
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port,
                                            "workers": workers or settings.workers})
+    if settings.metrics:
+        metrics.prepare_directory(settings)  # before any serving process starts: they share it
     factory = functools.partial(create_app, settings)  # each worker builds its own app
     try:
         app = factory()  # here, too: a configuration the vendors refuse stops the start with a clear message

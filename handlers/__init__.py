@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from handlers import completions, health, usage, vendors
+from handlers import completions, contract, health, metrics, usage, vendors
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/completions": completions.create,
@@ -14,6 +14,8 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "GET-V5-/v5/vendors": vendors.list_vendors,
     "GET-/healthz": health.live,
     "GET-/readyz": health.ready,
+    "GET-/metrics": metrics.scrape,
+    "GET-/openapi.json": contract.openapi,
 }
 
 

@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from gateway.core.completion import Choice, Chunk, Result, Usage, generated
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import event_stream, limiting
+from gateway.http import event_stream, limiting, observability
 from gateway.http.context import HandlerRequest
 from gateway.planner import fallbacks
 from gateway.planner.plan import Plan
@@ -33,6 +33,7 @@ async def create(request: HandlerRequest) -> Response:
     created = int(time.time())
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
+    observability.attach(request, meter)  # the access line and the request's metrics read it
     services.admission.enter()
     grant = limiting.NO_LIMITS
     heard = generated.set(meter.generated)  # the vendor call's task inherits it

@@ -8,6 +8,10 @@ the browser is skipped, saying why; CI installs it, so there it runs.
 
 `page` is a fresh page in a fresh context per test; `screenshot(page, name)` keeps a picture under
 .artifacts/ (ignored by git) for a person to look at.
+
+The browser lives for one test module: Playwright's sync API keeps an event loop running in the
+test's thread while it is open, and every later `asyncio.run` in that thread (the provisioning
+helpers, the CLI) would fail. A module using `page` asks for its databases and gateways first.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ FLAGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
@@ -54,9 +58,10 @@ def page(browser):
         context.close()
 
 
-def screenshot(page, name: str) -> Path:
-    """A full-page PNG of `page` in .artifacts/<name>.png, for a person to look at."""
+def screenshot(page, name: str, full_page: bool = True) -> Path:
+    """A PNG of `page` (the whole page, or what its window shows) in .artifacts/<name>.png, for a
+    person to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class GatewayProcess:
     def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0,
-                 ready_path: str = "/readyz", cwd: Path = ROOT, module: str = "gateway") -> None:
+                 ready_path: str = "/readyz", cwd: Path = ROOT, module: str = "gateway",
+                 separate_stdout: bool = False) -> None:
         self.port = port or free_port()
         self.env = {**os.environ, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", **env}
         self.ready_timeout = ready_timeout
@@ -26,6 +27,8 @@ class GatewayProcess:
         self.module = module  # tests/clocked_gateway.py: the same command, on a clock the test moves
         self.proc: subprocess.Popen | None = None
         self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
+        # The log alone (standard error), with what the gateway prints for people in stdout_path.
+        self.stdout_path = ROOT / "var" / f"gateway-{self.port}.out" if separate_stdout else None
 
     @property
     def url(self) -> str:
@@ -34,8 +37,9 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         self.log_path.parent.mkdir(exist_ok=True)
         self._log = self.log_path.open("w")
+        self._out = self.stdout_path.open("w") if self.stdout_path else None
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, "serve"], env=self.env, cwd=self.cwd,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+                                     stdout=self._out or self._log, stderr=self._log if self._out else subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout
         # One client for every poll: httpx builds a TLS context (and loads its certificate store)
         # per client, which costs more CPU than the gateway's start can spare on a small machine.
@@ -64,6 +68,8 @@ class GatewayProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        if self._out:
+            self._out.close()
         return self.proc.returncode if self.proc else None
 
     def __enter__(self) -> GatewayProcess:

@@ -23,9 +23,16 @@ def sample(name: str) -> tuple[str, object]:
         return "DEBUG", "debug"  # case does not matter
     if name == "limits_on_store_failure":
         return "closed", "closed"
+    if name == "log_format":
+        return "json", "json"
+    if name == "cors_origins":
+        return "https://app.example.com, http://127.0.0.1:8080", frozenset({"https://app.example.com",
+                                                                          "http://127.0.0.1:8080"})
     default = Settings.model_fields[name].default
     if isinstance(default, SecretStr):
         return "sqlite:///elsewhere/gateway.db", SecretStr("sqlite:///elsewhere/gateway.db")
+    if default is True:
+        return "0", False
     raw = SAMPLES[type(default)]
     return raw, type(default)(raw) if not isinstance(default, bool) else True
 
@@ -58,6 +65,8 @@ def test_the_environment_overrides_the_toml_file(tmp_path):
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_ENABLED": "perhaps"}, "vendor 'x' enabled"),
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_API_KEY_ENV": "UNSET_KEY"}, "UNSET_KEY"),
         ({"GATEWAY_FALLBACKS": "gpt-4o=claude"}, "vendor/name"),
+        ({"GATEWAY_LOG_FORMAT": "xml"}, "GATEWAY_LOG_FORMAT"),
+        ({"GATEWAY_CORS_ORIGINS": "https://app.example.com/"}, "GATEWAY_CORS_ORIGINS.*not an origin"),
     ],
 )
 def test_a_bad_setting_is_a_clear_error_naming_it(env, message):

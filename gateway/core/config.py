@@ -23,12 +23,14 @@ the registry gives `load` what each protocol declares (`Protocol`): its option n
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     NonNegativeFloat,
@@ -57,6 +59,17 @@ from gateway.core.vendor_config import (  # noqa: F401
 )
 
 ENV_PREFIX = "GATEWAY_"
+
+
+def _origins(origins: frozenset[str]) -> frozenset[str]:
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise ValueError(f"{origin!r} is not an origin: scheme://host[:port] with no path (or *)")
+    return origins
+
+
+# Web origins allowed to call the API from a browser (CORS), e.g. "https://app.example.com".
+Origins = Annotated[Names, AfterValidator(_origins)]
 
 
 class Settings(Frozen):
@@ -109,6 +122,19 @@ class Settings(Frozen):
     limits_on_store_failure: Literal["open", "closed"] = "open"
     # How long a running gateway keeps its copy of the limits table: a change is seen within it.
     limits_cache_seconds: PositiveFloat = 10.0
+    # Operating it (README, "Operating it"): logs, metrics, traces, the docs page, CORS.
+    log_format: Literal["text", "json"] = "text"
+    metrics: bool = True  # GET /metrics and the counting behind it
+    metrics_key: SecretStr = SecretStr("")  # a secret a scraper sends; when set, /metrics needs a key
+    metrics_api_keys: bool = False  # a gateway API key may scrape /metrics (and then one is needed)
+    # Where the processes of one `gateway serve` share their counts; wiped at start. Empty: a new
+    # private directory (PROMETHEUS_MULTIPROC_DIR, when set, wins and is left as it is).
+    metrics_dir: str = ""
+    # Distinct model label values per vendor and process; past it, "other" (clients choose models).
+    metrics_models_per_vendor: PositiveInt = 32
+    trace_content: bool = False  # prompts and completions in trace spans (off: they may be personal data)
+    cors_origins: Origins = frozenset()  # none: no browser page of another origin may call the API
+    docs: bool = True  # the interactive API page at /docs/
 
 
 # Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.

@@ -64,6 +64,7 @@ class GatewayError(Exception):
         self.vendor = vendor
         self.retry_after = retry_after
         self.extra_headers = headers  # sent with the error besides x-should-retry (e.g. x-ratelimit-*)
+        self.vendor_status: int | None = None  # the vendor's own HTTP status, when it answered this error
 
     def body(self, redact: Callable[[str], str] = str) -> dict[str, Any]:
         """The ErrorResponse body; `redact` scrubs the message (which may quote a vendor) of secrets."""

@@ -1,10 +1,13 @@
 """The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
-security handlers and error rendering. What a request meets, outermost first: Connexion's
-routing, the key check (http/security.py), the body and parameter validation
-(http/validation.py), then the handler the operationId maps to."""
+security handlers and error rendering. What a request meets, outermost first: CORS (when
+GATEWAY_CORS_ORIGINS allows browser pages of other origins), the metrics, traces and access log
+of completions (http/observability.py), the docs page (/docs/), Connexion's routing, the key check
+(http/security.py), the body and parameter validation (http/validation.py), then the handler the
+operationId maps to."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from importlib.resources import files
@@ -15,23 +18,33 @@ import orjson
 from connexion.exceptions import ProblemException
 from connexion.lifecycle import ConnexionRequest, ConnexionResponse
 from connexion.middleware import main as connexion_middlewares
+from connexion.options import SwaggerUIOptions
 from connexion.resolver import Resolver
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
 from gateway.core.redaction import Redactor
-from gateway.http import validation
+from gateway.http import observability, validation
 from gateway.http.connexion_overrides import (
     DirectCallApp,
     Handler,
     PreparedValidationMiddleware,
     accept_openapi_31,
     check_hooks,
+    docs_middleware,
 )
 from gateway.http.security import SECURITY_MAP
 
 log = logging.getLogger("gateway")
+
+DOCS_PATH = "/docs"
+# What a browser page of an allowed origin may send, and read of the answer.
+CORS_REQUEST_HEADERS = ("x-api-key", "x-selected-account-id", "authorization", "content-type")
+CORS_RESPONSE_HEADERS = ("x-request-id", "x-gateway-model", "x-gateway-fallback-from", "x-should-retry",
+                         "retry-after")
+CORS_MAX_AGE = 600  # seconds a browser may keep a preflight's answer
 
 
 def spec_path() -> Path:
@@ -46,7 +59,9 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     `redact` scrubs every error message a client gets."""
     check_hooks()
     accept_openapi_31()
-    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings))
+    observed = observability.install(settings, redact)
+    routes = frozenset(orjson.loads(spec_path().read_bytes())["paths"])
+    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, routes))
     app.add_api(
         spec_path(),
         resolver=Resolver(function_resolver=resolve),
@@ -54,6 +69,9 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
         security_map=SECURITY_MAP,
         validate_responses=settings.validate_responses,
         strict_validation=True,
+        # The page only: GET /openapi.json is an operation of the contract (handlers/contract.py).
+        swagger_ui_options=SwaggerUIOptions(serve_spec=False, swagger_ui=settings.docs, swagger_ui_path=DOCS_PATH,
+                                            swagger_ui_config={"displayRequestDuration": True}),
     )
     errors = _ErrorRenderer(redact)
     app.add_error_handler(ClientDisconnected, _client_disconnected)
@@ -65,13 +83,16 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     return app
 
 
-def _middlewares(settings: Settings) -> list:
-    # Connexion's default stack without the Swagger UI and the context proxies (handlers get
-    # an explicit HandlerRequest), with validators prepared once per operation.
+def _middlewares(settings: Settings, observed: observability.Observability, routes: frozenset[str]) -> list:
+    # Connexion's default stack without the context proxies (handlers get an explicit
+    # HandlerRequest), with validators prepared once per operation, the Swagger UI only for its
+    # own path, and ours around it.
     m = connexion_middlewares
     stack = [
+        functools.partial(observability.ObservedApp, observability=observed, routes=routes),
         m.ServerErrorMiddleware,
         m.ExceptionMiddleware,
+        docs_middleware(DOCS_PATH),
         m.RoutingMiddleware,
         m.SecurityMiddleware,
         PreparedValidationMiddleware,
@@ -79,6 +100,13 @@ def _middlewares(settings: Settings) -> list:
     ]
     if settings.validate_responses:
         stack.insert(stack.index(m.LifespanMiddleware), m.ResponseValidationMiddleware)
+    if settings.cors_origins:
+        # Outermost: a preflight is answered before anything else, and every answer (errors
+        # too) carries the grant, so a page can read why it failed.
+        stack.insert(0, functools.partial(
+            CORSMiddleware, allow_origins=sorted(settings.cors_origins), allow_methods=["GET", "POST"],
+            allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=list(CORS_RESPONSE_HEADERS),
+            max_age=CORS_MAX_AGE))
     return stack
 
 

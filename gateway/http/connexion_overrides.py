@@ -20,6 +20,9 @@ upgrade that removes a hook fails loudly at once instead of misbehaving later.
 4. Security handlers (`ApiKeyHandler`, `BearerHandler`) that resolve to our own key check instead
    of a function named in a vendor extension of the spec, and call it directly: Connexion's
    generic wrapper inspects the function's signature on every request.
+5. The docs page (`DocsMiddleware`): Connexion's Swagger UI layer matches every request against
+   its routes (and copies the scope) before passing it on; ours hands it only the requests under
+   its own path, so the API's requests pay one string comparison.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from connexion.middleware.request_validation import (
     RequestValidationMiddleware,
     RequestValidationOperation,
 )
+from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from connexion.operations import AbstractOperation
 from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 from connexion.spec import OpenAPISpecification
@@ -75,6 +79,7 @@ _HOOKS: tuple[tuple[Any, str], ...] = (
     (AbstractRequestBodyValidator, "wrap_receive"),
     (AbstractRequestBodyValidator, "_required"),
     (AbstractRequestBodyValidator, "_schema"),
+    (SwaggerUIMiddleware, "app"),  # the next layer, which DocsMiddleware calls for every other request
 )
 
 
@@ -238,3 +243,19 @@ def security_map(check: KeyCheck) -> dict[str, type]:
             return token_info_func
 
     return {"apiKey": ApiKeyHandler, "bearer": BearerHandler}
+
+
+# -- 5. the docs page ------------------------------------------------------------------------
+def docs_middleware(path: str) -> type[SwaggerUIMiddleware]:
+    """Connexion's Swagger UI layer, serving the page and its assets under `path` ("/docs") only."""
+    prefix = path.rstrip("/")
+
+    class DocsMiddleware(SwaggerUIMiddleware):
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            route = scope.get("path", "")
+            if scope["type"] == "http" and (route == prefix or route.startswith(prefix + "/")):
+                await super().__call__(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+
+    return DocsMiddleware

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import MISSING
 
+from gateway.core import observe
 from gateway.core.completion import DEFAULT_MAX_TOKENS, rough_tokens
 from gateway.core.errors import (
     GatewayError,
@@ -53,6 +54,7 @@ async def admit(limiter: Limiter, *, key_id: str, account: str, request: Complet
                                 completion_tokens=completion, request_id=request_id)
     if grant.refusal is not None:
         meter.refused(request.model, bool(_value(request.stream, False)), _value(request.user, None))
+        observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
         raise _error(grant, key_id, request.model)
     meter.on_close = grant.settle
     return grant

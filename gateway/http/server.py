@@ -27,7 +27,7 @@ import uvicorn
 
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
-from gateway.http import connection, logs
+from gateway.http import connection, logs, metrics
 
 log = logging.getLogger("gateway")
 
@@ -58,8 +58,9 @@ def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redacto
         access_log=False,
         timeout_graceful_shutdown=settings.shutdown_timeout,
     )
-    # uvicorn.Config set up uvicorn's logging; ours goes on top of it.
-    logs.configure(settings.log_level, redact)
+    # uvicorn.Config set up uvicorn's logging (replacing what the app's construction did); ours
+    # goes on top of it again.
+    logs.configure(settings.log_level, settings.log_format, redact)
     # After a graceful shutdown uvicorn restores the previous SIGTERM/SIGINT handlers and raises
     # the signal again, which by default kills the process with -15 even though all went well.
     # A handler that returns lets run() finish, and the gateway exits 0.
@@ -151,8 +152,11 @@ def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor)
 
 
 def _exited(process: BaseProcess) -> None:
-    """A worker's end, noted in the supervisor (whatever outlives a worker is cleaned up here)."""
+    """A worker's end, noted in the supervisor (whatever outlives a worker is cleaned up here):
+    its live gauges (in-flight requests) stop counting in the shared metrics."""
     log.info("worker pid %s exited with %s", process.pid, process.exitcode)
+    if process.pid is not None:
+        metrics.process_exited(process.pid)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.core import observe
 from gateway.core.completion import Attempt, Chunk, Result
 from gateway.core.errors import GatewayError
 from gateway.planner import plan as planning
@@ -55,6 +56,8 @@ async def start(request: CompletionRequest, registry: Registry, fallbacks: Mappi
                 raise  # the request as the client wrote it cannot be served: its mistake, no fallback
             log.info("fallback %s cannot serve this request; skipped", model)
             continue
+        if first_error is not None:
+            observe.current().fallback(request.model, model)
         on_attempt(plan.attempt())
         try:
             return await _begin(plan)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import MISSING
 
+from gateway.core import observe
 from gateway.core.completion import (
     DEFAULT_MAX_TOKENS,
     Attempt,
@@ -169,13 +170,13 @@ async def complete(plan: Plan) -> Result:
     """Run every leg (bounded concurrency) and merge the answers in the client's index order."""
     legs = plan.legs
     if len(legs) == 1:
-        results = [await plan.adapter.complete(legs[0].call)]
+        results = [await _vendor_complete(plan, legs[0])]
     else:
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
         async def run(leg: Leg) -> Result:
             async with gate:
-                return await plan.adapter.complete(leg.call)
+                return await _vendor_complete(plan, leg)
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -224,8 +225,23 @@ async def stream(plan: Plan) -> AsyncIterator[Chunk]:
     yield Chunk([], client, billed)
 
 
+async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
+    span = observe.current().vendor_call(plan.adapter.name, leg.call)
+    try:
+        with span.current():
+            result = await plan.adapter.complete(leg.call)
+        span.result(result)
+        return result
+    except BaseException as exc:
+        span.failed(exc)
+        raise
+    finally:
+        span.end()
+
+
 def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
-    chunks = plan.adapter.stream(leg.call)
+    span = observe.current().vendor_call(plan.adapter.name, leg.call)
+    chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
     if plan.emulation.rewrites_stream:
         return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n)
     return chunks

@@ -38,6 +38,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gateway.core import observe
 from gateway.store import database
 from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
 from gateway.store.tables import ledger, ledger_rejects
@@ -103,12 +104,14 @@ class Ledger:
         return f"database unavailable for {seconds:.0f}s ({self._failure}); {len(self._pending)} ledger rows waiting"
 
     def add(self, row: dict[str, Any]) -> None:
+        observe.current().ledger_row(row)  # its tokens were used, whether or not the row can be written
         if self._closed:
             _lost("the ledger is closed", row)
         elif len(self._pending) >= self._max_pending:
             _lost(f"{len(self._pending)} rows already wait for the database (ledger_buffer_rows)", row)
         else:
             self._pending.append(_clean(row))
+            observe.current().ledger_pending(len(self._pending))
             self._drained.clear()
             self._wake.set()
 
@@ -165,6 +168,7 @@ class Ledger:
                 continue
             for _ in batch:
                 self._pending.popleft()
+            observe.current().ledger_pending(len(self._pending))
             delay = self.RETRY_FIRST
             if self._failing_since is not None:
                 log.warning("ledger: database is back after %.1fs; %d rows still waiting",
@@ -300,6 +304,7 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 def _lost(why: str, row: dict[str, Any]) -> None:
     log.error("ledger row NOT written (%s): %s", why, _json(row))
+    observe.current().ledger_dropped(1)
 
 
 def _reason(exc: BaseException) -> str:

@@ -131,6 +131,12 @@ class Meter:
             "started_at": datetime.now(UTC),
         }
 
+    @property
+    def row(self) -> dict[str, Any]:
+        """What the meter knows so far: the request's ids, and once closed its whole row (the
+        token counts of an estimate arrive later, in the ledger)."""
+        return self._row
+
     def trying(self, attempt: Attempt) -> None:
         """Vendor calls are made for `attempt` (a fallback replaces the model tried before it)."""
         self._attempt = attempt

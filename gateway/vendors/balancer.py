@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from gateway.core import observe
 from gateway.core.config import Deployment, Health, Routing
 from gateway.core.errors import VendorNotReady
 
@@ -176,6 +177,7 @@ class Ticket:
         if self._trial and member.state is HALF_OPEN:
             member.state = HEALTHY
             member.returned_at = balancer.clock()
+            observe.current().deployment_health(balancer.vendor, member.name, True)
         elif member.ejections and member.state is HEALTHY and balancer.clock() - member.returned_at >= member.cooling:
             member.ejections = 0
         self._end_trial()
@@ -265,6 +267,7 @@ class Balancer:
         member.state = EJECTED
         member.until = now + member.cooling
         member.consecutive = 0
+        observe.current().deployment_health(self.vendor, member.name, False)
 
     def snapshot(self) -> list[Snapshot]:
         now = self.clock()

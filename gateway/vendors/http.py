@@ -14,6 +14,7 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from gateway.core import observe
 from gateway.core.config import Deployment, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
 from gateway.vendors.balancer import Balancer, Member, Ticket
@@ -224,7 +225,7 @@ class Deployments:
             ticket = balancer.begin(member)
             try:
                 response, error, retry, retry_after = await self._try(self._upstreams[member.index], ticket, path,
-                                                                      body, on_error, first_byte)
+                                                                      body, on_error, first_byte, len(tried))
             except BaseException:
                 ticket.close()
                 raise
@@ -250,15 +251,19 @@ class Deployments:
         except VendorNotReady:
             raise error from None
         last = tried[-1]
+        observer = observe.current()
+        reason = str(error.vendor_status) if error.vendor_status else "connection"
         if member not in tried:
             log.info("vendor %s: %s (deployment %s); retry %d/%d on deployment %s", self.config.name, error.message,
                      last.name, len(tried), self.config.retries, member.name)
+            observer.vendor_retry(self.config.name, reason)
             return member
         if retry == ELSEWHERE or (retry_after or 0) > BACKOFF_CAP:
             raise error
         delay = retry_after if retry_after is not None else random.uniform(0, BACKOFF_BASE * 2 ** (len(tried) - 1))
         log.info("vendor %s: %s; retry %d/%d in %.2fs", self.config.name, error.message, len(tried),
                  self.config.retries, delay)
+        observer.vendor_retry(self.config.name, reason)
         await sleep(delay)
         try:
             return balancer.pick(tried)
@@ -266,7 +271,7 @@ class Deployments:
             raise error from None
 
     async def _try(self, upstream: _Upstream, ticket: Ticket, path: str, body: bytes, on_error: ErrorMapper,
-                   first_byte: float | None) -> tuple[httpx.Response | None, Any, str | None, float | None]:
+                   first_byte: float | None, attempt: int) -> tuple[httpx.Response | None, Any, str | None, float | None]:
         """One try on one deployment: its 200 response, or (None, the error, whether and where it
         may be retried (ANYWHERE, ELSEWHERE or None), the vendor's Retry-After). The ticket hears
         what the answer says of the deployment's health.
@@ -275,24 +280,37 @@ class Deployments:
         HTTP/1.1 server may close a kept-alive connection just as the pool hands it out again
         (llama.cpp's server does it after every streamed answer although it announced keep-alive;
         a few requests in a hundred under concurrency failed). The vendor closed the connection
-        without answering, so it did not serve the request, and its health is not in question."""
+        without answering, so it did not serve the request, and its health is not in question.
+
+        Each HTTP request is a span of the trace (`attempt`: how many tries came before)."""
         config = self.config
         request = upstream.request(path, body)
         resent_after_drop = False
+        observer = observe.current()
         while True:
+            span = observer.vendor_request(config.name, request.method, request.url, attempt + resent_after_drop)
             try:
                 async with asyncio.timeout(first_byte):
                     response = await upstream.client.send(request, stream=True)
             except (httpx.HTTPError, TimeoutError) as exc:
+                span.failed(exc)
+                span.end()
                 if connection_dropped(exc) and not resent_after_drop:
                     resent_after_drop = True
+                    observer.vendor_retry(config.name, "connection_dropped")
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
                 return None, transport_error(config, exc), None if is_timeout(exc) else ANYWHERE, None
+            except BaseException as exc:  # cancelled: the client left
+                span.failed(exc)
+                span.end()
+                raise
             break
         status = response.status_code
+        span.set({"http.response.status_code": status})
         if status == 200:
+            span.end()
             ticket.answered()
             return response, None, None, None
         try:
@@ -304,6 +322,9 @@ class Deployments:
         header = response.headers.get("retry-after")
         retry_after = retry_after_seconds(header)
         error = on_error(status, answer, header)
+        error.vendor_status = status
+        span.failed(error)
+        span.end()
         key_rejected = isinstance(error, VendorCredentialsRejected)  # however the vendor says it
         if status >= 500 or key_rejected:
             ticket.failed()  # the deployment's fault

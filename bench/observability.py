@@ -1,0 +1,250 @@
+"""What metrics and JSON access logs cost per request: the same gateway three ways, side by side.
+
+    python -m bench.observability [--seconds 4] [--rounds 3]
+    python -m bench.observability --in-process [--requests 3000] [--rounds 5] [--callgrind]
+
+Variants, each a `gateway serve` (one process) in front of the same fast fake vendor, on one
+SQLite ledger:
+  off           GATEWAY_METRICS=0, log level warning (no access line)
+  metrics       /metrics counting, log level warning
+  metrics+text  /metrics counting, log level info: a text access line per request
+  metrics+json  /metrics counting, GATEWAY_LOG_FORMAT=json at level info: a JSON access line per request
+
+A closed-loop load generator (bench/run.py's) measures requests/s at concurrency 1 and 32,
+round-robin in short rounds so machine noise hits every variant alike. On a shared machine
+requests/s move with the neighbours, so each gateway's CPU time per request (user + system, read
+from /proc/<pid>/stat around its own rounds) is printed beside it: the cost the variant adds,
+whatever else runs.
+
+`--in-process` takes sockets, the vendor's server and the load generator out of the picture: each
+variant is a process of its own (observability is set up once per process) that builds the app
+and calls it directly as an ASGI app, `--requests` times, its vendor answering through an
+in-process transport; what is compared is that process's CPU time per request (the median of
+`--rounds` runs per variant, run alternately). The ledger writes to SQLite as in production.
+With `--callgrind` each run is under valgrind and what is compared is instructions per request,
+counted only while the requests are served: the same on a busy machine as on an idle one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+import httpx
+import orjson
+
+from bench.run import BODY, Sample, closed_loop, start_vendor
+from tests.fakes.server import free_port
+from tests.gateway_process import GatewayProcess
+from tests.provision import sqlite_database
+
+VARIANTS = {
+    "off": {"GATEWAY_METRICS": "0", "GATEWAY_LOG_LEVEL": "warning"},
+    "metrics": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "warning"},
+    "metrics+text": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info"},
+    "metrics+json": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info", "GATEWAY_LOG_FORMAT": "json"},
+}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
+
+
+async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float, rounds: int) -> None:
+    headers = {"x-api-key": key}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for g in gateways.values():  # warm up pools and code paths
+            await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, 8, 0.5, Sample())
+        print(f"\nrequests: {BODY}  ({rounds} rounds x {seconds}s per variant, round-robin)")
+        print(f"{'variant':<14}{'conc':>5}{'req/s':>9}{'vs off':>8}{'p50 ms':>8}{'CPU µs/req':>12}{'vs off':>8}"
+              f"{'errors':>7}")
+        for concurrency in (1, 32):
+            samples = {name: Sample() for name in gateways}
+            cpu = dict.fromkeys(gateways, 0.0)
+            for _ in range(rounds):
+                for name, g in gateways.items():
+                    before = cpu_seconds(g.proc.pid)
+                    await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, concurrency, seconds,
+                                      samples[name])
+                    cpu[name] += cpu_seconds(g.proc.pid) - before
+            per_request = {name: cpu[name] / max(1, len(s.latencies)) * 1e6 for name, s in samples.items()}
+            for name, s in samples.items():
+                print(f"{name:<14}{concurrency:>5}{s.rps:>9.0f}{s.rps / samples['off'].rps:>8.3f}{s.pct(0.5):>8.2f}"
+                      f"{per_request[name]:>12.0f}{per_request[name] / per_request['off']:>8.3f}{s.errors:>7}")
+
+
+# -- in-process ----------------------------------------------------------------------------------
+async def _answer(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "bench",
+                                     "choices": [{"index": 0, "text": " w0 w1", "finish_reason": "length"}],
+                                     "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
+
+
+def _callgrind(on: bool) -> None:
+    """Count instructions from now on (or stop): this process runs under valgrind's callgrind."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], capture_output=True,
+                   check=True)
+
+
+async def _drive(variant: str, requests: int, db_url: str, key: str, counting=None) -> float:
+    """CPU seconds per request of `requests` completions through the app, in this process.
+    `counting(True)` is called as the measured requests begin, `counting(False)` as they end."""
+    from gateway import services
+    from gateway.store.ledger import Ledger
+
+    if counting:
+        # The ledger commits on a clock: under valgrind's slowness nearly every request would be a
+        # commit of its own, and a slower variant would get more of them. Counting instructions,
+        # the ledger commits once, during the warm-up; the rows of the measured requests wait.
+        Ledger.COMMIT_INTERVAL = 3600.0
+    env = {"GATEWAY_DATABASE_URL": db_url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+           "GATEWAY_VENDOR_FAKE_BASE_URL": "http://vendor.invalid/v1", "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+           **VARIANTS[variant]}
+    os.environ.update(env)  # GATEWAY_METRICS_DIR etc. as `gateway serve` would see them
+    settings = services.load_settings(env)
+    if settings.metrics:
+        from gateway.http import metrics
+
+        metrics.prepare_directory(settings)
+    app = services.create_app(settings)
+    from gateway.http import logs
+
+    logs.configure(settings.log_level, settings.log_format, services.redactor(settings))
+    state: dict = {}
+    started, stopping = asyncio.Event(), asyncio.Event()
+
+    async def lifespan_receive():
+        if not started.is_set():
+            return {"type": "lifespan.startup"}
+        await stopping.wait()
+        return {"type": "lifespan.shutdown"}
+
+    async def lifespan_send(message):
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+
+    life = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
+                                   lifespan_receive, lifespan_send))
+    await started.wait()
+    state["services"].registry.get("fake").use_transport(httpx.MockTransport(_answer))
+    body = orjson.dumps(BODY)
+    headers = [(b"host", b"bench"), (b"content-type", b"application/json"), (b"x-api-key", key.encode()),
+               (b"content-length", str(len(body)).encode())]
+    never = asyncio.Event()
+
+    async def one() -> None:
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await never.wait()
+
+        async def send(message):
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                raise RuntimeError(f"status {message['status']}")
+
+        await app({"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                   "scheme": "http", "path": "/v5/completions", "raw_path": b"/v5/completions", "query_string": b"",
+                   "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
+                   "state": dict(state)}, receive, send)
+
+    for _ in range(200):  # warm up
+        await one()
+    if counting:
+        counting(True)
+    began = time.process_time()
+    for _ in range(requests):
+        await one()
+    spent = (time.process_time() - began) / requests
+    if counting:
+        counting(False)
+        return spent  # asyncio.run cancels the rest (a shutdown would wait for the ledger's next commit)
+    stopping.set()
+    await life
+    return spent
+
+
+def in_process(requests: int, rounds: int, callgrind: bool) -> None:
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
+    with sqlite_database() as db:
+        results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        for _ in range(rounds):
+            for name in VARIANTS:
+                command = [sys.executable, "-m", "bench.observability", "--variant", name, "--requests", str(requests),
+                           "--db", db.url, "--key", db.key] + (["--callgrind"] if callgrind else [])
+                done = subprocess.run((valgrind if callgrind else []) + command, capture_output=True, text=True,
+                                      check=True)
+                if callgrind:  # valgrind's summary: "Collected : <instructions>"
+                    collected = [line for line in done.stderr.splitlines() if "Collected :" in line][-1]
+                    results[name].append(int(collected.split()[-1]) / requests)
+                else:
+                    results[name].append(float(done.stdout.split()[-1]) * 1e6)
+    unit = "instructions" if callgrind else "µs CPU"
+    print(f"\nin-process: {requests} completions per run, {rounds} runs per variant, alternately; {unit} per request")
+    base = statistics.median(results["off"])
+    print(f"{'variant':<14}{'median':>10}{'vs off':>8}{'added':>9}   runs")
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"{name:<14}{median:>10.0f}{median / base:>8.3f}{median - base:>9.0f}   "
+              + " ".join(f"{v:.0f}" for v in values))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="the cost of metrics and JSON logs, side by side")
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--in-process", action="store_true", help="the app called directly, CPU per request")
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--callgrind", action="store_true", help="with --in-process: instructions, under valgrind")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one in-process run (a child of --in-process)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        with contextlib.redirect_stderr(open(os.devnull, "w")):  # the variant's own log lines
+            print(asyncio.run(_drive(args.variant, args.requests, args.db, args.key,
+                                     _callgrind if args.callgrind else None)))
+        return 0
+    if args.in_process:
+        in_process(args.requests, args.rounds, args.callgrind)
+        return 0
+    vendor_port = free_port()
+    vendor = start_vendor(vendor_port)
+    with contextlib.ExitStack() as stack:
+        db = stack.enter_context(sqlite_database())
+        env = {
+            "GATEWAY_DATABASE_URL": db.url,
+            "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+            "GATEWAY_VENDOR_FAKE_BASE_URL": f"http://127.0.0.1:{vendor_port}/v1",
+            "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+        }
+        gateways = {name: GatewayProcess({**env, **extra}) for name, extra in VARIANTS.items()}
+        try:
+            for g in gateways.values():
+                g.start()
+            print(f"cpus: {os.cpu_count()}; one gateway process per variant; vendor: tests/fakes/openai_upstream.py")
+            asyncio.run(measure(gateways, db.key, args.seconds, args.rounds))
+        finally:
+            for g in gateways.values():
+                g.stop()
+            vendor.terminate()
+            vendor.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Prometheus metrics (`GET /metrics`), correct however many processes serve.
+
+Every process writes its counts to memory-mapped files in one directory shared by all of them
+(prometheus-client's multiprocess mode); a scrape, answered by any process, adds up every file.
+`prepare_directory` runs once, in the process that starts the others, before they start: it wipes
+what an earlier run left there. Each process then calls `start` (through
+http/observability.start_process). Without a directory (the app run in-process, as some tests
+do) a process counts in its own memory.
+
+Label values stay bounded whatever clients send (`Labels`): a vendor label is a configured vendor;
+a model label is a model of the fallback configuration, or one its vendor answered successfully
+(at most `metrics_models_per_vendor` of those per vendor and process); any other is "other". A
+client inventing model names cannot create series. "none" marks a request that reached no vendor
+(refused by the gateway first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import bisect
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from gateway.core.config import Settings
+
+PROMETHEUS_CLIENT_VERSION = "0.26.0"
+# The variable prometheus-client reads; a supervisor that sets it owns the directory (not wiped).
+DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# The text format every Prometheus server reads (the 1.0.0 variant needs a recent one).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+NONE = "none"  # the request reached no vendor
+OTHER = "other"  # a value past the bound
+MAX_LABEL_CHARS = 128  # a longer model name is never a label value
+TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+# Seconds; a completion takes from milliseconds (cached, tiny) to minutes (long streams).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Seconds a process's latest counts may wait before the shared files have them (see Metrics).
+FLUSH_SECONDS = 1.0
+
+
+def prepare_directory(settings: Settings) -> str:
+    """The shared directory for this run's processes, made ready before any of them starts: the
+    one in PROMETHEUS_MULTIPROC_DIR as it is (its owner wipes it), else GATEWAY_METRICS_DIR with
+    an earlier run's files removed, else a new private one removed at exit. Exported in
+    PROMETHEUS_MULTIPROC_DIR, which the processes started after this inherit."""
+    if given := os.environ.get(DIRECTORY_ENV):
+        return given
+    if settings.metrics_dir:
+        path = Path(settings.metrics_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):  # only prometheus-client's files: the directory may hold others
+            stale.unlink()
+    else:
+        path = Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ[DIRECTORY_ENV] = str(path)
+    return str(path)
+
+
+class Bounded:
+    """The `known` values, and the first `limit` other distinct values admitted; then OTHER."""
+
+    __slots__ = ("_seen", "_room")
+
+    def __init__(self, limit: int, known: Iterable[str] = ()) -> None:
+        self._seen = set(known)
+        self._room = limit
+
+    def __call__(self, value: str, admit: bool = True) -> str:
+        if value in self._seen:
+            return value
+        if admit and self._room > 0 and len(value) <= MAX_LABEL_CHARS:
+            self._seen.add(value)
+            self._room -= 1
+            return value
+        return OTHER
+
+
+class Labels:
+    """Bounded vendor and model label values (see the module's docstring)."""
+
+    def __init__(self, vendors: Iterable[str], fallbacks: Mapping[str, Iterable[str]], per_vendor: int) -> None:
+        configured: dict[str, set[str]] = {vendor: set() for vendor in vendors}
+        for model, chain in fallbacks.items():
+            for name in (model, *chain):
+                if (vendor := name.partition("/")[0]) in configured:
+                    configured[vendor].add(name)
+        self._models = {vendor: Bounded(per_vendor, known) for vendor, known in configured.items()}
+
+    def vendor(self, vendor: str | None) -> str:
+        if vendor is None:
+            return NONE
+        return vendor if vendor in self._models else OTHER
+
+    def model(self, vendor: str | None, model: str | None, answered: bool) -> str:
+        """`model` ("vendor/name") as a label; `answered`: its vendor answered it successfully."""
+        if vendor is None or model is None:
+            return NONE
+        models = self._models.get(vendor)
+        return OTHER if models is None else models(model, admit=answered)
+
+
+class Metrics:
+    """This process's metrics, by the names the README documents.
+
+    What is counted is kept in this process's memory and written to the shared files at most
+    FLUSH_SECONDS later (and before this process answers a scrape, and at exit): a write to the
+    files costs microseconds under a lock, a request would make a handful of them, and a scrape
+    every few seconds does not need them sooner. A histogram's observations are added up per
+    bucket meanwhile, and written as one increment of each bucket (prometheus-client's private
+    `_buckets` and `_sum` of a histogram's series; checked at start, `_check_histogram`)."""
+
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None) -> None:
+        self.labels = Labels(settings.vendors, settings.fallbacks, settings.metrics_models_per_vendor)
+        self._reasons = Bounded(32)
+        self._deployments = Bounded(256)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._counts: dict[Any, float] = {}  # counter -> what it has counted since the last flush
+        self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
+        self._observed: dict[tuple[Any, tuple[str, ...]], _Observed] = {}  # histogram series -> since the last flush
+        self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
+        self._in_flight = 0
+        r = {"registry": registry}
+        self.requests = Counter("gateway_requests", "Completion requests answered, by HTTP status.",
+                                ("vendor", "model", "status", "stream"), **r)
+        self.duration = Histogram("gateway_request_duration_seconds",
+                                  "Completion requests from arrival to the end of the answer (a stream's last byte).",
+                                  ("vendor", "model", "stream"), buckets=DURATION_BUCKETS, **r)
+        self.ttft = Histogram("gateway_time_to_first_token_seconds",
+                              "Streams: from arrival to the first text sent to the client.",
+                              ("vendor", "model"), buckets=TTFT_BUCKETS, **r)
+        self.tokens = Counter("gateway_tokens", "Tokens of the usage ledger's rows (estimates included).",
+                              ("vendor", "model", "kind"), **r)
+        self.in_flight = Gauge("gateway_in_flight_requests", "Completion requests being served.",
+                               multiprocess_mode="livesum", **r)
+        self.retries = Counter("gateway_vendor_retries", "Vendor requests sent again after a failure.",
+                               ("vendor", "reason"), **r)
+        self.fallbacks = Counter("gateway_fallbacks", "Requests that went on to a fallback model.",
+                                 ("model", "to"), **r)
+        self.ledger_pending = Gauge("gateway_ledger_pending_rows", "Usage rows waiting to be written.",
+                                    multiprocess_mode="livesum", **r)
+        self.ledger_dropped = Counter("gateway_ledger_dropped_rows", "Usage rows never written (logged instead).",
+                                      **r)
+        self.rate_limited = Counter("gateway_rate_limited", "Requests refused by the gateway's own limits.",
+                                    ("reason",), **r)
+        self.cost = Counter("gateway_cost_usd", "What requests cost by the configured prices, in US dollars.",
+                            ("vendor", "model"), **r)
+        # 1 while every process takes the deployment, 0 once one of them leaves it out.
+        self.deployment_healthy = Gauge("gateway_deployment_healthy", "Whether a deployment is taken.",
+                                        ("vendor", "deployment"), multiprocess_mode="livemin", **r)
+
+    # -- what is counted ------------------------------------------------------------------------
+    def request(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
+                ttft: float | None) -> None:
+        """A completion request ended (its answer sent, or its client gone)."""
+        vendor_label, model_label = self.labels.vendor(vendor), self.labels.model(vendor, model, status == 200)
+        streamed = "true" if stream else "false"
+        self._count(self.requests, (vendor_label, model_label, str(status), streamed))
+        self._observe(self.duration, DURATION_BUCKETS, (vendor_label, model_label, streamed), seconds)
+        if stream and ttft is not None:
+            self._observe(self.ttft, TTFT_BUCKETS, (vendor_label, model_label), ttft)
+
+    def started(self, change: int) -> None:
+        """Completion requests began (+1) or ended (-1)."""
+        self._in_flight += change
+        self._levels[self.in_flight] = self._in_flight
+        self._due()
+
+    def row(self, row: Mapping[str, Any]) -> None:
+        vendor = row.get("vendor")
+        answered = row.get("outcome") == "completed"
+        labels = (self.labels.vendor(vendor), self.labels.model(vendor, row.get("model"), answered))
+        for kind in TOKEN_KINDS:
+            count = row.get(f"{kind}_tokens")
+            if count:
+                self._count(self.tokens, (*labels, kind), count)
+
+    def retry(self, vendor: str, reason: str) -> None:
+        self._count(self.retries, (self.labels.vendor(vendor), reason))
+
+    def fallback(self, model: str, to: str) -> None:
+        self._count(self.fallbacks, (model, to))  # both are models of the fallback configuration: bounded
+
+    def pending(self, rows: int) -> None:
+        self._level(self.ledger_pending, rows)
+
+    def dropped(self, rows: int) -> None:
+        self._count(self.ledger_dropped, (), rows)
+
+    def limited(self, reason: str) -> None:
+        self._count(self.rate_limited, (self._reasons(reason),))
+
+    def spent(self, vendor: str, model: str, usd: float) -> None:
+        if usd > 0:
+            self._count(self.cost, (self.labels.vendor(vendor), self.labels.model(vendor, model, answered=False)), usd)
+
+    def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
+        self._level(self.deployment_healthy, 1 if healthy else 0,
+                    (self.labels.vendor(vendor), self._deployments(deployment)))
+
+    # -- writing it -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write what was counted since the last flush to the shared files (or this process's registry)."""
+        self._flush_loop = None
+        counts, self._counts = self._counts, {}
+        levels, self._levels = self._levels, {}
+        observed, self._observed = self._observed, {}
+        for counter, amount in counts.items():
+            counter.inc(amount)
+        for gauge, value in levels.items():
+            gauge.set(value)
+        for series in observed.values():
+            series.write()
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        if not labels:
+            return metric
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _count(self, counter: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        child = self._child(counter, labels)
+        self._counts[child] = self._counts.get(child, 0.0) + amount
+        self._due()
+
+    def _level(self, gauge: Any, value: float, labels: tuple[str, ...] = ()) -> None:
+        self._levels[self._child(gauge, labels)] = value
+        self._due()
+
+    def _observe(self, histogram: Any, buckets: tuple[float, ...], labels: tuple[str, ...], value: float) -> None:
+        key = (histogram, labels)
+        series = self._observed.get(key)
+        if series is None:
+            series = self._observed[key] = _Observed(self._child(histogram, labels), buckets)
+        series.counts[bisect.bisect_left(buckets, value)] += 1  # past the last bound: the +Inf bucket
+        series.sum += value
+        self._due()
+
+    def _due(self) -> None:
+        loop = self._flush_loop
+        if loop is not None and not loop.is_closed():
+            return  # a flush is scheduled
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here: nothing would run a later flush
+            self.flush()
+            return
+        self._flush_loop = loop
+        loop.call_later(FLUSH_SECONDS, self.flush)
+
+
+class _Observed:
+    """A histogram series' observations since the last flush, counted per bucket."""
+
+    __slots__ = ("child", "counts", "sum")
+
+    def __init__(self, child: Any, buckets: tuple[float, ...]) -> None:
+        _check_histogram(child, buckets)
+        self.child = child
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def write(self) -> None:
+        for bucket, count in zip(self.child._buckets, self.counts, strict=True):
+            if count:
+                bucket.inc(count)
+        self.child._sum.inc(self.sum)
+
+
+def _check_histogram(child: Any, buckets: tuple[float, ...]) -> None:
+    """Fail loudly when prometheus-client's histogram series no longer hold what _Observed writes."""
+    found = getattr(child, "_buckets", None)
+    if found is None or len(found) != len(buckets) + 1 or not hasattr(child, "_sum"):
+        raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no _buckets/"
+                           f"_sum as gateway/http/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
+
+
+_metrics: Metrics | None = None
+_registry: CollectorRegistry | None = None  # this process's own, without a shared directory
+
+
+def start(settings: Settings) -> Metrics:
+    """This process's metrics, created on the first call: in the shared directory when one was
+    prepared (its files named by this process's id), else in this process's memory."""
+    global _metrics, _registry
+    if _metrics is None:
+        if os.environ.get(DIRECTORY_ENV):
+            if not values.ValueClass._multiprocess:  # prometheus-client chose at import, before the directory
+                values.ValueClass = values.MultiProcessValue()
+            _metrics = Metrics(settings, None)
+        else:
+            _registry = CollectorRegistry()
+            _metrics = Metrics(settings, _registry)
+        atexit.register(_metrics.flush)  # what this process counted last
+    return _metrics
+
+
+def render() -> bytes:
+    """The text exposition of every process's metrics (file reads: call it off the event loop,
+    after `flush()` on it, so that this process's latest counts are in)."""
+    if _registry is not None:
+        return generate_latest(_registry)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+
+def flush() -> None:
+    if _metrics is not None:
+        _metrics.flush()
+
+
+def process_exited(pid: int) -> None:
+    """A serving process is gone (its supervisor calls this): its gauges no longer count."""
+    if os.environ.get(DIRECTORY_ENV):
+        multiprocess.mark_process_dead(pid)
