@@ -62,6 +62,11 @@ class GatewayError(Exception):
         self.vendor = vendor
         self.retry_after = retry_after
 
+    @property
+    def clients_mistake(self) -> bool:
+        """A 4xx the client fixes by changing its request (a rate limit is waited out instead)."""
+        return 400 <= self.status < 500 and not self.retryable
+
     def body(self, redact: Callable[[str], str] = str) -> dict[str, Any]:
         """The ErrorResponse body; `redact` scrubs the message (which may quote a vendor) of secrets."""
         return {

@@ -5,7 +5,9 @@ A handler opens a `Meter` per request (`Ledger.meter`), names the vendor calls i
 with the vendor's usage (`finish`), with what went wrong (`fail`) or because the client left
 (`left`). Without usage from the vendor the meter estimates it: every prompt sent plus the text
 delivered so far, counted with a tokenizer (store/tokens.py) in a worker thread, never more than
-could have been read or generated, and the row says `estimated`.
+could have been read or generated, and the row says `estimated`. A request the vendor refused as
+the client's own mistake (a 4xx) is `rejected` and bills nothing. Every row is priced as it is
+written (store/prices.py), at the price in force when the request started.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 from gateway.core.completion import Attempt, Choice, Usage, rough_tokens
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
+from gateway.store.prices import Prices
 
 
 class Sink(Protocol):
@@ -33,9 +36,11 @@ class Sink(Protocol):
 # What became of a request.
 COMPLETED = "completed"  # the vendor finished its answer
 CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
-VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
+VENDOR_ERROR = "vendor_error"  # the vendor failed, broke off or refused for its own reasons (a 429, its credentials)
+REJECTED = "rejected"  # the vendor refused the request as the client's mistake (a 4xx): nothing billed
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
+OUTCOMES = (COMPLETED, CLIENT_DISCONNECTED, VENDOR_ERROR, REJECTED, TIMEOUT, GATEWAY_ERROR)
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -44,8 +49,12 @@ def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, VendorTimeout):
         return TIMEOUT
     if isinstance(exc, GatewayError) and exc.vendor:
-        return VENDOR_ERROR
+        return REJECTED if exc.clients_mistake else VENDOR_ERROR
     return GATEWAY_ERROR
+
+
+def _unpriced(prompt_tokens: int, completion_tokens: int) -> int | None:
+    return None
 
 
 @dataclass(slots=True)
@@ -54,6 +63,7 @@ class Estimate:
     prompts: list[str]  # each prompt as often as it was sent to the vendor
     sent: list[str]  # the text delivered per choice
     max_completion: int | None  # the most the vendor calls could have generated
+    cost: Callable[[int, int], int | None] = _unpriced  # the row's price for (prompt, completion) tokens
 
     def tokens(self) -> tuple[int, int]:
         return self._bounded(self.count)
@@ -78,10 +88,11 @@ class Meter:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
     away. A request that never reached a vendor (refused by the gateway) records nothing."""
 
-    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
+    __slots__ = ("_ledger", "_prices", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_closed")
 
-    def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
+    def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str, prices: Prices) -> None:
         self._ledger = ledger_
+        self._prices = prices
         self._attempt: Attempt | None = None
         self._requested: str | None = None  # the first model tried is the one the client asked for
         self._clock = time.monotonic()
@@ -116,7 +127,10 @@ class Meter:
         self._close(COMPLETED, usage)
 
     def fail(self, exc: BaseException) -> None:
-        self._close(outcome_of(exc), None)
+        outcome = outcome_of(exc)
+        if outcome == REJECTED and self._sent:
+            outcome = VENDOR_ERROR  # text reached the client: the vendor answered (and billed) before it refused
+        self._close(outcome, None)
 
     def left(self) -> None:
         """The client went away (or the response ended before the stream did)."""
@@ -140,22 +154,34 @@ class Meter:
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
         }
+        if outcome == REJECTED:  # refused before it was served: nothing was billed, whatever the price
+            row |= {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
+                    "reasoning_tokens": None, "estimated": False, "cost_nanos": 0}
+            self._ledger.add(row)
+            return
+        model, started, calls, prices = attempt.model, row["started_at"], attempt.vendor_calls, self._prices
         if usage is not None:
+            cached = _detail(usage.prompt_tokens_details, "cached_tokens")
             row |= {
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
-                "cached_tokens": _detail(usage.prompt_tokens_details, "cached_tokens"),
+                "cached_tokens": cached,
                 "reasoning_tokens": _detail(usage.completion_tokens_details, "reasoning_tokens"),
                 "estimated": usage.estimated,
+                "cost_nanos": prices.cost_nanos(
+                    model, usage.prompt_tokens, usage.completion_tokens, cached, started, vendor_calls=calls,
+                    cache_write_tokens=_detail(usage.prompt_tokens_details, "cache_creation_tokens")),
             }
             self._ledger.add(row)
             return
         estimate = Estimate(
-            count=tokens.counter(attempt.model, attempt.count_tokens),
+            count=tokens.counter(model, attempt.count_tokens),
             prompts=list(attempt.prompts_sent),
             sent=["".join(pieces) for pieces in self._sent.values()],
             max_completion=attempt.max_completion_tokens,
+            cost=lambda prompt, completion: prices.cost_nanos(model, prompt, completion, 0, started,
+                                                              vendor_calls=calls),
         )
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
         self._ledger.estimate(row, estimate)

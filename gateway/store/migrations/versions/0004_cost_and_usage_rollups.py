@@ -1,0 +1,74 @@
+"""ledger.cost_nanos (existing rows stay unpriced); usage rollups per hour and day, filled from the ledger
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-12-01
+
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completion_tokens", "total_tokens",
+            "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
+# table -> (grain, with the request's user)
+ROLLUPS = {
+    "usage_hourly": ("hour", False),
+    "usage_daily": ("day", False),
+    "usage_hourly_users": ("hour", True),
+    "usage_daily_users": ("day", True),
+}
+
+
+def upgrade() -> None:
+    # Rows written before prices existed keep no cost: unpriced, never 0.
+    op.add_column("ledger", sa.Column("cost_nanos", sa.BigInteger(), nullable=True))
+    dialect = op.get_bind().dialect.name
+    for name, (grain, with_user) in ROLLUPS.items():
+        user = [sa.Column("has_user", sa.Boolean(), nullable=False), sa.Column("end_user", sa.Text(), nullable=False)]
+        op.create_table(
+            name,
+            sa.Column("account_id", sa.String(64), nullable=False),
+            sa.Column("period", sa.DateTime(timezone=True), nullable=False),
+            sa.Column("model", sa.Text(), nullable=False),
+            sa.Column("key_id", sa.String(32), nullable=False),
+            sa.Column("outcome", sa.String(32), nullable=False),
+            *(user if with_user else []),
+            *(sa.Column(measure, sa.BigInteger(), nullable=False) for measure in MEASURES),
+            sa.PrimaryKeyConstraint("account_id", "period", "model", "key_id", "outcome",
+                                    *(("has_user", "end_user") if with_user else ()), name=op.f(f"pk_{name}")),
+            sqlite_with_rowid=False,
+        )
+        op.execute(_backfill(name, grain, with_user, dialect))
+
+
+def _backfill(table: str, grain: str, with_user: bool, dialect: str) -> str:
+    """The ledger's existing rows summed into `table` (every one unpriced)."""
+    if dialect == "postgresql":
+        period = f"date_trunc('{grain}', started_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+    else:  # SQLite keeps UTC datetimes as "YYYY-MM-DD HH:MM:SS.ffffff"
+        period = ("substr(started_at, 1, 13) || ':00:00.000000'" if grain == "hour"
+                  else "substr(started_at, 1, 10) || ' 00:00:00.000000'")
+    keys = ["account_id", period, "model", "key_id", "outcome"]
+    if with_user:
+        keys += ["end_user IS NOT NULL", "coalesce(end_user, '')"]
+    columns = ["account_id", "period", "model", "key_id", "outcome", *(("has_user", "end_user") if with_user else ()),
+               *MEASURES]
+    sums = ["count(*)", "sum(CASE WHEN estimated THEN 1 ELSE 0 END)", "sum(prompt_tokens)", "sum(completion_tokens)", "sum(total_tokens)",
+            "coalesce(sum(cached_tokens), 0)", "coalesce(sum(reasoning_tokens), 0)", "0", "count(*)"]
+    return (f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(keys + sums)} FROM ledger "
+            f"GROUP BY {', '.join(keys)}")
+
+
+def downgrade() -> None:
+    for name in ROLLUPS:
+        op.drop_table(name)
+    with op.batch_alter_table("ledger") as batch:
+        batch.drop_column("cost_nanos")
