@@ -1,4 +1,5 @@
-"""GET /v5/usage: the caller's token usage, per account and model, from the ledger."""
+"""GET /v5/usage: the caller's usage and its cost, per account and the chosen dimensions, from the
+ledger and its rollups."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ async def report(request: HandlerRequest) -> Response:
     accounts = caller.visible_accounts(request.headers.get("x-selected-account-id"))
     query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
     since, until, model = _instant("start", query.get("start")), _instant("end", query.get("end")), query.get("model")
+    group_by = tuple(dict.fromkeys(_listed(query.get("group_by")) or usage.DEFAULT_GROUP_BY))
+    outcomes = _listed(query.get("outcome"))
     try:
         async with asyncio.timeout(QUERY_TIMEOUT), request.services.database.connect() as connection:
-            lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model)
+            lines = await usage.report(connection, accounts=accounts, start=since, end=until, model=model,
+                                       outcomes=outcomes, group_by=group_by)
     except Exception as exc:  # whatever stops the database answering, the caller can only retry
         log.warning("usage report failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         raise StorageUnavailable("the gateway's database is unavailable; retry later",
@@ -37,9 +41,16 @@ async def report(request: HandlerRequest) -> Response:
         start=since,
         end=until,
         model=model,
-        data=[UsageLine.model_validate(line, from_attributes=True) for line in lines],
+        group_by=list(group_by),
+        outcome=None if outcomes is None else sorted(set(outcomes)),
+        data=[UsageLine.model_validate(line.fields()) for line in lines],
     )
     return Response(body.model_dump_json(), media_type="application/json")
+
+
+def _listed(value: str | None) -> list[str] | None:
+    """A comma-separated parameter (its pattern in openapi.json checked the names already)."""
+    return None if value is None else value.split(",")
 
 
 def _instant(name: str, value: str | None) -> datetime | None:

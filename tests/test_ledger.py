@@ -250,7 +250,8 @@ def expected_lines(two_accounts, *names: str, model: str | None = None) -> list[
     accounts = sorted(two_accounts[n] for n in names)
     return [
         {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "prompt_tokens": v[1],
-         "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0, "reasoning_tokens": 0}
+         "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0, "reasoning_tokens": 0,
+         "cost_usd": None, "unpriced_requests": v[0]}  # the fake vendor's models have no price
         for (account, m), v in sorted(two_accounts["told"].items())
         if account in accounts and model in (None, m)
     ]
@@ -265,7 +266,7 @@ def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gatewa
 
     only_x = report(keys["x"]).json()
     assert only_x == {"object": "usage_report", "accounts": [x], "start": None, "end": None, "model": None,
-                      "data": expected_lines(two_accounts, "x")}
+                      "group_by": ["model"], "outcome": None, "data": expected_lines(two_accounts, "x")}
     both = report(keys["xy"]).json()
     assert both["accounts"] == sorted([x, y]) and both["data"] == expected_lines(two_accounts, "x", "y")
     narrowed = report(keys["xy"], selected=y).json()
@@ -304,7 +305,7 @@ def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accoun
 
     as_csv = gateway_cli(backend.url, "usage", "--account", y, "--format", "csv").stdout.splitlines()
     assert as_csv[0] == ("account_id,model,requests,estimated_requests,prompt_tokens,completion_tokens,total_tokens,"
-                         "cached_tokens,reasoning_tokens")
+                         "cached_tokens,reasoning_tokens,cost_usd,unpriced_requests")
     assert [line.split(",")[:3] for line in as_csv[1:]] == [[y, "fake/a", "1"], [y, "fake/b", "1"]]
     table = gateway_cli(backend.url, "usage", "--account", x).stdout.splitlines()
     assert table[0].split() == as_csv[0].split(",")
