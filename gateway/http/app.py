@@ -1,7 +1,8 @@
 """The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
-security handlers and error rendering. What a request meets, outermost first: Connexion's
-routing, the key check (http/security.py), the body and parameter validation
-(http/validation.py), then the handler the operationId maps to."""
+security handlers and error rendering. What a request meets, outermost first: Connexion's error
+handling, the usage dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not
+operations of it), Connexion's routing, the key check (http/security.py), the body and parameter
+validation (http/validation.py), then the handler the operationId maps to."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
 from gateway.core.redaction import Redactor
 from gateway.http import validation
+from gateway.http.dashboard import DashboardMiddleware
 from gateway.http.connexion_overrides import (
     DirectCallApp,
     Handler,
@@ -72,6 +74,7 @@ def _middlewares(settings: Settings) -> list:
     stack = [
         m.ServerErrorMiddleware,
         m.ExceptionMiddleware,
+        DashboardMiddleware,
         m.RoutingMiddleware,
         m.SecurityMiddleware,
         PreparedValidationMiddleware,
