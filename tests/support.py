@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -190,3 +191,10 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"still waiting after {timeout}s: {message or predicate}")
         time.sleep(interval)
+
+
+def off_loop(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in a thread of its own: for code that runs its own event loop
+    (asyncio.run) from a test whose thread already has one (Playwright's sync API keeps one)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(function, *args).result()

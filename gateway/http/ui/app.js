@@ -142,7 +142,7 @@ function renderChart(perDay, from, to) {
     chart.append(bar);
     const costY = top + plotHeight - (maxNanos ? (total.nanos / maxNanos) * plotHeight : 0);
     points.push(`${x + step / 2},${costY}`);
-    chart.append(svg("circle", { class: "cost-dot", cx: x + step / 2, cy: costY, r: 2.5 }));
+    if (total.nanos) chart.append(svg("circle", { class: "cost-dot", cx: x + step / 2, cy: costY, r: 3 }));
     if (i % labelEvery === 0) {
       chart.append(svg("text", { class: "axis", x: x + step / 2, y: height - 8, "text-anchor": "middle" },
                        day.slice(5)));
@@ -223,6 +223,7 @@ async function refresh() {
     });
     renderTotals(sumBy(days.data, null).get("") || emptyTotal());
     document.body.dataset.state = "ready";
+    document.body.dataset.generation = String(mine); // which refresh the page shows (tests wait on it)
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) {
