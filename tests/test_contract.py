@@ -39,3 +39,18 @@ def test_seed_operation_and_schemas_are_kept():
 def test_schemathesis_finds_nothing(gateway, database):
     """A bounded run against the session's gateway; `make fuzz` runs the long one."""
     assert schemathesis_run(gateway.url, database.key, max_examples=MAX_EXAMPLES, extra=["--seed", "1"]) == 0
+
+
+def test_the_usage_reports_names_in_the_spec_are_the_codes():
+    """The outcomes and grouping dimensions openapi.json documents are the ones the ledger and the
+    report know (one list each in the code; the spec must name the same)."""
+    from gateway.store.meter import OUTCOMES
+    from gateway.store.usage import DIMENSIONS
+
+    spec = load(ROOT / "openapi.json")
+    line = spec["components"]["schemas"]["UsageLine"]["properties"]
+    assert tuple(line["outcome"]["enum"]) == OUTCOMES
+    assert set(DIMENSIONS.values()) <= set(line)
+    parameters = {p["name"]: p for p in spec["paths"]["/v5/usage"]["get"]["parameters"]}
+    assert parameters["group_by"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(DIMENSIONS))
+    assert parameters["outcome"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(OUTCOMES))
