@@ -183,7 +183,7 @@ def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums
 
 
 def test_a_report_reads_whole_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
-    cubes = rollups.cubes_for(with_user=False)
+    cubes = rollups.chain({"model"})
     start, end = datetime(2026, 11, 3, 22, 15, tzinfo=UTC), datetime(2026, 11, 6, 1, 30, tzinfo=UTC)
     pieces = [(cube and cube.table.name, lo, hi) for cube, lo, hi in usage.segments(start, end, cubes)]
     hour = lambda d, h: datetime(2026, 11, d, h, tzinfo=UTC)  # noqa: E731
@@ -191,6 +191,10 @@ def test_a_report_reads_whole_days_and_hours_from_the_rollups_and_only_partial_h
                       ("usage_daily", hour(4, 0), hour(6, 0)), ("usage_hourly", hour(6, 0), hour(6, 1)),
                       (None, hour(6, 1), end)]
     assert usage.segments(None, None, cubes) == [(cubes[0], None, None)]
+    # Per grain, the leanest rollup that has what a report needs.
+    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_daily_users", "usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain(set())] == ["usage_daily", "usage_hourly"]
     assert usage.segments(end, start, cubes) == []
     far = datetime.max.replace(tzinfo=UTC)  # no period starts after it: the ledger, not an overflow
     assert usage.segments(far - timedelta(minutes=1), far, cubes) == [(None, far - timedelta(minutes=1), far)]

@@ -1,7 +1,8 @@
-"""The ledger's rollups (tables.py): the rows summed per hour and per UTC day, per account, model,
-key and outcome, with and without the request's `user`. A report reads whole periods from the
-smallest rollup that has its columns and only the partial hours at its edges from the ledger
-(store/usage.py), so it reads about as much for a month of ten million rows as for a day.
+"""The ledger's rollups (tables.py): the rows summed per hour and per UTC day, per account and
+dimensions: every one of model, key, outcome and the request's `user` per hour; model, key and
+outcome per hour and per day; user and outcome per day. A report reads whole periods from the
+leanest rollup that has the columns it needs, and only the partial hours at its edges from the
+ledger (store/usage.py): it reads about as much for a month of ten million rows as for a day.
 
 Exactness, in the order things can go wrong:
 - The ledger's writer adds a batch's rows to every rollup in the transaction that inserts them, and
@@ -10,18 +11,23 @@ Exactness, in the order things can go wrong:
 - Several writers (processes, hosts) sharing one PostgreSQL add to the same rollup rows with
   `ON CONFLICT DO UPDATE SET x = x + excluded.x`, which PostgreSQL applies under the row's lock, in
   the order of the keys: two writers take their locks in the same order and never deadlock.
+- Periods are UTC hours and days, cut in Python for the writer and in SQL for `rebuild` and the
+  migration's backfill; the tests compare the two.
 - `rebuild` recomputes every rollup from the ledger (a bulk load, bench/), in one transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Boolean, ColumnElement, Table, case, cast, delete, func, literal_column, select, type_coerce
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import asyncpg
+from sqlalchemy.dialects.sqlite import aiosqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store.tables import (
@@ -37,28 +43,47 @@ from gateway.store.tables import (
 GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}  # coarsest first
 
 
+# The dimensions a rollup may keep (besides account and period), and the columns each takes.
+COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user")}
+
+
 @dataclass(frozen=True, slots=True)
 class Cube:
     table: Table
     grain: str  # "hour" or "day"
-    with_user: bool
+    kept: frozenset[str]  # of COLUMNS
 
     @property
     def dimensions(self) -> tuple[str, ...]:
-        return ("account_id", "period", "model", "key_id", "outcome", *(("has_user", "end_user") if self.with_user else ()))
+        """The key's columns, in the table's order."""
+        return tuple(c.name for c in self.table.primary_key.columns)
 
 
+FINEST = Cube(usage_hourly_users, "hour", frozenset(COLUMNS))  # every dimension: the others are sums of it
+# Per grain, the smaller first: `user` has far more values than model, key and outcome together.
 CUBES = (
-    Cube(usage_daily, "day", with_user=False),
-    Cube(usage_hourly, "hour", with_user=False),
-    Cube(usage_daily_users, "day", with_user=True),
-    Cube(usage_hourly_users, "hour", with_user=True),
+    Cube(usage_daily, "day", frozenset({"model", "key_id", "outcome"})),
+    Cube(usage_daily_users, "day", frozenset({"outcome", "user"})),
+    Cube(usage_hourly, "hour", frozenset({"model", "key_id", "outcome"})),
+    FINEST,
 )
 
 
+def chain(needed: Iterable[str]) -> list[Cube]:
+    """The rollups a report needing `needed` (of COLUMNS) reads, coarsest first: per grain, the
+    first of CUBES that keeps all of them."""
+    want = set(needed)
+    found = []
+    for grain in GRAINS:
+        fit = next((cube for cube in CUBES if cube.grain == grain and want <= cube.kept), None)
+        if fit is not None:
+            found.append(fit)
+    return found
+
+
 def floor(instant: datetime, grain: str) -> datetime:
-    """The start of the hour or (UTC) day `instant` is in."""
-    start = instant.replace(minute=0, second=0, microsecond=0)
+    """The start of the hour or UTC day `instant` (aware) is in."""
+    start = instant.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     return start.replace(hour=0) if grain == "day" else start
 
 
@@ -73,11 +98,6 @@ def ceil(instant: datetime, grain: str) -> datetime | None:
         return None
 
 
-def cubes_for(with_user: bool) -> list[Cube]:
-    """The cubes a report may read, coarsest first: those without `user` unless it needs `user`."""
-    return [cube for cube in CUBES if cube.with_user == with_user]
-
-
 # -- the writer's part ------------------------------------------------------------------------------
 def measures(row: dict[str, Any]) -> tuple[int, ...]:
     """One ledger row's contribution to a rollup row, in ROLLUP_MEASURES' order."""
@@ -86,51 +106,67 @@ def measures(row: dict[str, Any]) -> tuple[int, ...]:
             row.get("cached_tokens") or 0, row.get("reasoning_tokens") or 0, cost or 0, 1 if cost is None else 0)
 
 
-def _key(row: dict[str, Any], cube: Cube) -> tuple[Any, ...]:
-    key = (row["account_id"], floor(row["started_at"], cube.grain), row["model"], row["key_id"], row["outcome"])
-    if cube.with_user:
-        user = row.get("end_user")
-        key += (user is not None, user or "")
-    return key
+def _add_to(sums: dict[tuple[Any, ...], list[int]], key: tuple[Any, ...], values: Iterable[int]) -> None:
+    total = sums.get(key)
+    if total is None:
+        sums[key] = list(values)
+    else:
+        for i, value in enumerate(values):
+            total[i] += value
 
 
 async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> None:
     """Add ledger rows, just inserted in the connection's transaction, to every rollup."""
-    rows = list(rows)
-    if not rows:
+    # Each row is summed once, into the finest rollup; every other is summed from those sums.
+    finest: dict[tuple[Any, ...], list[int]] = {}
+    for row in rows:
+        user = row.get("end_user")
+        _add_to(finest, (row["account_id"], floor(row["started_at"], "hour"), row["model"], row["key_id"],
+                         row["outcome"], user is not None, user or ""), measures(row))
+    if not finest:
         return
-    upserts = _upserts(connection.dialect.name)
+    dialect = connection.dialect.name
+    positions = {name: i for i, name in enumerate(FINEST.dimensions)}
     for cube in CUBES:
+        picked = [positions[name] for name in cube.dimensions[2:]]
         sums: dict[tuple[Any, ...], list[int]] = {}
-        for row in rows:
-            values = measures(row)
-            total = sums.get(key := _key(row, cube))
-            if total is None:
-                sums[key] = list(values)
-            else:
-                for i, value in enumerate(values):
-                    total[i] += value
+        for key, values in finest.items():
+            period = key[1] if cube.grain == "hour" else key[1].replace(hour=0)
+            _add_to(sums, (key[0], period, *(key[i] for i in picked)), values)
+        sql, period_value = _upsert(cube, dialect)
         # In key order: concurrent writers then lock shared rollup rows in the same order.
-        params = [dict(zip(cube.dimensions, key, strict=True)) | dict(zip(ROLLUP_MEASURES, sums[key], strict=True))
-                  for key in sorted(sums)]
-        await connection.execute(upserts[cube.table.name], params)
+        params = [(key[0], period_value(key[1]), *key[2:], *sums[key]) for key in sorted(sums)]
+        await connection.exec_driver_sql(sql, params)
 
 
-_UPSERTS: dict[str, dict[str, Any]] = {}
+@functools.lru_cache(maxsize=1024)  # a batch has a few periods, repeated
+def _sqlite_period(period: datetime) -> str:
+    return f"{period:%Y-%m-%d %H}:00:00.000000"  # UTCDateTime's text on SQLite, for a whole hour
 
 
-def _upserts(dialect_name: str) -> dict[str, Any]:
-    statements = _UPSERTS.get(dialect_name)
-    if statements is None:
+_UPSERTS: dict[tuple[str, str], tuple[str, Callable[[datetime], Any]]] = {}
+
+
+def _upsert(cube: Cube, dialect_name: str) -> tuple[str, Callable[[datetime], Any]]:
+    """The cube's upsert as the driver's SQL (positional parameters in the table's column order),
+    and how a period is passed to it. The writer hands the driver tuples itself: SQLAlchemy's
+    per-row parameter processing was most of the writer's time (bench/usage_scale.py)."""
+    found = _UPSERTS.get((cube.table.name, dialect_name))
+    if found is None:
         dialect = postgresql if dialect_name == "postgresql" else sqlite
-        statements = {}
-        for cube in CUBES:
-            insert = dialect.insert(cube.table)
-            statements[cube.table.name] = insert.on_conflict_do_update(
-                index_elements=list(cube.dimensions),
-                set_={m: cube.table.c[m] + insert.excluded[m] for m in ROLLUP_MEASURES})
-        _UPSERTS[dialect_name] = statements
-    return statements
+        insert = dialect.insert(cube.table)
+        statement = insert.on_conflict_do_update(
+            index_elements=list(cube.dimensions), set_={m: cube.table.c[m] + insert.excluded[m] for m in ROLLUP_MEASURES})
+        driver = asyncpg.dialect() if dialect_name == "postgresql" else aiosqlite.dialect()
+        compiled = statement.compile(dialect=driver, column_keys=[c.name for c in cube.table.columns])
+        assert list(compiled.positiontup or ()) == [c.name for c in cube.table.columns]
+        found = str(compiled), (_sqlite_period if dialect_name == "sqlite" else _as_is)
+        _UPSERTS[(cube.table.name, dialect_name)] = found
+    return found
+
+
+def _as_is(period: datetime) -> datetime:
+    return period
 
 
 # -- SQL over periods -------------------------------------------------------------------------------
@@ -176,14 +212,22 @@ def ledger_measures() -> list[ColumnElement[Any]]:
 
 
 async def rebuild(connection: AsyncConnection) -> None:
-    """Every rollup recomputed from the ledger (after a bulk load); in the caller's transaction."""
+    """Every rollup recomputed from the ledger (after a bulk load); in the caller's transaction.
+    The finest rollup is summed from the ledger, the others from it."""
     name = connection.dialect.name
-    c = ledger.c
-    for cube in CUBES:
+    for cube in (FINEST, *(cube for cube in CUBES if cube is not FINEST)):
         await connection.execute(delete(cube.table))
-        period = period_of(c.started_at, cube.grain, name)
-        keys: list[ColumnElement[Any]] = [c.account_id, period, c.model, c.key_id, c.outcome]
-        if cube.with_user:
-            keys += [cast(c.end_user.is_not(None), Boolean), func.coalesce(c.end_user, literal_column("''"))]
-        query = select(*keys, *ledger_measures()).group_by(*keys)
+        if cube is FINEST:
+            c, sums, time = ledger.c, ledger_measures(), ledger.c.started_at
+            by = {"model": [c.model], "key_id": [c.key_id], "outcome": [c.outcome],
+                  "user": [cast(c.end_user.is_not(None), Boolean), func.coalesce(c.end_user, literal_column("''"))]}
+        else:
+            c, time = FINEST.table.c, FINEST.table.c.period
+            sums = [func.sum(c[m]) for m in ROLLUP_MEASURES]
+            by = {dimension: [c[column] for column in columns] for dimension, columns in COLUMNS.items()}
+        keys: list[ColumnElement[Any]] = [c.account_id, period_of(time, cube.grain, name)]
+        for column in cube.dimensions[2:]:
+            dimension = next(d for d, columns in COLUMNS.items() if column in columns)
+            keys.append(by[dimension][COLUMNS[dimension].index(column)])
+        query = select(*keys, *sums).group_by(*keys)
         await connection.execute(cube.table.insert().from_select([*cube.dimensions, *ROLLUP_MEASURES], query))

@@ -7,7 +7,7 @@ rollups (store/rollups.py) and only the partial hours at the range's edges from 
     [start ........ first whole hour | whole hours | whole days ... | whole hours | last hour .. end)
       ledger rows                      hourly rollup  daily rollup    hourly        ledger rows
 
-The rollups without `user` are read unless the report groups by user.
+Per grain, the leanest rollup that keeps every column the report groups or filters by is read.
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ async def report(
     # The ledger stores NUL as U+FFFD (PostgreSQL text cannot hold it); a filter matches the same way.
     query = _Query(None if accounts is None else sorted(accounts), model and model.replace("\x00", "\ufffd"),
                    None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
-    for source, lo, hi in segments(start, end, rollups.cubes_for(with_user="user" in group)):
+    needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
+        | ({"outcome"} if outcomes is not None else set())
+    for source, lo, hi in segments(start, end, rollups.chain(needed)):
         for row in await connection.execute(_select(query, source, lo, hi)):
             key, values = tuple(_key(query, source, row)), [int(v) for v in row[-len(ROLLUP_MEASURES):]]
             total = query.sums.get(key)

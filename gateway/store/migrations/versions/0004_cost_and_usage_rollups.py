@@ -18,53 +18,51 @@ depends_on: str | Sequence[str] | None = None
 
 MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completion_tokens", "total_tokens",
             "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
-# table -> (grain, with the request's user)
+# table -> (grain, the dimensions it keeps besides account and period)
 ROLLUPS = {
-    "usage_hourly": ("hour", False),
-    "usage_daily": ("day", False),
-    "usage_hourly_users": ("hour", True),
-    "usage_daily_users": ("day", True),
+    "usage_hourly_users": ("hour", ("model", "key_id", "outcome", "user")),
+    "usage_hourly": ("hour", ("model", "key_id", "outcome")),
+    "usage_daily": ("day", ("model", "key_id", "outcome")),
+    "usage_daily_users": ("day", ("outcome", "user")),
 }
+
+COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user")}
+TYPES = {"model": sa.Text(), "key_id": sa.String(32), "outcome": sa.String(32), "has_user": sa.Boolean(),
+         "end_user": sa.Text()}
+FROM_LEDGER = {"model": "model", "key_id": "key_id", "outcome": "outcome", "has_user": "end_user IS NOT NULL",
+               "end_user": "coalesce(end_user, '')"}
 
 
 def upgrade() -> None:
     # Rows written before prices existed keep no cost: unpriced, never 0.
     op.add_column("ledger", sa.Column("cost_nanos", sa.BigInteger(), nullable=True))
     dialect = op.get_bind().dialect.name
-    for name, (grain, with_user) in ROLLUPS.items():
-        user = [sa.Column("has_user", sa.Boolean(), nullable=False), sa.Column("end_user", sa.Text(), nullable=False)]
+    for name, (grain, kept) in ROLLUPS.items():
+        columns = [column for dimension in kept for column in COLUMNS[dimension]]
         op.create_table(
             name,
             sa.Column("account_id", sa.String(64), nullable=False),
             sa.Column("period", sa.DateTime(timezone=True), nullable=False),
-            sa.Column("model", sa.Text(), nullable=False),
-            sa.Column("key_id", sa.String(32), nullable=False),
-            sa.Column("outcome", sa.String(32), nullable=False),
-            *(user if with_user else []),
+            *(sa.Column(column, TYPES[column], nullable=False) for column in columns),
             *(sa.Column(measure, sa.BigInteger(), nullable=False) for measure in MEASURES),
-            sa.PrimaryKeyConstraint("account_id", "period", "model", "key_id", "outcome",
-                                    *(("has_user", "end_user") if with_user else ()), name=op.f(f"pk_{name}")),
+            sa.PrimaryKeyConstraint("account_id", "period", *columns, name=op.f(f"pk_{name}")),
             sqlite_with_rowid=False,
         )
-        op.execute(_backfill(name, grain, with_user, dialect))
+        op.execute(_backfill(name, grain, columns, dialect))
 
 
-def _backfill(table: str, grain: str, with_user: bool, dialect: str) -> str:
+def _backfill(table: str, grain: str, columns: list[str], dialect: str) -> str:
     """The ledger's existing rows summed into `table` (every one unpriced)."""
     if dialect == "postgresql":
         period = f"date_trunc('{grain}', started_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
     else:  # SQLite keeps UTC datetimes as "YYYY-MM-DD HH:MM:SS.ffffff"
         period = ("substr(started_at, 1, 13) || ':00:00.000000'" if grain == "hour"
                   else "substr(started_at, 1, 10) || ' 00:00:00.000000'")
-    keys = ["account_id", period, "model", "key_id", "outcome"]
-    if with_user:
-        keys += ["end_user IS NOT NULL", "coalesce(end_user, '')"]
-    columns = ["account_id", "period", "model", "key_id", "outcome", *(("has_user", "end_user") if with_user else ()),
-               *MEASURES]
-    sums = ["count(*)", "sum(CASE WHEN estimated THEN 1 ELSE 0 END)", "sum(prompt_tokens)", "sum(completion_tokens)", "sum(total_tokens)",
-            "coalesce(sum(cached_tokens), 0)", "coalesce(sum(reasoning_tokens), 0)", "0", "count(*)"]
-    return (f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(keys + sums)} FROM ledger "
-            f"GROUP BY {', '.join(keys)}")
+    keys = ["account_id", period, *(FROM_LEDGER[column] for column in columns)]
+    sums = ["count(*)", "sum(CASE WHEN estimated THEN 1 ELSE 0 END)", "sum(prompt_tokens)", "sum(completion_tokens)",
+            "sum(total_tokens)", "coalesce(sum(cached_tokens), 0)", "coalesce(sum(reasoning_tokens), 0)", "0", "count(*)"]
+    return (f"INSERT INTO {table} ({', '.join(['account_id', 'period', *columns, *MEASURES])}) "
+            f"SELECT {', '.join(keys + sums)} FROM ledger GROUP BY {', '.join(keys)}")
 
 
 def downgrade() -> None:
