@@ -12,7 +12,9 @@ rollups are built with `rollups.rebuild`, as a migration of a big ledger would. 
 database of its own on the server of GATEWAY_TEST_DATABASE_URL (default
 postgresql://postgres@127.0.0.1:5432/test), dropped at the end. Timings are wall-clock per request
 over loopback (median and p90 of --repeat rounds, the variants interleaved round-robin so machine
-noise hits each alike); the writer's cost is process CPU time.
+noise hits each alike), with the gateway process's CPU time per request beside them (on SQLite it
+includes the database's work, on PostgreSQL the server's own processes do that part); the
+writer's cost is process CPU time.
 """
 
 from __future__ import annotations
@@ -175,24 +177,32 @@ async def raw_group_by(url: str, accounts: list[str]) -> float:
         await engine.dispose()
 
 
-def time_reports(url: str, repeat: int) -> list[tuple[str, float, float, int]]:
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process (all its threads) has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_reports(url: str, repeat: int) -> list[tuple[str, float, float, float, int]]:
     one, every = create_key(url, ACCOUNTS[0]), create_key(url, *ACCOUNTS)
     month = {"start": MONTH[0].isoformat().replace("+00:00", "Z"), "end": MONTH[1].isoformat().replace("+00:00", "Z")}
     env = {"GATEWAY_DATABASE_URL": url, "GATEWAY_VENDOR_LOCAL_ENABLED": "0"}
     samples: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
+    cpu: dict[str, float] = {name: 0.0 for name, _, _ in VARIANTS}
     lines: dict[str, int] = {}
     with GatewayProcess(env) as gateway, httpx.Client(base_url=gateway.url, timeout=120) as client:
         for round_ in range(repeat + 2):  # the first two rounds warm caches and are not counted
             for name, all_accounts, params in VARIANTS:
-                began = time.perf_counter()
+                used, began = cpu_seconds(gateway.proc.pid), time.perf_counter()
                 r = client.get("/v5/usage", params=month | params, headers={"x-api-key": every if all_accounts else one})
-                elapsed = time.perf_counter() - began
+                elapsed, used = time.perf_counter() - began, cpu_seconds(gateway.proc.pid) - used
                 r.raise_for_status()
                 lines[name] = len(r.json()["data"])
                 if round_ >= 2:
                     samples[name].append(elapsed)
-    return [(name, statistics.median(s) * 1000, sorted(s)[int(0.9 * (len(s) - 1))] * 1000, lines[name])
-            for name, s in samples.items()]
+                    cpu[name] += used
+    return [(name, statistics.median(s) * 1000, sorted(s)[int(0.9 * (len(s) - 1))] * 1000, cpu[name] / len(s) * 1000,
+             lines[name]) for name, s in samples.items()]
 
 
 async def writer_cpu(url: str, rows: int = 20_000, rounds: int = 3) -> tuple[float, float]:
@@ -260,9 +270,10 @@ def main() -> None:
             print("rows: " + ", ".join(f"{table} {count:,}" for table, count in counted.items()))
             raw = [asyncio.run(raw_group_by(url, ACCOUNTS)) for _ in range(2)]
             print(f"raw GROUP BY over the month's ledger rows (the report before rollups): {min(raw) * 1000:,.0f} ms")
-            print("\n| GET /v5/usage, 2026-11 | median ms | p90 ms | lines |\n| --- | ---: | ---: | ---: |")
-            for variant, median, p90, count in time_reports(url, args.repeat):
-                print(f"| {variant} | {median:.1f} | {p90:.1f} | {count:,} |", flush=True)
+            print("\n| GET /v5/usage, 2026-11 | median ms | p90 ms | gateway CPU ms | lines |\n"
+                  "| --- | ---: | ---: | ---: | ---: |")
+            for variant, median, p90, cpu, count in time_reports(url, args.repeat):
+                print(f"| {variant} | {median:.1f} | {p90:.1f} | {cpu:.1f} | {count:,} |", flush=True)
     with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
         print("\n| ledger writer, CPU per row | with rollups | without | \n| --- | ---: | ---: |")
         for kind in args.backends.split(","):
