@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import random
+import signal
 import sqlite3
 import statistics
 import tempfile
@@ -248,7 +249,12 @@ def a_database(kind: str, keep: Path | None) -> Iterator[str]:
         yield url
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so that the PostgreSQL database is dropped on the way out
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--backends", default="sqlite,postgresql")

@@ -93,7 +93,7 @@ def figures(rows: list[dict]) -> dict:
     priced = [r for r in rows if r["cost_nanos"] is not None]
     return {"requests": len(rows), "prompt": sum(r["prompt_tokens"] for r in rows),
             "completion": sum(r["completion_tokens"] for r in rows), "tokens": sum(r["total_tokens"] for r in rows),
-            "cost": usd(sum(r["cost_nanos"] for r in priced)) if priced else "unpriced",
+            "cost": usd(sum(r["cost_nanos"] for r in priced)) if priced or not rows else "unpriced",
             "unpriced": len(rows) - len(priced)}
 
 
@@ -162,7 +162,7 @@ def test_the_dashboard_shows_the_ledgers_figures_per_day_model_key_and_user(page
     for row in recent:
         per_day[row["started_at"].date().isoformat()].append(row)
     for day, title in bars:
-        f = figures(per_day[day]) if day in per_day else {"tokens": 0, "cost": "unpriced"}
+        f = figures(per_day.get(day, []))
         assert title == f"{day}: {tokens(f['tokens'])} tokens, {f['cost']}"
     screenshot(page, "dashboard-all-accounts")
 

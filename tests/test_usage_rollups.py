@@ -23,8 +23,8 @@ from gateway.store.meter import OUTCOMES
 from gateway.store.tables import ledger, ledger_rejects
 from tests.provision import empty_database
 
-START = datetime(2026, 11, 28, 21, 0, tzinfo=UTC)
-SPAN = timedelta(days=3)
+START = datetime(2026, 10, 26, 21, 0, tzinfo=UTC)  # over a month's end: every period of every rollup
+SPAN = timedelta(days=40)
 ACCOUNTS = ("acct-x", "acct-y", "acct-z")
 MODELS = ("openai/gpt-3.5-turbo-instruct", "anthropic/claude-sonnet-4-6", "vllm/llama", "fake/odd\x00name")
 KEYS = ("key_aaaaaaaaaaaaaaaa", "key_bbbbbbbbbbbbbbbb", "key_cccccccccccccccc")
@@ -124,11 +124,13 @@ def random_instant(rng: random.Random) -> datetime | None:
     choice = rng.random()
     if choice < 0.15:
         return None
-    base = START - timedelta(hours=2) + timedelta(hours=rng.randrange(80))
+    base = START - timedelta(hours=2) + timedelta(hours=rng.randrange(int(SPAN.total_seconds() // 3600) + 4))
     if choice < 0.45:
         return base  # on an hour
     if choice < 0.55:
         return base.replace(hour=0)  # on a day
+    if choice < 0.62:
+        return base.replace(day=1, hour=0)  # on a month
     return base + timedelta(microseconds=rng.randrange(3600 * 10**6))
 
 
@@ -182,20 +184,27 @@ def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums
     assert nonempty >= len(cases) // 2  # the cases are not vacuous
 
 
-def test_a_report_reads_whole_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
-    cubes = rollups.chain({"model"})
-    start, end = datetime(2026, 11, 3, 22, 15, tzinfo=UTC), datetime(2026, 11, 6, 1, 30, tzinfo=UTC)
+def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
+    cubes = rollups.chain({"model", "key_id"})
+    start, end = datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
     pieces = [(cube and cube.table.name, lo, hi) for cube, lo, hi in usage.segments(start, end, cubes)]
-    hour = lambda d, h: datetime(2026, 11, d, h, tzinfo=UTC)  # noqa: E731
-    assert pieces == [(None, start, hour(3, 23)), ("usage_hourly", hour(3, 23), hour(4, 0)),
-                      ("usage_daily", hour(4, 0), hour(6, 0)), ("usage_hourly", hour(6, 0), hour(6, 1)),
-                      (None, hour(6, 1), end)]
+    at = lambda m, d, h: datetime(2026, m, d, h, tzinfo=UTC)  # noqa: E731
+    assert pieces == [(None, start, at(10, 30, 23)), ("usage_hourly", at(10, 30, 23), at(10, 31, 0)),
+                      ("usage_daily", at(10, 31, 0), at(11, 1, 0)), ("usage_monthly", at(11, 1, 0), at(12, 1, 0)),
+                      ("usage_daily", at(12, 1, 0), at(12, 2, 0)), ("usage_hourly", at(12, 2, 0), at(12, 2, 1)),
+                      (None, at(12, 2, 1), end)]
     assert usage.segments(None, None, cubes) == [(cubes[0], None, None)]
-    # Per grain, the leanest rollup that has what a report needs.
-    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_daily_users", "usage_hourly_users"]
+    # Per period, the smallest rollup that has what a report needs; no months for a report per day.
+    assert [c.table.name for c in rollups.chain({"model"}, by_day=True)] == ["usage_daily_models",
+                                                                             "usage_hourly_models"]
+    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_users", "usage_daily_users",
+                                                               "usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
-    assert [c.table.name for c in rollups.chain(set())] == ["usage_daily", "usage_hourly"]
+    assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
+    year_end = datetime(2026, 12, 31, 12, tzinfo=UTC)
+    assert rollups.ceil(year_end, "month") == datetime(2027, 1, 1, tzinfo=UTC)
     assert usage.segments(end, start, cubes) == []
+    cubes = rollups.chain(set())
     far = datetime.max.replace(tzinfo=UTC)  # no period starts after it: the ledger, not an overflow
     assert usage.segments(far - timedelta(minutes=1), far, cubes) == [(None, far - timedelta(minutes=1), far)]
 

@@ -1,8 +1,8 @@
-"""The ledger's rollups (tables.py): the rows summed per hour and per UTC day, per account and
-dimensions: every one of model, key, outcome and the request's `user` per hour; model, key and
-outcome per hour and per day; user and outcome per day. A report reads whole periods from the
-leanest rollup that has the columns it needs, and only the partial hours at its edges from the
-ledger (store/usage.py): it reads about as much for a month of ten million rows as for a day.
+"""The ledger's rollups (tables.ROLLUPS): the rows summed per hour, UTC day and UTC calendar month,
+per account and some of model, key, outcome and user, the finest (per hour) keeping them all. A
+report reads whole months, then whole days, then whole hours from the smallest rollup of each
+period that has the columns it needs, and only the partial hours at its edges from the ledger
+(store/usage.py): it reads about as much for a month of ten million rows as for a day.
 
 Exactness, in the order things can go wrong:
 - The ledger's writer adds a batch's rows to every rollup in the transaction that inserts them, and
@@ -30,19 +30,9 @@ from sqlalchemy.dialects.postgresql import asyncpg
 from sqlalchemy.dialects.sqlite import aiosqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.store.tables import (
-    ROLLUP_MEASURES,
-    UTCDateTime,
-    ledger,
-    usage_daily,
-    usage_daily_users,
-    usage_hourly,
-    usage_hourly_users,
-)
+from gateway.store.tables import ROLLUP_MEASURES, ROLLUPS, UTCDateTime, ledger, rollup_tables
 
-GRAINS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}  # coarsest first
-
-
+GRAINS = ("month", "day", "hour")  # coarsest first
 # The dimensions a rollup may keep (besides account and period), and the columns each takes.
 COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user")}
 
@@ -50,7 +40,7 @@ COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), 
 @dataclass(frozen=True, slots=True)
 class Cube:
     table: Table
-    grain: str  # "hour" or "day"
+    grain: str  # of GRAINS
     kept: frozenset[str]  # of COLUMNS
 
     @property
@@ -59,22 +49,16 @@ class Cube:
         return tuple(c.name for c in self.table.primary_key.columns)
 
 
-FINEST = Cube(usage_hourly_users, "hour", frozenset(COLUMNS))  # every dimension: the others are sums of it
-# Per grain, the smaller first: `user` has far more values than model, key and outcome together.
-CUBES = (
-    Cube(usage_daily, "day", frozenset({"model", "key_id", "outcome"})),
-    Cube(usage_daily_users, "day", frozenset({"outcome", "user"})),
-    Cube(usage_hourly, "hour", frozenset({"model", "key_id", "outcome"})),
-    FINEST,
-)
+CUBES = tuple(Cube(rollup_tables[name], grain, frozenset(kept)) for name, grain, kept in ROLLUPS)
+FINEST = next(cube for cube in CUBES if cube.grain == "hour" and cube.kept == frozenset(COLUMNS))
 
 
-def chain(needed: Iterable[str]) -> list[Cube]:
-    """The rollups a report needing `needed` (of COLUMNS) reads, coarsest first: per grain, the
-    first of CUBES that keeps all of them."""
+def chain(needed: Iterable[str], by_day: bool = False) -> list[Cube]:
+    """The rollups a report needing `needed` (of COLUMNS) reads, coarsest first: per period, the
+    first of CUBES that keeps all of them; no months when the report is per day."""
     want = set(needed)
     found = []
-    for grain in GRAINS:
+    for grain in GRAINS[1:] if by_day else GRAINS:
         fit = next((cube for cube in CUBES if cube.grain == grain and want <= cube.kept), None)
         if fit is not None:
             found.append(fit)
@@ -82,9 +66,11 @@ def chain(needed: Iterable[str]) -> list[Cube]:
 
 
 def floor(instant: datetime, grain: str) -> datetime:
-    """The start of the hour or UTC day `instant` (aware) is in."""
+    """The start of the hour, UTC day or UTC month `instant` (aware) is in."""
     start = instant.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    return start.replace(hour=0) if grain == "day" else start
+    if grain == "hour":
+        return start
+    return start.replace(hour=0) if grain == "day" else start.replace(day=1, hour=0)
 
 
 def ceil(instant: datetime, grain: str) -> datetime | None:
@@ -93,8 +79,10 @@ def ceil(instant: datetime, grain: str) -> datetime | None:
     if start == instant:
         return start
     try:
-        return start + GRAINS[grain]
-    except OverflowError:
+        if grain == "month":
+            return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+        return start + (timedelta(hours=1) if grain == "hour" else timedelta(days=1))
+    except (OverflowError, ValueError):
         return None
 
 
@@ -131,7 +119,7 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
         picked = [positions[name] for name in cube.dimensions[2:]]
         sums: dict[tuple[Any, ...], list[int]] = {}
         for key, values in finest.items():
-            period = key[1] if cube.grain == "hour" else key[1].replace(hour=0)
+            period = key[1] if cube.grain == "hour" else floor(key[1], cube.grain)
             _add_to(sums, (key[0], period, *(key[i] for i in picked)), values)
         sql, period_value = _upsert(cube, dialect)
         # In key order: concurrent writers then lock shared rollup rows in the same order.
@@ -141,7 +129,7 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
 
 @functools.lru_cache(maxsize=1024)  # a batch has a few periods, repeated
 def _sqlite_period(period: datetime) -> str:
-    return f"{period:%Y-%m-%d %H}:00:00.000000"  # UTCDateTime's text on SQLite, for a whole hour
+    return f"{period:%Y-%m-%d %H}:00:00.000000"  # UTCDateTime's text on SQLite, for a period's start
 
 
 _UPSERTS: dict[tuple[str, str], tuple[str, Callable[[datetime], Any]]] = {}
@@ -181,11 +169,9 @@ def period_of(column: Any, grain: str, dialect_name: str) -> ColumnElement[Any]:
         unit = literal_column(f"'{grain}'")
         return type_coerce(func.date_trunc(unit, column.op("AT TIME ZONE")(_UTC)).op("AT TIME ZONE")(_UTC), UTCDateTime)
     # SQLite keeps UTCDateTime as "YYYY-MM-DD HH:MM:SS.ffffff" (UTC): a period is a prefix of it, completed.
-    if grain == "hour":
-        return type_coerce(func.substr(column, literal_column("1"), literal_column("13"))
-                           .concat(literal_column("':00:00.000000'")), UTCDateTime)
-    return type_coerce(func.substr(column, literal_column("1"), literal_column("10"))
-                       .concat(literal_column("' 00:00:00.000000'")), UTCDateTime)
+    kept, rest = {"hour": (13, ":00:00.000000"), "day": (10, " 00:00:00.000000"), "month": (7, "-01 00:00:00.000000")}[grain]
+    return type_coerce(func.substr(column, literal_column("1"), literal_column(str(kept)))
+                       .concat(literal_column(f"'{rest}'")), UTCDateTime)
 
 
 def day_of(column: Any, dialect_name: str) -> ColumnElement[str]:

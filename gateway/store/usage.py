@@ -1,13 +1,14 @@
 """Usage reports: the ledger summed per account and per any of model, day, key, user and outcome over
 a time range, with what it cost; one function shared by `GET /v5/usage` and `gateway usage`.
 
-A report is exact at any size and over any range. It reads whole UTC days and hours from the
-rollups (store/rollups.py) and only the partial hours at the range's edges from the ledger:
+A report is exact at any size and over any range. It reads whole UTC months, days and hours from
+the rollups (store/rollups.py) and only the partial hours at the range's edges from the ledger:
 
-    [start ........ first whole hour | whole hours | whole days ... | whole hours | last hour .. end)
-      ledger rows                      hourly rollup  daily rollup    hourly        ledger rows
+    [start .. first whole hour | hours | days | months ... | days | hours | last hour .. end)
+     ledger rows                 hourly  daily  monthly      daily  hourly  ledger rows
 
-Per grain, the leanest rollup that keeps every column the report groups or filters by is read.
+For each period it reads the smallest rollup that keeps every column the report groups or filters
+by (no months for a report per day).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ async def report(
                    None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
     needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
         | ({"outcome"} if outcomes is not None else set())
-    for source, lo, hi in segments(start, end, rollups.chain(needed)):
+    for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group)):
         for row in await connection.execute(_select(query, source, lo, hi)):
             key, values = tuple(_key(query, source, row)), [int(v) for v in row[-len(ROLLUP_MEASURES):]]
             total = query.sums.get(key)

@@ -50,8 +50,9 @@ function formatUsd(nanos) {
   return "$" + whole.toLocaleString("en-US") + "." + fraction;
 }
 
+// "unpriced" only when there are requests and none of them is priced: no requests cost nothing.
 function formatCost(total) {
-  return total.requests > total.unpriced ? formatUsd(total.nanos) : "unpriced";
+  return total.requests === 0 || total.requests > total.unpriced ? formatUsd(total.nanos) : "unpriced";
 }
 
 function emptyTotal() {
@@ -188,9 +189,7 @@ function renderTable(table, title, totals) {
 function renderTotals(total) {
   const shown = { requests: formatTokens(total.requests), total_tokens: formatTokens(total.tokens),
                   cost: formatCost(total), unpriced_requests: formatTokens(total.unpriced) };
-  for (const element of document.querySelectorAll("[data-total]")) {
-    element.textContent = total.requests ? shown[element.dataset.total] : "0";
-  }
+  for (const element of document.querySelectorAll("[data-total]")) element.textContent = shown[element.dataset.total];
 }
 
 function showError(id, message) {

@@ -1,4 +1,4 @@
-"""ledger.cost_nanos (existing rows stay unpriced); usage rollups per hour and day, filled from the ledger
+"""ledger.cost_nanos (existing rows stay unpriced); usage rollups per hour, day and month, filled from the ledger
 
 Revision ID: 0004
 Revises: 0003
@@ -20,10 +20,14 @@ MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completion_token
             "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
 # table -> (grain, the dimensions it keeps besides account and period)
 ROLLUPS = {
-    "usage_hourly_users": ("hour", ("model", "key_id", "outcome", "user")),
-    "usage_hourly": ("hour", ("model", "key_id", "outcome")),
+    "usage_monthly": ("month", ("model", "key_id", "outcome")),
+    "usage_monthly_users": ("month", ("outcome", "user")),
+    "usage_daily_models": ("day", ("model",)),
     "usage_daily": ("day", ("model", "key_id", "outcome")),
     "usage_daily_users": ("day", ("outcome", "user")),
+    "usage_hourly_models": ("hour", ("model",)),
+    "usage_hourly": ("hour", ("model", "key_id", "outcome")),
+    "usage_hourly_users": ("hour", ("model", "key_id", "outcome", "user")),
 }
 
 COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user")}
@@ -56,8 +60,9 @@ def _backfill(table: str, grain: str, columns: list[str], dialect: str) -> str:
     if dialect == "postgresql":
         period = f"date_trunc('{grain}', started_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
     else:  # SQLite keeps UTC datetimes as "YYYY-MM-DD HH:MM:SS.ffffff"
-        period = ("substr(started_at, 1, 13) || ':00:00.000000'" if grain == "hour"
-                  else "substr(started_at, 1, 10) || ' 00:00:00.000000'")
+        kept, rest = {"hour": (13, ":00:00.000000"), "day": (10, " 00:00:00.000000"),
+                      "month": (7, "-01 00:00:00.000000")}[grain]
+        period = f"substr(started_at, 1, {kept}) || '{rest}'"
     keys = ["account_id", period, *(FROM_LEDGER[column] for column in columns)]
     sums = ["count(*)", "sum(CASE WHEN estimated THEN 1 ELSE 0 END)", "sum(prompt_tokens)", "sum(completion_tokens)",
             "sum(total_tokens)", "coalesce(sum(cached_tokens), 0)", "coalesce(sum(reasoning_tokens), 0)", "0", "count(*)"]
