@@ -62,6 +62,10 @@ VARIANTS = [
     ("all accounts, per key and outcome", True, {"group_by": "key,outcome"}),
     ("one account, per user", False, {"group_by": "user"}),
     ("all accounts, per user", True, {"group_by": "user"}),
+    ("all accounts, per model, 29 whole days (no whole month)", True,
+     {"group_by": "model", "start": "2026-11-02T00:00:00Z", "end": "2026-12-01T00:00:00Z"}),
+    ("all accounts, per key, 29 whole days", True,
+     {"group_by": "key", "start": "2026-11-02T00:00:00Z", "end": "2026-12-01T00:00:00Z"}),
     ("all accounts, per model, range not hour-aligned", True,
      {"group_by": "model", "start": "2026-11-01T00:17:00Z", "end": "2026-11-30T23:41:00Z"}),
 ]

@@ -11,8 +11,8 @@ Exactness, in the order things can go wrong:
 - Several writers (processes, hosts) sharing one PostgreSQL add to the same rollup rows with
   `ON CONFLICT DO UPDATE SET x = x + excluded.x`, which PostgreSQL applies under the row's lock, in
   the order of the keys: two writers take their locks in the same order and never deadlock.
-- Periods are UTC hours and days, cut in Python for the writer and in SQL for `rebuild` and the
-  migration's backfill; the tests compare the two.
+- Periods are UTC hours, days and calendar months, cut in Python for the writer and in SQL for
+  `rebuild` and the migration's backfill; the tests compare the two.
 - `rebuild` recomputes every rollup from the ledger (a bulk load, bench/), in one transaction.
 """
 
@@ -80,7 +80,8 @@ def ceil(instant: datetime, grain: str) -> datetime | None:
         return start
     try:
         if grain == "month":
-            return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+            after = start.replace(year=start.year + 1, month=1) if start.month == 12 else None
+            return after or start.replace(month=start.month + 1)
         return start + (timedelta(hours=1) if grain == "hour" else timedelta(days=1))
     except (OverflowError, ValueError):
         return None
