@@ -3,7 +3,7 @@ running gateway, on SQLite and on PostgreSQL, beside the raw GROUP BY that repor
 rollups. Also what keeping the rollups costs the ledger's writer, in CPU time per row.
 
     python -m bench.usage_scale [--rows 10000000] [--backends sqlite,postgresql] [--repeat 15]
-                                [--reuse sqlite:////path/to/loaded.db] [--keep DIR]
+                                [--reuse sqlite:////path/to/loaded.db [--rebuild]] [--keep DIR]
 
 The rows (one month, 2026-11, in time order as a ledger fills) spread over 20 accounts of uneven
 size, 3 keys and 250 users per account (30% of requests without `user`), 8 models of which one is
@@ -41,7 +41,7 @@ from gateway.store import database, rollups
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.prices import Prices
-from gateway.store.tables import ledger
+from gateway.store.tables import ledger, metadata, rollup_tables
 from tests.gateway_process import GatewayProcess
 from tests.provision import create_key, empty_database
 
@@ -156,6 +156,22 @@ async def prepare_and_rebuild(url: str, rows: int, kind: str) -> dict[str, float
     return timings
 
 
+async def rebuild_only(url: str) -> float:
+    """The rollups of a database loaded by an earlier version of this bench, made anew."""
+    engine = database.connect(url)
+    try:
+        began = time.perf_counter()
+        async with database.writing(engine) as connection:
+            await connection.run_sync(lambda c: metadata.create_all(c, tables=list(rollup_tables.values())))
+            await rollups.rebuild(connection)
+        async with engine.connect() as connection:
+            await connection.exec_driver_sql("ANALYZE")
+            await connection.commit()
+        return time.perf_counter() - began
+    finally:
+        await engine.dispose()
+
+
 async def sizes(url: str) -> dict[str, int]:
     engine = database.connect(url)
     try:
@@ -264,6 +280,8 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--reuse", help="a database loaded by an earlier run (skips the load)")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="with --reuse: create the rollup tables it lacks and rebuild every rollup")
     parser.add_argument("--keep", type=Path, help="keep the SQLite database in this folder (for --reuse)")
     args = parser.parse_args()
     os.environ.setdefault("GATEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -276,6 +294,8 @@ def main() -> None:
             if not reuse:
                 timings = asyncio.run(prepare_and_rebuild(url, args.rows, name))
                 print(f"bulk load {timings['load']:.0f} s, rollups built in {timings['rollups']:.0f} s", flush=True)
+            elif args.rebuild:
+                print(f"rollups rebuilt in {asyncio.run(rebuild_only(url)):.0f} s", flush=True)
             counted = asyncio.run(sizes(url))
             print("rows: " + ", ".join(f"{table} {count:,}" for table, count in counted.items()))
             raw = [asyncio.run(raw_group_by(url, ACCOUNTS)) for _ in range(2)]

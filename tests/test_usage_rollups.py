@@ -201,6 +201,7 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
                                                                "usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
+    assert [c.table.name for c in rollups.chain({"key_id"}, by_day=True)] == ["usage_daily_keys", "usage_hourly"]
     year_end = datetime(2026, 12, 31, 12, tzinfo=UTC)
     assert rollups.ceil(year_end, "month") == datetime(2027, 1, 1, tzinfo=UTC)
     assert usage.segments(end, start, cubes) == []

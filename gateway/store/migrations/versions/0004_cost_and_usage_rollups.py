@@ -23,6 +23,7 @@ ROLLUPS = {
     "usage_monthly": ("month", ("model", "key_id", "outcome")),
     "usage_monthly_users": ("month", ("outcome", "user")),
     "usage_daily_models": ("day", ("model",)),
+    "usage_daily_keys": ("day", ("key_id",)),
     "usage_daily": ("day", ("model", "key_id", "outcome")),
     "usage_daily_users": ("day", ("outcome", "user")),
     "usage_hourly_models": ("hour", ("model",)),
