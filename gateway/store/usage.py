@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store import rollups
@@ -142,7 +142,7 @@ def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetim
             keys += [table.c.end_user] if source is None else [table.c.has_user, table.c.end_user]
         else:
             keys.append(table.c[DIMENSIONS[dimension]])
-    sums = rollups.ledger_measures() if source is None else [func.sum(table.c[m]) for m in ROLLUP_MEASURES]
+    sums = rollups.ledger_measures() if source is None else [rollups.total(table.c[m]) for m in ROLLUP_MEASURES]
     statement = select(*keys, *sums).group_by(*keys)
     if query.accounts is not None:
         statement = statement.where(table.c.account_id.in_(query.accounts))
