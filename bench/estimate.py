@@ -22,6 +22,7 @@ import time
 from gateway.store import tokens
 from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, counted
 
+
 def estimate_of(chars: int, seed: int) -> Estimate:
     """Words of random letters (a tokenizer's cache of pieces seen does not help), like a long prompt."""
     draw = random.Random(seed)

@@ -5,6 +5,7 @@
     gateway keys create --account ID [--account ID2 ...] [--name NAME]
     gateway keys list [--account ID]                  gateway keys revoke KEY_ID
     gateway usage [--account ID ...] [--model vendor/name] [--since T] [--until T]
+                  [--group-by model,day,key,user,outcome] [--outcome completed,...]
     gateway limits set|show|clear (--key KEY_ID | --account ID) ...   (gateway/limits_cli.py)
 
 Lists and reports print as a table, or with --format json or csv. Every command works on the
@@ -32,6 +33,7 @@ from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
 from gateway.store import accounts, database, usage
 from gateway.store.accounts import AccountsError, NewKey
+from gateway.store.meter import OUTCOMES
 from gateway.vendors.registry import load_settings
 
 T = TypeVar("T")
@@ -89,13 +91,19 @@ def _parser() -> argparse.ArgumentParser:
         "revoke", help="revoke a key (running gateways stop taking it within key_cache_seconds)")
     revoke.add_argument("key_id", help="the key's id (key_...), as `keys list` shows it")
 
-    report = commands.add_parser("usage", help="token usage per account and model over a time range")
+    report = commands.add_parser("usage", help="usage and its cost per account (and model, day, key, user or "
+                                               "outcome) over a time range")
     report.add_argument("--account", action="append", dest="accounts", metavar="ID",
                         help="only this account (repeat for several; default: all)")
     report.add_argument("--model", help="only this model (vendor/name)")
     report.add_argument("--since", type=_instant, help="from this instant, inclusive (e.g. 2026-11-01 or "
                         "2026-11-01T08:00:00+01:00; UTC unless an offset is given)")
     report.add_argument("--until", type=_instant, help="to this instant, exclusive")
+    report.add_argument("--group-by", type=_names(tuple(usage.DIMENSIONS)), default=usage.DEFAULT_GROUP_BY,
+                        help=f"sum per these, besides the account, comma-separated: {', '.join(usage.DIMENSIONS)} "
+                             "(default: model; day is the UTC day)")
+    report.add_argument("--outcome", type=_names(OUTCOMES), dest="outcomes",
+                        help=f"only requests with these outcomes, comma-separated: {', '.join(OUTCOMES)}")
     _format_option(report)
     limits_cli.add_commands(commands)
     return parser
@@ -103,6 +111,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def _format_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+
+def _names(known: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """An option taking a comma-separated list of `known` names (each kept once, in order)."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+        unknown = [name for name in names if name not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(known)}")
+        return names
+
+    return parse
 
 
 def _instant(text: str) -> datetime:
@@ -141,10 +161,10 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"revoked key {args.key_id}; running gateways refuse it within "
                       f"{settings.key_cache_seconds:g}s")
             case "usage", None:
-                lines = await _read(engine, lambda c: usage.report(c, accounts=args.accounts, start=args.since,
-                                                                   end=args.until, model=args.model))
-                columns = tuple(f.name for f in dataclasses.fields(usage.UsageLine))
-                _emit([dataclasses.asdict(line) for line in lines], columns, args.format)
+                lines = await _read(engine, lambda c: usage.report(
+                    c, accounts=args.accounts, start=args.since, end=args.until, model=args.model,
+                    outcomes=args.outcomes, group_by=args.group_by))
+                _emit([line.fields() for line in lines], usage.columns(args.group_by), args.format)
         return 0
     finally:
         await engine.dispose()
@@ -186,7 +206,8 @@ def _emit(rows: list[dict[str, Any]], columns: Sequence[str], fmt: str) -> None:
         return
     cells = [list(columns)] + [[_text(row[c]) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    numeric = [bool(rows) and all(isinstance(row[c], int) for row in rows) for c in columns]
+    numeric = [bool(rows) and all(_is_number(row[c]) or row[c] is None for row in rows)
+               and any(_is_number(row[c]) for row in rows) for c in columns]
     for line in cells:
         print("  ".join(cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(line, widths, numeric))
               .rstrip())
@@ -196,9 +217,15 @@ def _json(value: Any) -> Any:
     return value.isoformat().replace("+00:00", "Z") if isinstance(value, datetime) else value
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, float):  # dollars, to the nano-dollar, without an exponent
+        return f"{value:.9f}".rstrip("0").rstrip(".")
     return str(_json(value))
 
 

@@ -28,6 +28,7 @@ from gateway.store.counters_redis import RedisCounters
 from gateway.store.ledger import Ledger
 from gateway.store.limiter import Limiter
 from gateway.store.limits import LimitsTable
+from gateway.store.prices import Prices
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
 from handlers import resolve
@@ -50,12 +51,15 @@ def create_app(settings: Settings | None = None) -> DirectCallApp:
     # Adapters are built here, so a configuration they refuse stops the start with a clear
     # message (gateway/cli.py) instead of a traceback from the lifespan.
     registry = Registry.from_settings(settings)
+    prices = Prices.load(settings.prices)  # the packaged table and [prices]: a bad entry stops the start too
     redact = redactor(settings)
-    return http_app.create_app(settings, functools.partial(lifespan, settings, registry, redact), resolve, redact)
+    return http_app.create_app(settings, functools.partial(lifespan, settings, registry, prices, redact), resolve,
+                               redact)
 
 
 @contextlib.asynccontextmanager
-async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app: Any) -> AsyncIterator[dict[str, Any]]:
+async def lifespan(settings: Settings, registry: Registry, prices: Prices, redact: Redactor,
+                   app: Any) -> AsyncIterator[dict[str, Any]]:
     engine = database.connect(settings.database_url.get_secret_value())
     try:
         # Migrations run here, at every start; on an empty database the first account and key are
@@ -67,7 +71,7 @@ async def lifespan(settings: Settings, registry: Registry, redact: Redactor, app
         raise
     await registry.start()
     _announce(first_key, settings, registry)
-    ledger = Ledger(engine, settings.ledger_buffer_rows)
+    ledger = Ledger(engine, settings.ledger_buffer_rows, prices)
     ledger.start()
     limiter = limits_store(settings, engine)
     try:

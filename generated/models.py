@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StringConstraints
@@ -339,20 +340,39 @@ class ParameterSupport(BaseModel):
 
 class UsageLine(BaseModel):
     """
-    The requests of one account to one model, summed.
+    The requests of one account (and one combination of the report's `group_by` values), summed. A field for each grouping dimension is present only when the report groups by it.
     """
 
     model_config = ConfigDict(
         extra='forbid',
     )
     account_id: Annotated[str, Field(title='Account Id')]
-    model: Annotated[str, Field(title='Model')]
+    model: Annotated[str | MISSING, Field(title='Model')] = MISSING
     """
-    `vendor/name`, as requested.
+    `vendor/name`, as requested. Present when grouped by `model`.
+    """
+    day: Annotated[date | MISSING, Field(title='Day')] = MISSING
+    """
+    The UTC day the requests started (YYYY-MM-DD). Present when grouped by `day`.
+    """
+    key_id: Annotated[str | MISSING, Field(title='Key Id')] = MISSING
+    """
+    The public id of the API key that made the requests (`key_…`). Present when grouped by `key`.
+    """
+    user: Annotated[str | None | MISSING, Field(title='User')] = MISSING
+    """
+    The requests' `user` field; null for requests without one. Present when grouped by `user`.
+    """
+    outcome: Annotated[
+        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused'] | MISSING,
+        Field(title='Outcome'),
+    ] = MISSING
+    """
+    What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
     """
     requests: Annotated[int, Field(ge=0)]
     """
-    Requests that reached the vendor.
+    Requests that reached the vendor (including those it rejected).
     """
     estimated_requests: Annotated[int, Field(ge=0)]
     """
@@ -381,6 +401,32 @@ class UsageLine(BaseModel):
     reasoning_tokens: Annotated[int, Field(ge=0)]
     """
     Completion tokens the vendors reported as reasoning.
+    """
+    cost_usd: Annotated[float | None, Field(ge=0.0, title='Cost Usd')]
+    """
+    What the priced requests cost, in US dollars (exact to the nano-dollar: each request's cost is kept as an integer count of 10^-9 USD). Null when no request of the line is priced; requests counted in `unpriced_requests` are not in it.
+    """
+    unpriced_requests: Annotated[int, Field(ge=0, title='Unpriced Requests')]
+    """
+    Of `requests`, those whose model had no price when they started (and requests recorded before the gateway priced requests): not in `cost_usd`, which is then a lower bound.
+    """
+
+
+class Account(BaseModel):
+    """
+    An account usage is billed to.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(title='Id')]
+    """
+    What `x-selected-account-id` names.
+    """
+    name: Annotated[str, Field(title='Name')]
+    """
+    A description for people (may be empty).
     """
 
 
@@ -459,7 +505,7 @@ class Vendor(BaseModel):
 
 class UsageReport(BaseModel):
     """
-    Token usage per account and model over a time range.
+    Usage per account (and per the `group_by` dimensions) over a time range, with its cost.
     """
 
     model_config = ConfigDict(
@@ -482,9 +528,39 @@ class UsageReport(BaseModel):
     """
     The model filter applied; null for none.
     """
+    group_by: Annotated[list[Literal['model', 'day', 'key', 'user', 'outcome']], Field(title='Group By')]
+    """
+    The dimensions the lines are summed per, besides the account, in order.
+    """
+    outcome: Annotated[
+        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error']] | None,
+        Field(title='Outcome'),
+    ]
+    """
+    The outcome filter applied; null for none.
+    """
     data: Annotated[list[UsageLine], Field(title='Data')]
     """
-    One line per account and model, ordered by account, then model.
+    One line per account and combination of the `group_by` values with requests in the range, ordered by account, then by those values in the order of `group_by` (null first).
+    """
+
+
+class AccountList(BaseModel):
+    """
+    The accounts an API key grants.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Annotated[Literal['list'], Field(title='Object')]
+    key_id: Annotated[str, Field(title='Key Id')]
+    """
+    The public id of the calling key (`key_…`), as ledger rows and usage reports name it.
+    """
+    data: Annotated[list[Account], Field(title='Data')]
+    """
+    The accounts, sorted by id.
     """
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from handlers import completions, contract, health, metrics, usage, vendors
+from handlers import accounts, completions, contract, health, metrics, usage, vendors
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/completions": completions.create,
     "GET-V5-/v5/usage": usage.report,
+    "GET-V5-/v5/accounts": accounts.list_accounts,
     "GET-V5-/v5/vendors": vendors.list_vendors,
     "GET-/healthz": health.live,
     "GET-/readyz": health.ready,

@@ -35,6 +35,8 @@ FLAGS = [
 ]
 
 
+# Per module, not per session: Playwright's sync API keeps an event loop running in the thread
+# while it is open, and every later module's asyncio.run() in the same worker would then fail.
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():

@@ -152,6 +152,17 @@ def wait_for_rows(url: str, account_id: str, count: int, timeout: float = 15.0) 
         time.sleep(0.05)
 
 
+def ledger_row(url: str, account_id: str, request_id: str, timeout: float = 15.0) -> dict:
+    """One request's row, once the writer has committed it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [row for row in ledger_rows(url, account_id) if row["request_id"] == request_id]
+        if found or time.monotonic() > deadline:
+            assert found, f"no ledger row for {request_id} after {timeout}s"
+            return found[0]
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def writes_blocked(url: str) -> Iterator[None]:
     """Hold the ledger's write lock from outside the gateway: its writer waits, and rows pile up

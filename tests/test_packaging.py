@@ -46,7 +46,9 @@ def test_the_wheel_holds_gateway_handlers_and_generated_with_their_data(wheel):
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"gateway", "handlers", "generated"}
     for data in ("generated/openapi.json", "gateway/store/migrations/script.py.mako",
-                 "gateway/store/migrations/env.py", "gateway/store/migrations/versions/0001_accounts_keys_ledger.py"):
+                 "gateway/store/migrations/env.py", "gateway/store/migrations/versions/0001_accounts_keys_ledger.py",
+                 "gateway/store/prices.toml", "gateway/http/ui/index.html", "gateway/http/ui/app.js",
+                 "gateway/http/ui/style.css"):
         assert data in names
 
 
@@ -69,4 +71,6 @@ def test_the_installed_wheel_serves_from_any_directory(wheel, tmp_path):
         assert where.stdout.startswith(str(site))
         answer = httpx.post(f"{gateway.url}/v5/completions", json={"model": "x/y", "prompt": "p"})
         assert answer.status_code == 401 and answer.json()["error"]["type"] == "authentication_error"
+        page = httpx.get(f"{gateway.url}/ui/")  # the dashboard's files come from the package too
+        assert page.status_code == 200 and 'src="app.js"' in page.text
     assert (elsewhere / "gateway.db").exists()  # migrated from the package's own migrations

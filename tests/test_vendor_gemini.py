@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.fuzz import short_fuzz
+from tests.provision import ledger_row
 from tests.support import GEMINI_SECRET, chunks_of, sse_events, streamed
 
 
@@ -30,10 +31,13 @@ def test_parameters_map_to_generation_config(vclient, gemini_upstream, database)
     assert database.key not in json.dumps(sent["headers"])
 
 
-def test_user_is_recorded_not_sent(vclient, gemini_upstream):
-    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 1, "user": "u-1"})
+@pytest.mark.parametrize("stream", [False, True])
+def test_user_is_recorded_not_sent(vclient, gemini_upstream, database, stream):
+    r = vclient.post("/v5/completions", json={"model": "gemini/g", "prompt": "x", "max_tokens": 1, "user": "u-1",
+                                              "stream": stream})
     assert r.status_code == 200, r.text
     assert "u-1" not in json.dumps(gemini_upstream.requests[0]["body"])
+    assert ledger_row(database.url, "acct-a", r.headers["x-request-id"])["end_user"] == "u-1"
 
 
 def test_n_is_candidate_count_up_to_max_candidates_then_fan_out(vclient, gemini_upstream):

@@ -208,6 +208,7 @@ class Attempt:
     end_user: str | None  # the request's `user`, whether or not the vendor was sent it
     prompts_sent: tuple[str, ...]  # each prompt as often as it went to the vendor, for an estimate
     max_completion_tokens: int | None = None  # the most the vendor calls could generate, which caps an estimate
+    vendor_calls: int = 1  # how many calls the prompts were spread over (a price's long-prompt tier is per call)
     # The model's own tokenizer when the adapter has one; else the ledger counts with an OpenAI
     # vocabulary (store/tokens.py). Called from a worker thread.
     count_tokens: Callable[[str], int] | None = None

@@ -10,6 +10,7 @@ variable that holds its key (`api_key_env`), so the file can be committed and sh
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
                                          (DEPLOYMENTS takes the TOML array as JSON)
     GATEWAY_FALLBACKS                    "vendor/model=vendor/other,vendor/third;..." ([fallbacks])
+    GATEWAY_PRICES                       '{"vendor/model": {"input": 0.1, "output": 0.2}}' ([prices."vendor/model"])
     <PROTOCOL>_API_KEY [+ <PROTOCOL>_BASE_URL]
                                          for a protocol named after a hosted service (its adapter
                                          says which: OPENAI_, ANTHROPIC_, GEMINI_), a vendor of that
@@ -22,10 +23,13 @@ the registry gives `load` what each protocol declares (`Protocol`): its option n
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
 from collections.abc import Mapping
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -72,6 +76,50 @@ def _origins(origins: frozenset[str]) -> frozenset[str]:
 Origins = Annotated[Names, AfterValidator(_origins)]
 
 
+# USD per million tokens. Six decimals at most: a price is then a whole number of pico-dollars per
+# token, and a row's cost is exact before it is rounded to the nano-dollar (store/prices.py).
+UsdPerMillion = Annotated[Decimal, Field(ge=0, decimal_places=6, allow_inf_nan=False)]
+
+
+class PriceRates(Frozen):
+    input: UsdPerMillion  # prompt tokens
+    output: UsdPerMillion  # completion tokens (thinking included)
+    cached_input: UsdPerMillion | None = None  # prompt tokens served from the vendor's cache; default `input`
+    cache_write: UsdPerMillion | None = None  # prompt tokens written to the vendor's cache; default `input`
+
+
+class LongPrompt(PriceRates):
+    """The rates of every token of a vendor call whose prompt has more than `above` tokens."""
+
+    above: PositiveInt
+
+
+class PriceConfig(PriceRates):
+    """One model's price, `[prices."vendor/model"]` (or several, `[[prices."vendor/model"]]`, each
+    with its own `since`). A model configured here takes no price from the packaged table."""
+
+    since: date | datetime | None = None  # when it takes effect (a date is UTC midnight); default: always
+    long_prompt: LongPrompt | None = None
+
+
+def price_list(value: Any) -> Any:
+    """One price table or an array of them (TOML), or the JSON of GATEWAY_PRICES."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, Mapping) else value
+
+
+Prices = Annotated[Mapping[str, Annotated[tuple[PriceConfig, ...], BeforeValidator(_one_or_many)]],
+                   BeforeValidator(price_list)]
+
+
 class Settings(Frozen):
     """Every setting of the gateway. Secrets (vendor keys) are SecretStr: never in a repr or a dump."""
 
@@ -80,6 +128,8 @@ class Settings(Frozen):
     vendors: Mapping[str, VendorConfig] = Field(default_factory=dict)
     # model -> models to try, in order, when it fails in a way a retry could help (429, 5xx, timeout)
     fallbacks: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+    # "vendor/model" -> its price(s), adding to or overriding the packaged table (store/prices.toml)
+    prices: Prices = Field(default_factory=dict)
     max_body_bytes: PositiveInt = 1 << 20
     max_concurrent: PositiveInt = 1024  # completions in flight per process (planner/admission.py)
     max_vendor_calls: PositiveInt = 256  # vendor calls one request may fan out to (planner/plan.py)
@@ -138,7 +188,9 @@ class Settings(Frozen):
 
 
 # Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.
-SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks"))
+SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks", "prices"))
+
+
 def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol] | None = None) -> Settings:
     """The settings from GATEWAY_CONFIG's file and the environment (`env`, default os.environ).
 
@@ -158,7 +210,8 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
             server[name] = env[var]
     vendors = {} if protocols is None else load_vendors(data.get("vendors", {}), env, protocols)
     try:
-        return Settings.model_validate({**server, "vendors": vendors, "fallbacks": _fallbacks(data, env)})
+        return Settings.model_validate({**server, "vendors": vendors, "fallbacks": _fallbacks(data, env),
+                                        "prices": env.get("GATEWAY_PRICES") or data.get("prices", {})})
     except ValidationError as exc:
         raise ConfigError(describe(exc, _setting_name)) from None
 
@@ -168,6 +221,8 @@ def _setting_name(loc: tuple[str, ...]) -> str:
         return f"vendor {loc[1]!r} {'.'.join(loc[2:])}"
     if loc[0] in SERVER_FIELDS:
         return f"{ENV_PREFIX}{loc[0].upper()} ([gateway] {loc[0]})"
+    if loc[0] == "prices" and len(loc) > 1:
+        return f"price of {loc[1]!r} {'.'.join(part for part in loc[2:] if not part.isdigit())}".rstrip()
     return ".".join(loc)
 
 

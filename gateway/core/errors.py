@@ -66,6 +66,11 @@ class GatewayError(Exception):
         self.extra_headers = headers  # sent with the error besides x-should-retry (e.g. x-ratelimit-*)
         self.vendor_status: int | None = None  # the vendor's own HTTP status, when it answered this error
 
+    @property
+    def clients_mistake(self) -> bool:
+        """A 4xx the client fixes by changing its request (a rate limit is waited out instead)."""
+        return 400 <= self.status < 500 and not self.retryable
+
     def body(self, redact: Callable[[str], str] = str) -> dict[str, Any]:
         """The ErrorResponse body; `redact` scrubs the message (which may quote a vendor) of secrets."""
         return {

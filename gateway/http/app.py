@@ -1,9 +1,10 @@
 """The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
 security handlers and error rendering. What a request meets, outermost first: CORS (when
 GATEWAY_CORS_ORIGINS allows browser pages of other origins), the metrics, traces and access log
-of completions (http/observability.py), the docs page (/docs/), Connexion's routing, the key check
-(http/security.py), the body and parameter validation (http/validation.py), then the handler the
-operationId maps to."""
+of completions (http/observability.py), Connexion's error handling, the docs page (/docs/), the
+usage dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not operations of it),
+Connexion's routing, the key check (http/security.py), the body and parameter validation
+(http/validation.py), then the handler the operationId maps to."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from gateway.http.connexion_overrides import (
     check_hooks,
     docs_middleware,
 )
+from gateway.http.dashboard import DashboardMiddleware
 from gateway.http.security import SECURITY_MAP
 
 log = logging.getLogger("gateway")
@@ -93,6 +95,7 @@ def _middlewares(settings: Settings, observed: observability.Observability, rout
         m.ServerErrorMiddleware,
         m.ExceptionMiddleware,
         docs_middleware(DOCS_PATH),
+        DashboardMiddleware,
         m.RoutingMiddleware,
         m.SecurityMiddleware,
         PreparedValidationMiddleware,

@@ -97,7 +97,7 @@ def _worker_main(factory: Callable[[], Any], settings: Settings, redact: Redacto
 
 
 def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor) -> int:
-    logs.configure(settings.log_level, redact)
+    logs.configure(settings.log_level, settings.log_format, redact)
     sock = _listen(settings.host, settings.port)
     context = multiprocessing.get_context("spawn")
     workers: list[tuple[BaseProcess, Any]] = []

@@ -91,7 +91,7 @@ class Plan:
                        prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
                        max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
                                                  * len(leg.call.prompts) for leg in self.legs),
-                       count_tokens=own, served_by=self.legs[0].call.served_by)
+                       vendor_calls=len(self.legs), count_tokens=own, served_by=self.legs[0].call.served_by)
 
 
 def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:

@@ -17,7 +17,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -124,8 +124,12 @@ async def create_account(connection: AsyncConnection, account_id: str, name: str
     return account
 
 
-async def list_accounts(connection: AsyncConnection) -> list[Account]:
-    rows = await connection.execute(select(accounts).order_by(accounts.c.id))
+async def list_accounts(connection: AsyncConnection, ids: Collection[str] | None = None) -> list[Account]:
+    """Every account, or those of `ids` that exist, by id."""
+    query = select(accounts).order_by(accounts.c.id)
+    if ids is not None:
+        query = query.where(accounts.c.id.in_(sorted(ids)))
+    rows = await connection.execute(query)
     return [Account(r.id, r.name, r.created_at) for r in rows]
 
 

@@ -17,7 +17,8 @@ Durability, in the order things can go wrong:
 - Graceful shutdown (SIGTERM): once the server has finished its requests, `close()` writes every
   pending row, retrying for up to CLOSE_TIMEOUT seconds; a row still unwritten is logged in full.
 Rows are keyed by request id and inserted with ON CONFLICT DO NOTHING, so a batch retried after an
-uncertain commit is never counted twice.
+uncertain commit is never counted twice; the rows the insert wrote are added to the rollups
+(store/rollups.py) in the same transaction, so the rollups count exactly the rows there are.
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Insert, insert, text
+from sqlalchemy import insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core import observe
-from gateway.store import database
+from gateway.store import database, rollups
 from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
+from gateway.store.prices import Prices
 from gateway.store.tables import ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
@@ -60,8 +62,9 @@ class Ledger:
     ESTIMATE_TIMEOUT = ESTIMATE_TIMEOUT  # seconds counting an estimate may take (store/meter.py)
     PROBE_TIMEOUT = 3.0  # seconds for the database to answer "are you there?" after a failed write
 
-    def __init__(self, engine: AsyncEngine, max_pending: int) -> None:
+    def __init__(self, engine: AsyncEngine, max_pending: int, prices: Prices | None = None) -> None:
         self._engine = engine
+        self.prices = prices or Prices.load()  # what the meters price their rows with
         self._max_pending = max_pending
         self._pending: deque[dict[str, Any]] = deque()
         self._wake = asyncio.Event()
@@ -77,10 +80,11 @@ class Ledger:
         self._failure = ""
         self.rejected_rows = 0  # rows the database refused since start, kept in ledger_rejects
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._insert = dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
+        self._insert = (dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
+                        .returning(ledger.c.request_id))
 
     def meter(self, *, request_id: str, account_id: str, key_id: str) -> Meter:
-        return Meter(self, request_id, account_id, key_id)
+        return Meter(self, request_id, account_id, key_id, self.prices)
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_forever(), name="ledger-writer")
@@ -126,7 +130,8 @@ class Ledger:
     async def _count(self, row: dict[str, Any], estimate: Estimate,
                      then: Callable[[dict[str, Any]], None] | None) -> None:
         prompt, completion = await counted(estimate, self.ESTIMATE_TIMEOUT, f"the row of {row['request_id']}")
-        row = row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        row = row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                     "cost_nanos": estimate.cost(prompt, completion)}
         self.add(row)
         if then is not None:
             then(row)
@@ -229,19 +234,24 @@ class Ledger:
                 _lost(f"refused ({why}); ledger_rejects failed too ({_reason(exc)})", row)
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> None:
-        await self._insert_into(self._insert, rows)
+        async def write(connection: AsyncConnection) -> None:
+            written = {row.request_id for row in await connection.execute(self._insert, rows)}
+            await rollups.add(connection, (row for row in rows if row["request_id"] in written))
 
-    async def _insert_into(self, statement: Any, rows: list[dict[str, Any]]) -> None:
+        await self._transaction(write)
+
+    async def _insert_into(self, table: Any, rows: list[dict[str, Any]]) -> None:
+        await self._transaction(lambda connection: connection.execute(insert(table), rows))
+
+    async def _transaction(self, work: Callable[[AsyncConnection], Awaitable[Any]]) -> None:
         # The writer keeps its own connection between commits: a pool checkout (with its ping)
         # and return (with its rollback) around each batch would double a commit's round trips,
         # and the loss window on a hard kill is a commit long.
         if self._connection is None:
             self._connection = await database.write_connection(self._engine)
-        if not isinstance(statement, Insert):
-            statement = insert(statement)
         try:
             async with asyncio.timeout(self.WRITE_TIMEOUT), self._connection.begin():
-                await self._connection.execute(statement, rows)
+                await work(self._connection)
         except Exception as exc:
             if not _refused(exc):  # the connection may be broken: the next attempt opens a new one
                 await self._drop_connection()
@@ -271,8 +281,9 @@ def _refused(exc: Exception) -> bool:
     return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)  # failed binding a value
 
 
-# Token counts must fit the columns (BIGINT); the adapters already refuse a vendor's nonsense.
-_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "reasoning_tokens")
+# Token counts and the cost must fit the columns (BIGINT); the adapters already refuse a vendor's nonsense.
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos")
+_NULLABLE = ("cached_tokens", "reasoning_tokens", "cost_nanos")
 _MAX_COUNT = 2**63 - 1
 
 
@@ -281,10 +292,10 @@ def _invalid(row: dict[str, Any]) -> str | None:
     driver raises OverflowError on a large integer instead of an error of the row)."""
     for name in _COUNTS:
         value = row.get(name)
-        if value is None and name in ("cached_tokens", "reasoning_tokens"):
+        if value is None and name in _NULLABLE:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_COUNT:
-            return f"{name} is not a token count: {str(value)[:40]}"
+            return f"{name} is not a {'cost' if name == 'cost_nanos' else 'token count'}: {str(value)[:40]}"
     return None
 
 

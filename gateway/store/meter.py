@@ -8,7 +8,9 @@ delivered so far (or, when none was, what an adapter reported as generated), cou
 tokenizer (store/tokens.py) in a worker thread, never more than could have been read or generated,
 and the row says `estimated`. The handler asks the meter for the client's estimate too
 (`estimated_usage`: each prompt once, as OpenAI counts), counted the same way and bounded the same
-way.
+way. A request the vendor refused as the client's own mistake (a 4xx) is `rejected` and bills
+nothing. Every row is priced as it is written (store/prices.py), at the price in force when the
+request started.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 from gateway.core.completion import COUNT_TOKENS_TIMEOUT, Attempt, Choice, Usage, rough_tokens
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
+from gateway.store.prices import Prices
 
 log = logging.getLogger("gateway.ledger")
 
@@ -47,7 +50,8 @@ class Sink(Protocol):
 # What became of a request.
 COMPLETED = "completed"  # the vendor finished its answer
 CLIENT_DISCONNECTED = "client_disconnected"  # the client left mid-stream
-VENDOR_ERROR = "vendor_error"  # the vendor refused, failed or broke off
+VENDOR_ERROR = "vendor_error"  # the vendor failed, broke off or refused for its own reasons (a 429, its credentials)
+REJECTED = "rejected"  # the vendor refused the request as the client's mistake (a 4xx): nothing billed
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
 REFUSED = "refused"  # a limit refused it before any vendor call (no tokens)
@@ -64,6 +68,7 @@ async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, i
         log.warning("counting tokens for %s failed (%s); estimated at four characters a token", what,
                     f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         return estimate.rough()
+OUTCOMES = (COMPLETED, CLIENT_DISCONNECTED, VENDOR_ERROR, REJECTED, TIMEOUT, GATEWAY_ERROR, REFUSED)
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -72,8 +77,12 @@ def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, VendorTimeout):
         return TIMEOUT
     if isinstance(exc, GatewayError) and exc.vendor:
-        return VENDOR_ERROR
+        return REJECTED if exc.clients_mistake else VENDOR_ERROR
     return GATEWAY_ERROR
+
+
+def _unpriced(prompt_tokens: int, completion_tokens: int) -> int | None:
+    return None
 
 
 @dataclass(slots=True)
@@ -82,6 +91,7 @@ class Estimate:
     prompts: list[str]  # each prompt as often as it was sent to the vendor
     sent: list[str]  # the text delivered per choice
     max_completion: int | None  # the most the vendor calls could have generated
+    cost: Callable[[int, int], int | None] = _unpriced  # the row's price for (prompt, completion) tokens
 
     def tokens(self) -> tuple[int, int]:
         return self._bounded(tokens.counts(self.count, [*self.prompts, *self.sent]))
@@ -108,11 +118,12 @@ class Meter:
     away. A request that never reached a vendor records nothing, unless a limit refused it
     (`refused`). `on_close` hears of the final row (None without one), e.g. to settle limits."""
 
-    __slots__ = ("_ledger", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent", "_generated",
-                 "_closed", "on_close", "_counts")
+    __slots__ = ("_ledger", "_prices", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent",
+                 "_generated", "_closed", "on_close", "_counts")
 
-    def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str) -> None:
+    def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str, prices: Prices) -> None:
         self._ledger = ledger_
+        self._prices = prices
         self._attempt: Attempt | None = None
         self._requested: str | None = None  # the first model tried is the one the client asked for
         self._clock = time.monotonic()
@@ -176,7 +187,10 @@ class Meter:
         self._close(COMPLETED, usage)
 
     def fail(self, exc: BaseException) -> None:
-        self._close(outcome_of(exc), None)
+        outcome = outcome_of(exc)
+        if outcome == REJECTED and self._sent:
+            outcome = VENDOR_ERROR  # text reached the client: the vendor answered (and billed) before it refused
+        self._close(outcome, None)
 
     def left(self) -> None:
         """The client went away (or the response ended before the stream did)."""
@@ -191,7 +205,7 @@ class Meter:
             "vendor": model.partition("/")[0], "model": model, "fallback_from": None, "streamed": streamed,
             "end_user": end_user, "outcome": REFUSED, "ended_at": datetime.now(UTC), "ttft_ms": None,
             "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
-            "reasoning_tokens": None, "estimated": False})
+            "reasoning_tokens": None, "estimated": False, "cost_nanos": 0})
 
     def _close(self, outcome: str, usage: Usage | None) -> None:
         if self._closed:
@@ -215,25 +229,40 @@ class Meter:
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
         }
+        if outcome == REJECTED:  # refused before it was served: nothing was billed, whatever the price
+            row |= {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
+                    "reasoning_tokens": None, "estimated": False, "cost_nanos": 0}
+            self._ledger.add(row)
+            if self.on_close is not None:
+                self.on_close(row)
+            return
+        model, started, calls, prices = attempt.model, row["started_at"], attempt.vendor_calls, self._prices
         if usage is not None:
+            cached = _detail(usage.prompt_tokens_details, "cached_tokens")
             row |= {
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
-                "cached_tokens": _detail(usage.prompt_tokens_details, "cached_tokens"),
+                "cached_tokens": cached,
                 "reasoning_tokens": _detail(usage.completion_tokens_details, "reasoning_tokens"),
                 "estimated": usage.estimated,
+                "cost_nanos": prices.cost_nanos(
+                    model, usage.prompt_tokens, usage.completion_tokens, cached, started, vendor_calls=calls,
+                    cache_write_tokens=_detail(usage.prompt_tokens_details, "cache_creation_tokens")),
             }
             self._ledger.add(row)
             if self.on_close is not None:
                 self.on_close(row)
             return
         sent = (self._sent or self._generated).values()
-        estimate = self._estimate(list(attempt.prompts_sent), ["".join(pieces) for pieces in sent])
+        estimate = self._estimate(list(attempt.prompts_sent), ["".join(pieces) for pieces in sent],
+                                  cost=lambda prompt, completion: prices.cost_nanos(model, prompt, completion, 0,
+                                                                                    started, vendor_calls=calls))
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
         self._ledger.estimate(row, estimate, then=self.on_close)
 
-    def _estimate(self, prompts: list[str], sent: list[str]) -> Estimate:
+    def _estimate(self, prompts: list[str], sent: list[str],
+                  cost: Callable[[int, int], int | None] | None = None) -> Estimate:
         attempt = self._attempt
         assert attempt is not None
         count = tokens.counter(attempt.model, attempt.count_tokens)
@@ -245,7 +274,8 @@ class Meter:
                 found = counts[text] = count(text)
             return found
 
-        return Estimate(count=cached, prompts=prompts, sent=sent, max_completion=attempt.max_completion_tokens)
+        return Estimate(count=cached, prompts=prompts, sent=sent, max_completion=attempt.max_completion_tokens,
+                        cost=cost or _unpriced)
 
 
 def _detail(details: dict[str, Any] | None, name: str) -> int | None:

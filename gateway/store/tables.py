@@ -104,6 +104,9 @@ ledger = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime, nullable=False),
     Column("ttft_ms", Float, nullable=True),  # streams only: until the first text was sent
+    # What the request cost, in nano-dollars (store/prices.py), priced when the row was written;
+    # null: unpriced (no price was known for the model then), never the same as 0.
+    Column("cost_nanos", BigInteger, nullable=True),
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
     Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period
@@ -135,3 +138,47 @@ limits = Table(
     Column("models", Text, nullable=True),  # JSON list of glob patterns the subject may call
     Column("updated_at", UTCDateTime, nullable=False),
 )
+
+# Rollups: the ledger summed per period (an hour, a UTC day or a UTC calendar month) and per account
+# and some of model, key, outcome and the request's `user`, kept by the ledger's writer in the
+# transaction that writes the rows (store/rollups.py): a report reads whole periods from the
+# smallest rollup that has its columns, and only the partial hours at its edges from the ledger.
+# `has_user` false is a request without `user` (`end_user` is then ''): part of the key, since
+# NULLs are never equal in a unique key.
+# `requests` reached a vendor; `refused_requests` were refused by a limit before any vendor call.
+ROLLUP_MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completion_tokens", "total_tokens",
+                   "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests", "refused_requests")
+# (table, period, dimensions kept), per period the smaller first: `user` has far more values than
+# model, key and outcome together, and each dimension kept multiplies the rows.
+ROLLUPS = (
+    ("usage_monthly", "month", ("model", "key_id", "outcome")),
+    ("usage_monthly_users", "month", ("outcome", "user")),
+    ("usage_daily_models", "day", ("model",)),
+    ("usage_daily_keys", "day", ("key_id",)),
+    ("usage_daily", "day", ("model", "key_id", "outcome")),
+    ("usage_daily_users", "day", ("outcome", "user")),
+    ("usage_hourly_models", "hour", ("model",)),
+    ("usage_hourly", "hour", ("model", "key_id", "outcome")),
+    ("usage_hourly_users", "hour", ("model", "key_id", "outcome", "user")),  # every dimension: the finest
+)
+_DIMENSION_COLUMNS = {
+    "model": lambda: [Column("model", Text, primary_key=True)],
+    "key_id": lambda: [Column("key_id", String(32), primary_key=True)],
+    "outcome": lambda: [Column("outcome", String(32), primary_key=True)],
+    "user": lambda: [Column("has_user", Boolean, primary_key=True), Column("end_user", Text, primary_key=True)],
+}
+
+
+def _rollup(name: str, dimensions: tuple[str, ...]) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("account_id", String(64), primary_key=True),
+        Column("period", UTCDateTime, primary_key=True),  # the start of the hour, day or month
+        *(column for dimension in dimensions for column in _DIMENSION_COLUMNS[dimension]()),
+        *(Column(measure, BigInteger, nullable=False) for measure in ROLLUP_MEASURES),
+        sqlite_with_rowid=False,  # the key is the table's order: a range of periods is read in one pass
+    )
+
+
+rollup_tables = {name: _rollup(name, dimensions) for name, _, dimensions in ROLLUPS}

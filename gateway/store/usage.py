@@ -1,32 +1,82 @@
-"""Usage reports: ledger rows summed per account and model over a time range — one query, shared
-by `GET /v5/usage` and `gateway usage`."""
+"""Usage reports: the ledger summed per account and per any of model, day, key, user and outcome over
+a time range, with what it cost; one function shared by `GET /v5/usage` and `gateway usage`.
+
+A report is exact at any size and over any range. It reads whole UTC months, days and hours from
+the rollups (store/rollups.py) and only the partial hours at the range's edges from the ledger:
+
+    [start .. first whole hour | hours | days | months ... | days | hours | last hour .. end)
+     ledger rows                 hourly  daily  monthly      daily  hourly  ledger rows
+
+For each period it reads the smallest rollup that keeps every column the report groups or filters
+by (no months for a report per day).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.store.meter import REFUSED
-from gateway.store.tables import ledger
+from gateway.store import rollups
+from gateway.store.prices import usd
+from gateway.store.rollups import Cube
+from gateway.store.tables import ROLLUP_MEASURES, ledger
+
+# What a report can be grouped by (lines are always per account too), and the field each names.
+DIMENSIONS = {"model": "model", "day": "day", "key": "key_id", "user": "user", "outcome": "outcome"}
+DEFAULT_GROUP_BY = ("model",)
 
 
 @dataclass(frozen=True, slots=True)
 class UsageLine:
     account_id: str
-    model: str
+    group: dict[str, Any]  # field (DIMENSIONS' values) -> value, for each grouped dimension, in order
     requests: int  # that reached a vendor
     estimated_requests: int  # rows whose tokens the gateway counted because the vendor did not report them
-    refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED)
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     cached_tokens: int
     reasoning_tokens: int
+    cost_nanos: int  # of the priced requests
+    unpriced_requests: int  # requests whose model had no price when they ran: not in the cost
+    refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED): cost nothing
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The priced requests' cost in dollars; None when no request of the line is priced (a line
+        of refused requests alone cost nothing)."""
+        return None if self.requests and self.unpriced_requests == self.requests else usd(self.cost_nanos)
+
+    def fields(self) -> dict[str, Any]:
+        """The line as the API and the CLI show it."""
+        measures = {name: getattr(self, name) for name in _SHOWN_MEASURES}
+        return {"account_id": self.account_id, **self.group, **measures, "cost_usd": self.cost_usd,
+                "unpriced_requests": self.unpriced_requests}
+
+
+_SHOWN_MEASURES = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
+                   "total_tokens", "cached_tokens", "reasoning_tokens")
+
+
+def columns(group_by: Sequence[str]) -> tuple[str, ...]:
+    """The fields of a line grouped by `group_by`, in order (the CLI's columns)."""
+    return ("account_id", *(DIMENSIONS[d] for d in group_by), *_SHOWN_MEASURES, "cost_usd", "unpriced_requests")
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    accounts: Collection[str] | None
+    model: str | None
+    outcomes: Collection[str] | None
+    group_by: tuple[str, ...]
+    dialect: str
+    sums: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)
 
 
 async def report(
@@ -36,38 +86,91 @@ async def report(
     start: datetime | None = None,
     end: datetime | None = None,
     model: str | None = None,
+    outcomes: Collection[str] | None = None,
+    group_by: Sequence[str] = DEFAULT_GROUP_BY,
 ) -> list[UsageLine]:
-    """Requests that started in [start, end), per account and model. `accounts` None means every
+    """Requests that started in [start, end), per account and per `group_by` (DIMENSIONS' keys),
+    ordered by account, then by the grouped values in that order. `accounts` None means every
     account (the operator's CLI); an API caller always passes the accounts its key grants."""
     if accounts is not None and not accounts:
         return []
-    c = ledger.c
-    query = (
-        select(
-            c.account_id,
-            c.model,
-            func.sum(case((c.outcome != REFUSED, 1), else_=0)),
-            func.sum(case((c.estimated, 1), else_=0)),
-            func.sum(case((c.outcome == REFUSED, 1), else_=0)),
-            func.sum(c.prompt_tokens),
-            func.sum(c.completion_tokens),
-            func.sum(c.total_tokens),
-            func.coalesce(func.sum(c.cached_tokens), 0),
-            func.coalesce(func.sum(c.reasoning_tokens), 0),
-        )
-        .group_by(c.account_id, c.model)
-        .order_by(c.account_id, c.model)
-    )
-    if accounts is not None:
-        query = query.where(c.account_id.in_(sorted(accounts)))
-    if start is not None:
-        query = query.where(c.started_at >= start)
-    if end is not None:
-        query = query.where(c.started_at < end)
-    if model is not None:
-        # The ledger stores NUL as U+FFFD (PostgreSQL text cannot hold it); a filter matches the same way.
-        query = query.where(c.model == model.replace("\x00", "\ufffd"))
-    return [UsageLine(*(int(v) if i > 1 else v for i, v in enumerate(row))) for row in await connection.execute(query)]
+    group = tuple(dict.fromkeys(group_by))  # each once, in the order given
+    # The ledger stores NUL as U+FFFD (PostgreSQL text cannot hold it); a filter matches the same way.
+    query = _Query(None if accounts is None else sorted(accounts), model and model.replace("\x00", "\ufffd"),
+                   None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
+    needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
+        | ({"outcome"} if outcomes is not None else set())
+    for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group)):
+        for row in await connection.execute(_select(query, source, lo, hi)):
+            key, values = tuple(_key(query, source, row)), [int(v) for v in row[-len(ROLLUP_MEASURES):]]
+            total = query.sums.get(key)
+            if total is None:
+                query.sums[key] = values
+            else:
+                for i, value in enumerate(values):
+                    total[i] += value
+    fields = [DIMENSIONS[d] for d in group]
+    lines = [UsageLine(key[0], dict(zip(fields, key[1:], strict=True)), *values) for key, values in query.sums.items()]
+    lines.sort(key=lambda line: (line.account_id, *((v is not None, v) for v in line.group.values())))
+    return lines
+
+
+def segments(start: datetime | None, end: datetime | None,
+             cubes: Sequence[Cube]) -> list[tuple[Cube | None, datetime | None, datetime | None]]:
+    """[start, end) as (rollup, from, to) pieces: whole periods of the coarsest rollup in the middle,
+    the edges from the finer ones, and from the ledger (None) what is left of a partial hour."""
+    if start is not None and end is not None and start >= end:
+        return []
+    if not cubes:
+        return [(None, start, end)]
+    cube, finer = cubes[0], cubes[1:]
+    lo = None if start is None else rollups.ceil(start, cube.grain)
+    hi = None if end is None else rollups.floor(end, cube.grain)
+    if (start is not None and lo is None) or (lo is not None and hi is not None and lo >= hi):
+        return segments(start, end, finer)  # no whole period inside
+    before = segments(start, lo, finer) if start is not None else []
+    after = segments(hi, end, finer) if end is not None else []
+    return [*before, (cube, lo, hi), *after]
+
+
+def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None) -> Any:
+    table = ledger if source is None else source.table
+    time = ledger.c.started_at if source is None else table.c.period
+    keys: list[ColumnElement[Any]] = [table.c.account_id]
+    for dimension in query.group_by:
+        if dimension == "day":
+            keys.append(rollups.day_of(time, query.dialect))
+        elif dimension == "user":
+            keys += [table.c.end_user] if source is None else [table.c.has_user, table.c.end_user]
+        else:
+            keys.append(table.c[DIMENSIONS[dimension]])
+    sums = rollups.ledger_measures() if source is None else [rollups.total(table.c[m]) for m in ROLLUP_MEASURES]
+    statement = select(*keys, *sums).group_by(*keys)
+    if query.accounts is not None:
+        statement = statement.where(table.c.account_id.in_(query.accounts))
+    if lo is not None:
+        statement = statement.where(time >= lo)
+    if hi is not None:
+        statement = statement.where(time < hi)
+    if query.model is not None:
+        statement = statement.where(table.c.model == query.model)
+    if query.outcomes is not None:
+        statement = statement.where(table.c.outcome.in_(query.outcomes))
+    return statement
+
+
+def _key(query: _Query, source: Cube | None, row: Any) -> list[Any]:
+    """A result row's grouping values: the account, then each dimension's value (`user` None for
+    requests without one)."""
+    values, i = [row[0]], 1
+    for dimension in query.group_by:
+        if dimension == "user" and source is not None:
+            values.append(row[i + 1] if row[i] else None)
+            i += 2
+        else:
+            values.append(row[i])
+            i += 1
+    return values
 
 
 _INSTANT = re.compile(

@@ -1,0 +1,256 @@
+"""Reports and rollups agree exactly, on SQLite and PostgreSQL: random ledger rows written by two
+writers at once (two processes' ledgers, sharing the rollup rows), some rows sent twice (a batch
+retried) and some refused (kept in ledger_rejects), then reports over random ranges, groupings and
+filters compared with the same sums taken straight from the ledger's rows. The migration that
+introduced the rollups fills them from the rows already there."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import insert, select
+
+from gateway.store import database, rollups, usage
+from gateway.store.accounts import bootstrap
+from gateway.store.ledger import Ledger
+from gateway.store.meter import OUTCOMES
+from gateway.store.tables import ROLLUP_MEASURES, ledger, ledger_rejects
+from tests.provision import empty_database
+
+START = datetime(2026, 10, 26, 21, 0, tzinfo=UTC)  # over a month's end: every period of every rollup
+SPAN = timedelta(days=40)
+ACCOUNTS = ("acct-x", "acct-y", "acct-z")
+MODELS = ("openai/gpt-3.5-turbo-instruct", "anthropic/claude-sonnet-4-6", "vllm/llama", "fake/odd\x00name")
+KEYS = ("key_aaaaaaaaaaaaaaaa", "key_bbbbbbbbbbbbbbbb", "key_cccccccccccccccc")
+USERS = (None, None, "alice", "bob", "", "ünï")
+
+
+def random_row(rng: random.Random, n: int) -> dict:
+    if rng.random() < 0.1:  # exactly on a period's start
+        started = START + timedelta(hours=rng.randrange(int(SPAN.total_seconds() // 3600)))
+    else:
+        started = START + timedelta(microseconds=rng.randrange(int(SPAN.total_seconds() * 1e6)))
+    prompt, completion = rng.randrange(0, 5000), rng.randrange(0, 800)
+    return {"request_id": f"cmpl-{n:06d}", "account_id": rng.choice(ACCOUNTS), "key_id": rng.choice(KEYS),
+            "vendor": "v", "model": rng.choice(MODELS), "fallback_from": None, "prompt_tokens": prompt,
+            "completion_tokens": completion, "total_tokens": prompt + completion,
+            "cached_tokens": rng.choice([None, rng.randrange(0, prompt + 1)]),
+            "reasoning_tokens": rng.choice([None, rng.randrange(0, completion + 1)]),
+            "estimated": rng.random() < 0.2, "outcome": rng.choice(OUTCOMES), "streamed": rng.random() < 0.5,
+            "end_user": rng.choice(USERS), "started_at": started, "ended_at": started, "ttft_ms": None,
+            "cost_nanos": rng.choice([None, rng.randrange(0, 10**7)])}
+
+
+async def write_concurrently(url: str, rows: list[dict], refused: list[dict]) -> None:
+    """Two ledgers (as two gateway processes would have), each writing half of `rows`, then
+    every row again (a retried batch) and rows the database refuses."""
+    engines = [database.connect(url), database.connect(url)]
+    try:
+        await database.prepare(engines[0], bootstrap)
+        ledgers = [Ledger(engine, max_pending=len(rows) + 10) for engine in engines]
+        for ledger_ in ledgers:
+            ledger_.start()
+        for i, row in enumerate(rows):
+            ledgers[i % 2].add(dict(row))
+            if i % 97 == 0:
+                await asyncio.sleep(0)  # let the writers commit while rows still come
+        for i, row in enumerate(rows[::3]):
+            ledgers[(i + 1) % 2].add(dict(row))  # the same request ids again: written once, counted once
+        for row in refused:
+            ledgers[0].add(dict(row))
+        for ledger_ in ledgers:
+            await ledger_.close()
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def random_ledger(backend_kind):
+    rng = random.Random(20261201)
+    rows = [random_row(rng, n) for n in range(2500)]
+    refused = [random_row(rng, 90_000) | {"prompt_tokens": 2**63}]  # no BIGINT holds it
+    if backend_kind == "postgresql":  # the database itself refuses it (SQLite does not check lengths)
+        refused.append(random_row(rng, 90_001) | {"account_id": "a" * 65})
+    with empty_database(backend_kind) as url:
+        asyncio.run(write_concurrently(url, rows, refused))
+        yield url, rows, refused
+
+
+async def _read(url: str, work):
+    engine = database.connect(url)
+    try:
+        async with engine.connect() as connection:
+            return await work(connection)
+    finally:
+        await engine.dispose()
+
+
+def expected(rows: list[dict], accounts, start, end, model, outcomes, group_by) -> list[tuple]:
+    """What a report should say, summed in Python from the ledger's own rows."""
+    fields = [usage.DIMENSIONS[d] for d in group_by]
+    sums: dict[tuple, list[int]] = defaultdict(lambda: [0] * len(ROLLUP_MEASURES))
+    for r in rows:
+        if (accounts is not None and r["account_id"] not in accounts) or (start and r["started_at"] < start) \
+                or (end and r["started_at"] >= end) or (model and r["model"] != model) \
+                or (outcomes and r["outcome"] not in outcomes):
+            continue
+        values = {"model": r["model"], "day": r["started_at"].date().isoformat(), "key_id": r["key_id"],
+                  "user": r["end_user"], "outcome": r["outcome"]}
+        total = sums[(r["account_id"], *(values[f] for f in fields))]
+        for i, value in enumerate(rollups.measures(r)):
+            total[i] += value
+    return sorted(((key, tuple(v)) for key, v in sums.items()), key=_order)
+
+
+def as_tuples(lines: list[usage.UsageLine]) -> list[tuple]:
+    return sorted((((line.account_id, *line.group.values()),
+                   (line.requests, line.estimated_requests, line.prompt_tokens, line.completion_tokens,
+                    line.total_tokens, line.cached_tokens, line.reasoning_tokens, line.cost_nanos,
+                    line.unpriced_requests, line.refused_requests)) for line in lines), key=_order)
+
+
+def _order(item: tuple) -> list:
+    return [(value is not None, value) for value in item[0]]
+
+
+def random_instant(rng: random.Random) -> datetime | None:
+    choice = rng.random()
+    if choice < 0.15:
+        return None
+    base = START - timedelta(hours=2) + timedelta(hours=rng.randrange(int(SPAN.total_seconds() // 3600) + 4))
+    if choice < 0.45:
+        return base  # on an hour
+    if choice < 0.55:
+        return base.replace(hour=0)  # on a day
+    if choice < 0.62:
+        return base.replace(day=1, hour=0)  # on a month
+    return base + timedelta(microseconds=rng.randrange(3600 * 10**6))
+
+
+def test_the_writers_rollups_are_exactly_the_ledgers_rows_summed(random_ledger):
+    url, rows, refused = random_ledger
+
+    async def compare(connection):
+        stored = [dict(r._mapping) for r in await connection.execute(select(ledger))]
+        rejected = [r.request_id for r in await connection.execute(select(ledger_rejects))]
+        before = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                  for cube in rollups.CUBES}
+        await connection.rollback()  # end the reads' transaction: the rebuild runs in its own
+        async with connection.begin():
+            await rollups.rebuild(connection)
+            after = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                     for cube in rollups.CUBES}
+        return stored, rejected, before, after
+
+    stored, rejected, before, after = asyncio.run(_read(url, compare))
+    assert len(stored) == len(rows) and sorted(rejected) == sorted(r["request_id"] for r in refused)
+    assert all(before.values()) and before == after
+
+
+def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums(random_ledger):
+    url, rows, _ = random_ledger
+    rng = random.Random(7)
+    stored = [r | {"model": r["model"].replace("\x00", "\ufffd")} for r in rows]  # as the ledger keeps it
+    cases = []
+    for _ in range(60):
+        start, end = random_instant(rng), random_instant(rng)
+        dims = list(usage.DIMENSIONS)
+        group_by = tuple(rng.sample(dims, rng.randrange(1, len(dims) + 1)))
+        accounts = rng.choice([None, ACCOUNTS[:1], ACCOUNTS[1:]])
+        model = rng.choice([None, None, rng.choice(MODELS)])
+        outcomes = rng.choice([None, None, tuple(rng.sample(OUTCOMES, 2))])
+        cases.append((accounts, start, end, model, outcomes, group_by))
+
+    async def reports(connection):
+        return [await usage.report(connection, accounts=a, start=s, end=e, model=m, outcomes=o, group_by=g)
+                for a, s, e, m, o, g in cases]
+
+    found = asyncio.run(_read(url, reports))
+    nonempty = 0
+    for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, found, strict=True):
+        want = expected(stored, accounts, start, end, model and model.replace("\x00", "\ufffd"), outcomes, group_by)
+        assert as_tuples(lines) == want, (accounts, start, end, model, outcomes, group_by)
+        nonempty += bool(want)
+        # Lines come ordered by account, then by the grouped values in the order asked (null first).
+        order = [(line.account_id, *((v is not None, v) for v in line.group.values())) for line in lines]
+        assert order == sorted(order)
+    assert nonempty >= len(cases) // 2  # the cases are not vacuous
+
+
+def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
+    cubes = rollups.chain({"model", "key_id"})
+    start, end = datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
+    pieces = [(cube and cube.table.name, lo, hi) for cube, lo, hi in usage.segments(start, end, cubes)]
+    at = lambda m, d, h: datetime(2026, m, d, h, tzinfo=UTC)  # noqa: E731
+    assert pieces == [(None, start, at(10, 30, 23)), ("usage_hourly", at(10, 30, 23), at(10, 31, 0)),
+                      ("usage_daily", at(10, 31, 0), at(11, 1, 0)), ("usage_monthly", at(11, 1, 0), at(12, 1, 0)),
+                      ("usage_daily", at(12, 1, 0), at(12, 2, 0)), ("usage_hourly", at(12, 2, 0), at(12, 2, 1)),
+                      (None, at(12, 2, 1), end)]
+    assert usage.segments(None, None, cubes) == [(cubes[0], None, None)]
+    # Per period, the smallest rollup that has what a report needs; no months for a report per day.
+    assert [c.table.name for c in rollups.chain({"model"}, by_day=True)] == ["usage_daily_models",
+                                                                             "usage_hourly_models"]
+    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_users", "usage_daily_users",
+                                                               "usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
+    assert [c.table.name for c in rollups.chain({"key_id"}, by_day=True)] == ["usage_daily_keys", "usage_hourly"]
+    year_end = datetime(2026, 12, 31, 12, tzinfo=UTC)
+    assert rollups.ceil(year_end, "month") == datetime(2027, 1, 1, tzinfo=UTC)
+    assert usage.segments(end, start, cubes) == []
+    cubes = rollups.chain(set())
+    far = datetime.max.replace(tzinfo=UTC)  # no period starts after it: the ledger, not an overflow
+    assert usage.segments(far - timedelta(minutes=1), far, cubes) == [(None, far - timedelta(minutes=1), far)]
+
+
+def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_them_unpriced(backend_kind):
+    rng = random.Random(3)
+    rows = [random_row(rng, n) for n in range(300)]
+    for row in rows:
+        del row["cost_nanos"]  # the ledger before 0004 had no cost
+        row["model"] = row["model"].replace("\x00", "\ufffd")  # as the writer keeps it
+
+    def upgrade_to(revision: str):
+        def run(connection):
+            config = Config()
+            config.set_main_option("script_location", "gateway.store:migrations")
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+        return run
+
+    async def migrate(url: str):
+        engine = database.connect(url)
+        try:
+            async with database.writing(engine) as connection:
+                await connection.run_sync(upgrade_to("0003"))
+                await connection.execute(insert(ledger.c.request_id.table).values(rows))
+            await database.prepare(engine, bootstrap)
+            async with engine.connect() as connection:
+                costs = {r.cost_nanos for r in await connection.execute(select(ledger.c.cost_nanos))}
+                filled = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                          for cube in rollups.CUBES}
+                lines = await usage.report(connection, accounts=None, group_by=("user", "day"))
+                await connection.rollback()
+                async with connection.begin():
+                    await rollups.rebuild(connection)
+                    rebuilt = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                               for cube in rollups.CUBES}
+            return costs, filled, rebuilt, lines
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url:
+        costs, filled, rebuilt, lines = asyncio.run(migrate(url))
+    assert costs == {None}
+    assert filled == rebuilt and all(filled.values())
+    assert sum(line.requests + line.refused_requests for line in lines) == 300
+    # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
+    assert all(line.unpriced_requests == line.requests for line in lines)
+    assert all(line.cost_usd is None for line in lines if line.requests)
