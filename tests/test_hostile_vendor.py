@@ -317,8 +317,8 @@ def test_a_client_that_leaves_a_slow_request_cancels_the_vendor_call(client, gat
 
 
 def test_sigterm_while_an_estimate_is_counted_writes_its_row_and_exits(upstream, hostile, ledger_db):
-    """D2: shutdown waits for the count of a long prompt the vendor refused (bounded work), not for
-    ever, and the row is written before the gateway exits."""
+    """D2: shutdown waits for the count of a long prompt the vendor failed on (bounded work), not
+    for ever, and the row is written before the gateway exits."""
     url, _, key = ledger_db
     env = gateway_env(upstream.url, url, GATEWAY_VENDOR_HOSTILE_PROTOCOL="openai",
                       GATEWAY_VENDOR_HOSTILE_BASE_URL=f"{hostile.url}/v1", GATEWAY_VENDOR_HOSTILE_RETRIES="0")
@@ -326,8 +326,8 @@ def test_sigterm_while_an_estimate_is_counted_writes_its_row_and_exits(upstream,
     prompt = word(1)[:900_000]  # letters that never repeat, just under the body limit
     with GatewayProcess(env) as process:
         with httpx.Client(base_url=process.url, headers={"x-api-key": key}, timeout=30) as http:
-            r = http.post("/v5/completions", json={"model": "hostile/reject-400", "prompt": prompt, "user": tag})
-        assert r.status_code == 400
+            r = http.post("/v5/completions", json={"model": "hostile/fail-500", "prompt": prompt, "user": tag})
+        assert r.status_code == 502
         assert process.stop() == 0
     row = row_of(ledger_db, tag)
     assert (row["outcome"], row["estimated"]) == ("vendor_error", True)

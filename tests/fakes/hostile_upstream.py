@@ -24,6 +24,7 @@ it is in the usage, which comes last anyway.
   huge-length         a 200 answer declaring a Content-Length of 1 TB, then waiting
   word-<n>mb          streams one word of n MiB that never repeats (`word(n)`), in 1 MiB pieces, without usage
   reject-400          400, as for a prompt the vendor finds too long
+  fail-500            500 without usage, as a vendor that broke on what it was sent
   slow                never answers a non-streamed request; waits for the client to leave
 
 `log` records each request served: its model, bytes of body sent, and whether the client (the
@@ -101,6 +102,8 @@ class HostileOpenAI:
             await _json(send, 429, {"error": {"message": "slow down"}}, [(b"retry-after", RETRY_AFTER[case].encode())])
         elif model == "reject-400":
             await _json(send, 400, {"error": {"message": "this prompt is too long for the model"}})
+        elif model == "fail-500":
+            await _json(send, 500, {"error": {"message": "the model server broke"}})
         elif model in ("leak-error-json", "leak-reject"):
             status = 500 if model == "leak-error-json" else 400
             await _json(send, status, {"error": {"message": f"bad credentials: Authorization: Bearer {key}"}})
