@@ -338,80 +338,6 @@ class ParameterSupport(BaseModel):
     """
 
 
-class UsageLine(BaseModel):
-    """
-    The requests of one account (and one combination of the report's `group_by` values), summed. A field for each grouping dimension is present only when the report groups by it.
-    """
-
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    account_id: Annotated[str, Field(title='Account Id')]
-    model: Annotated[str | MISSING, Field(title='Model')] = MISSING
-    """
-    `vendor/name`, as requested. Present when grouped by `model`.
-    """
-    day: Annotated[date | MISSING, Field(title='Day')] = MISSING
-    """
-    The UTC day the requests started (YYYY-MM-DD). Present when grouped by `day`.
-    """
-    key_id: Annotated[str | MISSING, Field(title='Key Id')] = MISSING
-    """
-    The public id of the API key that made the requests (`key_…`). Present when grouped by `key`.
-    """
-    user: Annotated[str | None | MISSING, Field(title='User')] = MISSING
-    """
-    The requests' `user` field; null for requests without one. Present when grouped by `user`.
-    """
-    outcome: Annotated[
-        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused'] | MISSING,
-        Field(title='Outcome'),
-    ] = MISSING
-    """
-    What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
-    """
-    requests: Annotated[int, Field(ge=0)]
-    """
-    Requests that reached the vendor (including those it rejected).
-    """
-    estimated_requests: Annotated[int, Field(ge=0)]
-    """
-    Of those, the requests whose tokens the gateway counted itself because the vendor did not report them (e.g. a stream cut short).
-    """
-    refused_requests: Annotated[int, Field(ge=0)]
-    """
-    Requests a limit of the key or the account refused (429, 403 or 503) before any vendor call; not among `requests`, and billed nothing.
-    """
-    prompt_tokens: Annotated[int, Field(ge=0)]
-    """
-    Prompt tokens.
-    """
-    completion_tokens: Annotated[int, Field(ge=0)]
-    """
-    Completion tokens.
-    """
-    total_tokens: Annotated[int, Field(ge=0)]
-    """
-    Prompt plus completion tokens.
-    """
-    cached_tokens: Annotated[int, Field(ge=0)]
-    """
-    Prompt tokens the vendors reported as served from their cache.
-    """
-    reasoning_tokens: Annotated[int, Field(ge=0)]
-    """
-    Completion tokens the vendors reported as reasoning.
-    """
-    cost_usd: Annotated[float | None, Field(ge=0.0, title='Cost Usd')]
-    """
-    What the priced requests cost, in US dollars (exact to the nano-dollar: each request's cost is kept as an integer count of 10^-9 USD). Null when no request of the line is priced; requests counted in `unpriced_requests` are not in it.
-    """
-    unpriced_requests: Annotated[int, Field(ge=0, title='Unpriced Requests')]
-    """
-    Of `requests`, those whose model had no price when they started (and requests recorded before the gateway priced requests): not in `cost_usd`, which is then a lower bound.
-    """
-
-
 class Account(BaseModel):
     """
     An account usage is billed to.
@@ -503,45 +429,77 @@ class Vendor(BaseModel):
     """
 
 
-class UsageReport(BaseModel):
+class UsageLine(BaseModel):
     """
-    Usage per account (and per the `group_by` dimensions) over a time range, with its cost.
+    The requests of one account (and one combination of the report's `group_by` values), summed. A field for each grouping dimension is present only when the report groups by it.
     """
 
     model_config = ConfigDict(
         extra='forbid',
     )
-    object: Annotated[Literal['usage_report'], Field(title='Object')]
-    accounts: Annotated[list[str], Field(title='Accounts')]
+    account_id: Annotated[str, Field(title='Account Id')]
+    model: Annotated[str | MISSING, Field(title='Model')] = MISSING
     """
-    The accounts the report covers: every account the key grants, or the selected one. An account without requests in the range has no line in `data`.
+    `vendor/name`, as requested. Present when grouped by `model`.
     """
-    start: Annotated[AwareDatetime | None, Field(title='Start')]
+    day: Annotated[date | MISSING, Field(title='Day')] = MISSING
     """
-    The lower bound applied, in UTC; null for none.
+    The UTC day the requests started (YYYY-MM-DD). Present when grouped by `day`.
     """
-    end: Annotated[AwareDatetime | None, Field(title='End')]
+    key_id: Annotated[str | MISSING, Field(title='Key Id')] = MISSING
     """
-    The upper bound applied (exclusive), in UTC; null for none.
+    The public id of the API key that made the requests (`key_…`). Present when grouped by `key`.
     """
-    model: Annotated[str | None, Field(title='Model')]
+    user: Annotated[str | None | MISSING, Field(title='User')] = MISSING
     """
-    The model filter applied; null for none.
-    """
-    group_by: Annotated[list[Literal['model', 'day', 'key', 'user', 'outcome']], Field(title='Group By')]
-    """
-    The dimensions the lines are summed per, besides the account, in order.
+    The requests' `user` field; null for requests without one. Present when grouped by `user`.
     """
     outcome: Annotated[
-        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error']] | None,
+        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused'] | MISSING,
         Field(title='Outcome'),
-    ]
+    ] = MISSING
     """
-    The outcome filter applied; null for none.
+    What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
     """
-    data: Annotated[list[UsageLine], Field(title='Data')]
+    requests: Annotated[int, Field(ge=0)]
     """
-    One line per account and combination of the `group_by` values with requests in the range, ordered by account, then by those values in the order of `group_by` (null first).
+    Requests that reached the vendor (including those it rejected).
+    """
+    estimated_requests: Annotated[int, Field(ge=0)]
+    """
+    Of those, the requests whose tokens the gateway counted itself because the vendor did not report them (e.g. a stream cut short).
+    """
+    refused_requests: Annotated[int, Field(ge=0)]
+    """
+    Requests a limit of the key or the account refused (429, 403 or 503) before any vendor call; not among `requests`, and billed nothing.
+    """
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens.
+    """
+    completion_tokens: Annotated[int, Field(ge=0)]
+    """
+    Completion tokens.
+    """
+    total_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt plus completion tokens.
+    """
+    cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens the vendors reported as served from their cache.
+    """
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+    """
+    Completion tokens the vendors reported as reasoning.
+    """
+    cost_usd: Annotated[float | None, Field(ge=0.0, title='Cost Usd')]
+    """
+    What the priced requests cost, in US dollars (exact to the nano-dollar: each request's cost is kept as an integer count of 10^-9 USD). Null when no request of the line is priced; requests counted in `unpriced_requests` are not in it.
+    """
+    unpriced_requests: Annotated[int, Field(ge=0, title='Unpriced Requests')]
+    """
+    Of `requests`, those whose model had no price when they started (and requests recorded before the gateway priced requests): not in `cost_usd`, which is then a lower bound.
     """
 
 
@@ -586,3 +544,45 @@ class VendorList(BaseModel):
     )
     object: Annotated[Literal['list'], Field(title='Object')]
     data: Annotated[list[Vendor], Field(title='Data')]
+
+
+class UsageReport(BaseModel):
+    """
+    Usage per account (and per the `group_by` dimensions) over a time range, with its cost.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Annotated[Literal['usage_report'], Field(title='Object')]
+    accounts: Annotated[list[str], Field(title='Accounts')]
+    """
+    The accounts the report covers: every account the key grants, or the selected one. An account without requests in the range has no line in `data`.
+    """
+    start: Annotated[AwareDatetime | None, Field(title='Start')]
+    """
+    The lower bound applied, in UTC; null for none.
+    """
+    end: Annotated[AwareDatetime | None, Field(title='End')]
+    """
+    The upper bound applied (exclusive), in UTC; null for none.
+    """
+    model: Annotated[str | None, Field(title='Model')]
+    """
+    The model filter applied; null for none.
+    """
+    group_by: Annotated[list[Literal['model', 'day', 'key', 'user', 'outcome']], Field(title='Group By')]
+    """
+    The dimensions the lines are summed per, besides the account, in order.
+    """
+    outcome: Annotated[
+        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused']] | None,
+        Field(title='Outcome'),
+    ]
+    """
+    The outcome filter applied; null for none.
+    """
+    data: Annotated[list[UsageLine], Field(title='Data')]
+    """
+    One line per account and combination of the `group_by` values with requests in the range, ordered by account, then by those values in the order of `group_by` (null first).
+    """

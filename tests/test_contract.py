@@ -52,7 +52,8 @@ def test_the_usage_reports_names_in_the_spec_are_the_codes():
 
     spec = load(ROOT / "openapi.json")
     line = spec["components"]["schemas"]["UsageLine"]["properties"]
-    assert tuple(line["outcome"]["enum"]) == OUTCOMES
+    assert line["outcome"]["$ref"] == "#/components/schemas/Outcome"
+    assert tuple(spec["components"]["schemas"]["Outcome"]["enum"]) == OUTCOMES
     assert set(DIMENSIONS.values()) <= set(line)
     parameters = {p["name"]: p for p in spec["paths"]["/v5/usage"]["get"]["parameters"]}
     assert parameters["group_by"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(DIMENSIONS))
