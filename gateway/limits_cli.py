@@ -1,10 +1,10 @@
 """`gateway limits`: set, show and clear the limits of a key or an account (gateway/cli.py runs it).
 
     gateway limits set (--key KEY_ID | --account ID) [--rpm N] [--tpm N] [--concurrent N]
-                       [--budget-tokens N] [--period day|month] [--models PATTERN ...]
+                       [--budget-tokens N] [--budget-usd X] [--period day|month] [--models PATTERN ...]
     gateway limits show [--key KEY_ID | --account ID] [--format table|json]
     gateway limits clear (--key KEY_ID | --account ID) (--all | --rpm | --tpm | --concurrent |
-                         --budget-tokens | --models ...)
+                         --budget-tokens | --budget-usd | --models ...)
 
 `show` puts what is being consumed next to each limit: the live counters when GATEWAY_REDIS_URL
 names the gateways' Redis, else what the ledger says (requests and tokens of the last minute,
@@ -47,8 +47,8 @@ def add_commands(commands: Any) -> None:
     put.add_argument("--tpm", type=_positive, metavar="N", help="tokens (prompt + completion) per minute")
     put.add_argument("--concurrent", type=_positive, metavar="N", help="requests in flight")
     for unit in UNITS.values():
-        put.add_argument(f"--budget-{unit.name}", type=_amount(unit.parse), dest=unit.limit_column, metavar="N",
-                         help=f"{unit.name} per budget period")
+        put.add_argument(f"--budget-{unit.name}", type=_amount(unit.parse), dest=unit.limit_column,
+                         metavar=unit.metavar, help=f"{unit.noun or unit.name} per budget period")
     put.add_argument("--period", choices=PERIODS, dest="budget_period",
                      help="the budget's period, a UTC calendar day or month (default month)")
     put.add_argument("--models", nargs="+", metavar="PATTERN",
@@ -103,7 +103,8 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
         values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period")
                   if getattr(args, name) is not None}
         if not values:
-            raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, --budget-tokens, --models")
+            raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
+                                + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models")
         async with database.writing(engine) as connection:
             limits = await set_limits(connection, subject, values)
         return f"limits of {subject}: {_described(limits)}; {interval}"

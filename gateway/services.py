@@ -73,7 +73,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     _announce(first_key, settings, registry)
     ledger = Ledger(engine, settings.ledger_buffer_rows, prices)
     ledger.start()
-    limiter = limits_store(settings, engine)
+    limiter = limits_store(settings, engine, prices)
     try:
         await limiter.start()
     except BaseException as exc:
@@ -103,7 +103,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
             await engine.dispose()
 
 
-def limits_store(settings: Settings, engine: AsyncEngine) -> Limiter:
+def limits_store(settings: Settings, engine: AsyncEngine, prices: Prices | None = None) -> Limiter:
     """The limiter, counting in Redis when there is one, else in memory (one worker), else not at
     all (several workers without Redis: see gateway/store/limiter.py)."""
     table = LimitsTable(engine, settings.limits_cache_seconds)
@@ -111,7 +111,8 @@ def limits_store(settings: Settings, engine: AsyncEngine) -> Limiter:
         counter_store: Counters | None = RedisCounters(redis_url, settings.redis_prefix)
     else:
         counter_store = MemoryCounters() if settings.workers == 1 else None
-    return Limiter(table, counter_store, engine, policy=settings.limits_on_store_failure, workers=settings.workers)
+    return Limiter(table, counter_store, engine, policy=settings.limits_on_store_failure, workers=settings.workers,
+                   prices=prices)
 
 
 def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: Registry) -> None:

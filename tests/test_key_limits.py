@@ -29,8 +29,13 @@ def clock(tmp_path_factory):
     return FileClock(str(tmp_path_factory.mktemp("clock") / "now"))
 
 
+# $1,000 and $2,000 per million prompt and completion tokens: a tenth of a cent a token, two for completions.
+PRICES = '{"fake/priced": {"input": 1000, "output": 2000}}'
+
+
 def limited_env(upstream, db, clock, **extra):
-    return gateway_env(upstream.url, db.url, GATEWAY_LIMITS_CACHE_SECONDS="0.05", **clock.env, **extra)
+    return gateway_env(upstream.url, db.url, GATEWAY_LIMITS_CACHE_SECONDS="0.05", GATEWAY_PRICES=PRICES, **clock.env,
+                       **extra)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +154,30 @@ def test_a_spent_token_budget_is_insufficient_quota_and_survives_a_restart(upstr
         assert complete(other, key, **body).status_code == 200
 
 
+def test_a_budget_in_dollars_is_kept_by_the_prices_and_refuses_a_model_without_one(gateway, db):
+    key, key_id, account = new_key(db.url)
+    limit(gateway, db, key, "--key", key_id, "--budget-usd", "0.05", "--period", "day")
+    body = {"model": "fake/priced", "prompt": "a b c d", "max_tokens": 10}  # reserves $0.022, costs $0.024
+    assert [complete(gateway, key, **body).status_code for _ in range(2)] == [200, 200]
+    spent = complete(gateway, key, **body)  # $0.048 used: $0.022 more does not fit
+    assert spent.status_code == 429 and spent.headers["x-should-retry"] == "false"
+    error = spent.json()["error"]
+    assert (error["type"], error["code"]) == ("insufficient_quota", "budget_exceeded")
+    assert "$0.05 usd per day" in error["message"] and "$0.048 used" in error["message"], error["message"]
+    # A model without a price cannot be kept to a budget in dollars: refused, not let through free.
+    unpriced = complete(gateway, key, model="fake/m")
+    assert unpriced.status_code == 403 and unpriced.headers["x-should-retry"] == "false"
+    assert (unpriced.json()["error"]["code"], unpriced.json()["error"]["param"]) == ("model_unpriced", "model")
+    rows = wait_for_rows(db.url, account, 5)  # and the probe's
+    assert sorted(r["cost_nanos"] for r in rows if r["model"] == "fake/priced" and r["outcome"] == "completed") == [
+        24_000_000, 24_000_000]
+    shown = json.loads(run_cli(db.url, "limits", "show", "--key", key_id, "--format", "json"))
+    budget = next(row for row in shown if row["limit"] == "budget_usd")
+    assert (budget["value"], budget["used"], budget["remaining"]) == ("$0.05 per day", "$0.048", "$0.002")
+    run_cli(db.url, "limits", "clear", "--key", key_id, "--budget-usd")
+    wait_until(lambda: complete(gateway, key, model="fake/m").status_code == 200, message="the budget cleared")
+
+
 def test_an_allow_list_refuses_other_models_and_their_fallbacks(gateway, db, upstream):
     key, key_id, account = new_key(db.url)
     limit(gateway, db, key, "--key", key_id, "--models", "fake/a*", "fake/fail-503")
@@ -208,7 +237,8 @@ def test_the_limits_cli_says_what_it_did_and_refuses_what_it_cannot(db):
         result = gateway_cli(db.url, "limits", "set", *args)
         assert result.returncode == 1 and message in result.stderr, result.stderr
     assert gateway_cli(db.url, "limits", "set", "--key", key_id, "--rpm", "0").returncode == 2
-    assert gateway_cli(db.url, "limits", "set", "--key", key_id, "--budget-usd", "5").returncode == 2  # not yet
+    for dollars in ("-1", "0.0000000001", "1e7", "nan", "five"):  # negative, below a nano-dollar, over the cap
+        assert gateway_cli(db.url, "limits", "set", "--key", key_id, "--budget-usd", dollars).returncode == 2
     for unclear in ((), ("--all", "--rpm")):
         result = gateway_cli(db.url, "limits", "clear", "--key", key_id, *unclear)
         assert result.returncode == 1 and "say what to clear" in result.stderr

@@ -6,8 +6,8 @@ instead, which `current()` returns. The default one hears nothing and costs a me
 code below needs no "is observability on?" checks, and tests of a layer run without any of it.
 
 Two kinds of report:
-- counts: a vendor retry, a fallback, a ledger row (its tokens), the ledger's backlog and losses,
-  and, for the features that produce them, a rate-limited request, a cost, a deployment's health;
+- counts: a vendor retry, a fallback, a ledger row (its tokens and cost), the ledger's backlog and losses,
+  and, for the features that produce them, a rate-limited request, a deployment's health;
 - spans: a vendor call (`vendor_call`, one per call the planner makes, covering its retries and,
   for a stream, its last chunk) and each HTTP request to the vendor within it (`vendor_request`).
   A `Span` is never left current across a `yield`: a generator may be closed from another task,
@@ -74,7 +74,7 @@ class Observer:
         """`model` failed on the vendor's side and the request goes on to `to`."""
 
     def ledger_row(self, row: Mapping[str, Any]) -> None:
-        """A request's usage row is complete (written or not): its vendor, model and tokens."""
+        """A request's usage row is complete (written or not): its vendor, model, tokens and cost."""
 
     def ledger_pending(self, rows: int) -> None:
         """Rows now waiting for the ledger's writer in this process."""
@@ -84,9 +84,6 @@ class Observer:
 
     def rate_limited(self, reason: str) -> None:
         """A request refused by one of the gateway's own limits (`reason`: which one, a fixed word)."""
-
-    def cost(self, vendor: str, model: str, usd: float) -> None:
-        """What a request cost, in US dollars, by the configured prices."""
 
     def deployment_health(self, vendor: str, deployment: str, healthy: bool) -> None:
         """A deployment of `vendor` is now taken (healthy) or left out (unhealthy) by this process."""

@@ -27,7 +27,7 @@ from gateway.core.errors import (
 from gateway.store import counters
 from gateway.store import limiter as limits_on_path
 from gateway.store.limiter import NO_LIMITS, Grant, Limiter
-from gateway.store.limits import Subject
+from gateway.store.limits import Budget, Subject, Unit
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
@@ -61,10 +61,13 @@ async def admit(limiter: Limiter, *, key_id: str, account: str, request: Complet
 
 
 def fallbacks(grant: Grant, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:
-    """The fallback chains with the models an allow-list refuses left out."""
+    """The fallback chains with the models an allow-list refuses left out, and those a budget in
+    dollars cannot be kept on (no price)."""
     if not grant.subjects or model not in chains:
         return chains
-    allowed = [m for m in chains[model] if all(limits.allows(m) for _, limits in grant.subjects)]
+    limiter = grant.limiter
+    allowed = [m for m in chains[model] if all(
+        limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in grant.subjects)]
     return {**chains, model: allowed}
 
 
@@ -122,18 +125,24 @@ def _error(grant: Grant, key_id: str, model: str) -> GatewayError:
             return RateLimited(f"{who} has {refusal.limit} requests in flight, its limit; retry when one ends",
                                code="concurrent_requests", retry_after=wait, headers=rate)
         case counters.BUDGET:
-            return QuotaExceeded(f"the budget of {who} is spent: {refusal.limit} {_budget(grant, refusal)}; "
-                                 f"{refusal.used} used, and this request may use up to {refusal.wanted}",
+            show = _unit(grant, refusal).show
+            return QuotaExceeded(f"the budget of {who} is spent: {show(refusal.limit)} {_budget(grant, refusal)}; "
+                                 f"{show(refusal.used)} used, and this request may use up to {show(refusal.wanted)}",
                                  code="budget_exceeded", headers=rate)
         case counters.BUDGET_IN_FLIGHT:
-            return RateLimited(f"the budget of {who} ({refusal.limit} {_budget(grant, refusal)}) is held by "
-                               f"requests in flight: {refusal.used} used, {refusal.reserved} reserved, this request "
-                               f"may use up to {refusal.wanted}; retry when they end", code="budget_in_flight",
-                               retry_after=wait, headers=rate)
+            show = _unit(grant, refusal).show
+            return RateLimited(f"the budget of {who} ({show(refusal.limit)} {_budget(grant, refusal)}) is held by "
+                               f"requests in flight: {show(refusal.used)} used, {show(refusal.reserved)} reserved, "
+                               f"this request may use up to {show(refusal.wanted)}; retry when they end",
+                               code="budget_in_flight", retry_after=wait, headers=rate)
         case limits_on_path.MODEL:
             patterns = next(limits.models for s, limits in grant.subjects if s == refusal.subject)
             return PermissionDenied(f"model '{clip(model)}' is not allowed for {who} (allowed: "
                                     f"{', '.join(patterns or ())})", code="model_not_allowed", param="model")
+        case limits_on_path.UNPRICED:
+            return PermissionDenied(f"model '{clip(model)}' has no price, so the budget in dollars of {who} cannot "
+                                    "be kept on it: give it one in [prices] (docs/usage.md)", code="model_unpriced",
+                                    param="model")
         case limits_on_path.UNSHARED:
             return LimitsUnavailable(f"{who} has limits this gateway cannot count exactly: it serves several workers "
                                      "without GATEWAY_REDIS_URL (the operator must set it, or serve one worker)",
@@ -149,9 +158,17 @@ def _who(subject: Subject, key_id: str) -> str:
 
 
 def _budget(grant: Grant, refusal: counters.Refusal) -> str:
-    limits = next(limits for s, limits in grant.subjects if s == refusal.subject)
-    budget = next((b for b in limits.budgets if b.unit.name == refusal.unit), limits.budgets[0])
+    budget = _budget_of(grant, refusal)
     return f"{budget.unit.name} per {budget.period} (UTC)"
+
+
+def _unit(grant: Grant, refusal: counters.Refusal) -> Unit:
+    return _budget_of(grant, refusal).unit
+
+
+def _budget_of(grant: Grant, refusal: counters.Refusal) -> Budget:
+    limits = next(limits for s, limits in grant.subjects if s == refusal.subject)
+    return next((b for b in limits.budgets if b.unit.name == refusal.unit), limits.budgets[0])
 
 
 def _value(value, default):

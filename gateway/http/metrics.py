@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from gateway.core.config import Settings
+from gateway.store.prices import NANOS_PER_USD
 
 PROMETHEUS_CLIENT_VERSION = "0.26.0"
 # The variable prometheus-client reads; a supervisor that sets it owns the directory (not wiped).
@@ -184,6 +185,8 @@ class Metrics:
             count = row.get(f"{kind}_tokens")
             if count:
                 self._count(self.tokens, (*labels, kind), count)
+        if cost := row.get("cost_nanos"):  # the row's price (store/prices.py); none when unpriced
+            self._count(self.cost, labels, cost / NANOS_PER_USD)
 
     def retry(self, vendor: str, reason: str) -> None:
         self._count(self.retries, (self.labels.vendor(vendor), reason))
@@ -199,10 +202,6 @@ class Metrics:
 
     def limited(self, reason: str) -> None:
         self._count(self.rate_limited, (self._reasons(reason),))
-
-    def spent(self, vendor: str, model: str, usd: float) -> None:
-        if usd > 0:
-            self._count(self.cost, (self.labels.vendor(vendor), self.labels.model(vendor, model, answered=False)), usd)
 
     def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
         self._level(self.deployment_healthy, 1 if healthy else 0,

@@ -121,10 +121,6 @@ class GatewayObserver(observe.Observer):
         if self._m is not None:
             self._m.limited(reason)
 
-    def cost(self, vendor: str, model: str, usd: float) -> None:
-        if self._m is not None:
-            self._m.spent(vendor, model, usd)
-
     def deployment_health(self, vendor: str, deployment: str, healthy: bool) -> None:
         if self._m is not None:
             self._m.deployment(vendor, deployment, healthy)

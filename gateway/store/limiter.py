@@ -33,11 +33,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.core.errors import ConfigError
 from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window
 from gateway.store.limits import ACCOUNT, KEY, Limits, LimitsTable, Period, Subject, Unit
+from gateway.store.prices import Prices
 from gateway.store.tables import ledger
 
 log = logging.getLogger("gateway.limits")
 
 MODEL = "model"  # a refusal's kind: the model is outside an allow-list
+UNPRICED = "unpriced"  # ... a budget in dollars applies and the model has no price
 UNSHARED = "unshared"  # ... counted limits that several workers without Redis cannot count
 STORE_DOWN = "store_down"  # ... the counters' store is away and the policy is `closed`
 RETRY_STORE = 1.0  # seconds between attempts to reach a store that failed
@@ -73,8 +75,9 @@ NO_LIMITS = Grant()
 
 class Limiter:
     def __init__(self, table: LimitsTable, counters: Counters | None, engine: AsyncEngine, *, policy: str = "open",
-                 workers: int = 1, clock: Callable[[], float] | None = None) -> None:
+                 workers: int = 1, clock: Callable[[], float] | None = None, prices: Prices | None = None) -> None:
         self.table = table
+        self.prices = prices  # what a budget in dollars reserves and settles by (store/prices.py)
         self.counters = counters  # None: several workers without Redis (nothing can be counted exactly)
         self._engine = engine
         self._policy = policy
@@ -133,6 +136,10 @@ class Limiter:
                       self._why_uncountable(), ", ".join(map(str, counted[:20])))
 
     # -- the request path ------------------------------------------------------------------
+    def affordable(self, limits: Limits, model: str) -> bool:
+        """Whether every budget of `limits` can be kept on `model` (one in dollars needs its price)."""
+        return all(b.unit.reserve(self.prices, model, 0, 0) is not None for b in limits.budgets)
+
     async def admit(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
                     request_id: str) -> Grant:
         table = self.table.subjects
@@ -151,9 +158,17 @@ class Limiter:
         if self.counters is None:
             return Grant(refusal=Refusal(counted[0][0], UNSHARED, 0), subjects=found)
         now = self._clock()
-        claim = Claim(request_id, prompt_tokens + completion_tokens, [
-            Charge(s, limits, [BudgetClaim(b, b.period_at(now), b.unit.reserve(model, prompt_tokens, completion_tokens))
-                               for b in limits.budgets]) for s, limits in counted])
+        charges = []
+        for subject, limits in counted:
+            budgets = []
+            for budget in limits.budgets:
+                reserve = budget.unit.reserve(self.prices, model, prompt_tokens, completion_tokens)
+                if reserve is None:  # a budget in dollars, and no price: it could not be kept
+                    return Grant(refusal=Refusal(subject, UNPRICED, budget.limit, unit=budget.unit.name),
+                                 subjects=found)
+                budgets.append(BudgetClaim(budget, budget.period_at(now), reserve))
+            charges.append(Charge(subject, limits, budgets))
+        claim = Claim(request_id, prompt_tokens + completion_tokens, charges)
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._without_store(claim, found)
         try:

@@ -8,8 +8,9 @@ gateway within that). The counting is gateway/store/counters.py (in memory) or
 gateway/store/counters_redis.py (shared), driven per request by gateway/store/limiter.py.
 
 A budget is generic over its unit (`Unit`): a unit names the ledger column a period's consumption
-is summed from, how an operator writes an amount, and what a request may cost before it runs.
-Tokens are the one unit so far; a unit is one entry of UNITS plus its `budget_<name>` column.
+is summed from, how an operator writes an amount, and what a request may cost before it runs. The
+units are tokens and US dollars (counted in nano-dollars, the ledger's `cost_nanos`, priced by
+store/prices.py); a unit is one entry of UNITS plus its `budget_<name>` column.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store.accounts import AccountsError
+from gateway.store.prices import NANOS_PER_USD, Prices
 from gateway.store.tables import accounts, api_keys, limits
 
 log = logging.getLogger("gateway.limits")
@@ -45,8 +48,11 @@ class Unit:
     column: str  # the ledger column a request's consumption is read from
     parse: Callable[[str], int]  # an operator's amount, as the CLI takes it
     show: Callable[[int], str]
-    # The most a request may consume before it runs: (model, prompt tokens, completion tokens) -> amount.
-    reserve: Callable[[str, int, int], int]
+    # The most a request may consume before it runs: (prices, model, prompt tokens, completion
+    # tokens) -> amount; None when it cannot be told (a model without a price, for dollars).
+    reserve: Callable[[Prices | None, str, int, int], int | None]
+    metavar: str = "N"  # how the CLI's help writes an amount
+    noun: str = ""  # what an amount is, in the CLI's help (default: the name)
 
     @property
     def limit_column(self) -> str:
@@ -60,9 +66,38 @@ def _count(text: str) -> int:
     return value
 
 
+# The largest budget in dollars: Redis counts in its Lua scripts with doubles, exact to 2^53.
+MAX_BUDGET_USD = 1_000_000
+
+
+def _dollars(text: str) -> int:
+    """US dollars ("12.50", to the nano-dollar) as nano-dollars, exactly."""
+    try:
+        value = Decimal(text.strip().removeprefix("$"))
+    except InvalidOperation:
+        raise ValueError("give dollars, e.g. 25 or 12.50") from None
+    if not value.is_finite() or value < 0 or value > MAX_BUDGET_USD:
+        raise ValueError(f"must be from 0 to {MAX_BUDGET_USD:,} dollars")
+    nanos = value * NANOS_PER_USD
+    if nanos != nanos.to_integral_value():
+        raise ValueError("dollars have at most 9 decimals (a nano-dollar)")
+    return int(nanos)
+
+
+def _show_dollars(nanos: int) -> str:
+    dollars = (Decimal(nanos) / NANOS_PER_USD).quantize(Decimal("0.000000001")).normalize()
+    text = f"{dollars:f}"
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
+
+
 TOKENS = Unit("tokens", "total_tokens", parse=_count, show=str,
-              reserve=lambda model, prompt, completion: prompt + completion)
-UNITS: dict[str, Unit] = {unit.name: unit for unit in (TOKENS,)}
+              reserve=lambda prices, model, prompt, completion: prompt + completion)
+USD = Unit("usd", "cost_nanos", parse=_dollars, show=_show_dollars,
+           reserve=lambda prices, model, prompt, completion: None if prices is None
+           else prices.cost_nanos(model, prompt, completion),
+           metavar="USD", noun="US dollars (e.g. 25 or 12.50), by the gateway's prices,")
+UNITS: dict[str, Unit] = {unit.name: unit for unit in (TOKENS, USD)}
 
 
 @dataclass(frozen=True, slots=True)

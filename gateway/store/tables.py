@@ -134,6 +134,7 @@ limits = Table(
     Column("tpm", BigInteger, nullable=True),  # tokens (prompt + completion) per minute
     Column("concurrent", BigInteger, nullable=True),  # requests in flight
     Column("budget_tokens", BigInteger, nullable=True),  # tokens per budget period
+    Column("budget_usd", BigInteger, nullable=True),  # nano-dollars per budget period (store/prices.py)
     Column("budget_period", String(8), nullable=True),  # "day" or "month" (UTC calendar)
     Column("models", Text, nullable=True),  # JSON list of glob patterns the subject may call
     Column("updated_at", UTCDateTime, nullable=False),
