@@ -33,7 +33,8 @@ window.complete = async (gateway, key, body) => {
     if (!body.stream) {
       const answer = await r.json();
       show(`${r.status} ${JSON.stringify(answer)}`);
-      return {status: r.status, answer, requestId: r.headers.get("x-request-id")};
+      return {status: r.status, answer, requestId: r.headers.get("x-request-id"),
+              servedBy: r.headers.get("x-gateway-model")};
     }
     const reader = r.body.getReader(), decoder = new TextDecoder();
     let text = "", reads = 0;
@@ -79,7 +80,8 @@ def test_a_page_of_an_allowed_origin_calls_and_streams(database, upstream, cors_
     result = page.evaluate("([g, k]) => complete(g, k, {model: 'fake/cors', prompt: 'hi', max_tokens: 3})",
                            [cors_gateway.url, database.key])
     assert result["status"] == 200 and result["answer"]["choices"][0]["text"] == " w0 w1 w2"
-    assert result["requestId"].startswith("cmpl-")  # an exposed header the page can read
+    assert result["requestId"].startswith("cmpl-")  # headers of the contract the page can read
+    assert result["servedBy"] == "fake/cors"
 
     # A stream the vendor holds after its first chunk: the page reads that chunk before the rest exists.
     page.evaluate("([g, k]) => { window.streamed = complete(g, k, {model: 'fake/held', prompt: 'hi', max_tokens: 4, "

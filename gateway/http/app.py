@@ -44,8 +44,6 @@ log = logging.getLogger("gateway")
 DOCS_PATH = "/docs"
 # What a browser page of an allowed origin may send, and read of the answer.
 CORS_REQUEST_HEADERS = ("x-api-key", "x-selected-account-id", "authorization", "content-type")
-CORS_RESPONSE_HEADERS = ("x-request-id", "x-gateway-model", "x-gateway-fallback-from", "x-should-retry",
-                         "retry-after")
 CORS_MAX_AGE = 600  # seconds a browser may keep a preflight's answer
 
 
@@ -62,8 +60,10 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     check_hooks()
     accept_openapi_31()
     observed = observability.install(settings, redact)
-    routes = frozenset(orjson.loads(spec_path().read_bytes())["paths"])
-    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, routes))
+    spec = orjson.loads(spec_path().read_bytes())
+    routes = frozenset(spec["paths"])
+    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, routes,
+                                                                           response_headers(spec)))
     app.add_api(
         spec_path(),
         resolver=Resolver(function_resolver=resolve),
@@ -85,7 +85,15 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     return app
 
 
-def _middlewares(settings: Settings, observed: observability.Observability, routes: frozenset[str]) -> list:
+def response_headers(spec: dict) -> list[str]:
+    """Every header the contract documents on an answer (what a browser page may read, CORS)."""
+    return sorted({name.lower() for path in spec["paths"].values() for operation in path.values()
+                   if isinstance(operation, dict) for response in operation.get("responses", {}).values()
+                   for name in response.get("headers", {})})
+
+
+def _middlewares(settings: Settings, observed: observability.Observability, routes: frozenset[str],
+                 exposed: list[str]) -> list:
     # Connexion's default stack without the context proxies (handlers get an explicit
     # HandlerRequest), with validators prepared once per operation, the Swagger UI only for its
     # own path, and ours around it.
@@ -108,7 +116,7 @@ def _middlewares(settings: Settings, observed: observability.Observability, rout
         # too) carries the grant, so a page can read why it failed.
         stack.insert(0, functools.partial(
             CORSMiddleware, allow_origins=sorted(settings.cors_origins), allow_methods=["GET", "POST"],
-            allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=list(CORS_RESPONSE_HEADERS),
+            allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=exposed,
             max_age=CORS_MAX_AGE))
     return stack
 
