@@ -20,7 +20,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,11 +142,13 @@ def ledger_rows(url: str, account_id: str) -> list[dict]:
     return asyncio.run(read())
 
 
-def wait_for_rows(url: str, account_id: str, count: int, timeout: float = 15.0) -> list[dict]:
-    """The account's rows once there are `count` of them (the writer commits in the background)."""
+def wait_for_rows(url: str, account_id: str, count: int, timeout: float = 15.0,
+                  where: Callable[[dict], bool] | None = None) -> list[dict]:
+    """The account's rows (those `where` accepts) once there are `count` of them (the writer
+    commits in the background)."""
     deadline = time.monotonic() + timeout
     while True:
-        rows = ledger_rows(url, account_id)
+        rows = [row for row in ledger_rows(url, account_id) if where is None or where(row)]
         if len(rows) >= count or time.monotonic() > deadline:
             return rows
         time.sleep(0.05)

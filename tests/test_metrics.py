@@ -204,7 +204,11 @@ def test_metrics_turned_off_are_a_404():
 
 
 def test_a_named_metrics_directory_is_wiped_of_an_earlier_runs_counts(tmp_path, monkeypatch):
-    monkeypatch.delenv(metrics.DIRECTORY_ENV, raising=False)
+    # set, then removed: monkeypatch records the variable's state before the test only when it
+    # changes it, and prepare_directory exports the directory, which must not outlive this test
+    # (gateways this worker starts later would inherit it, with the stand-in files below)
+    monkeypatch.setenv(metrics.DIRECTORY_ENV, "")
+    monkeypatch.delenv(metrics.DIRECTORY_ENV)
     (tmp_path / "counter_123.db").write_bytes(b"stale")
     (tmp_path / "notes.txt").write_text("not ours")
     assert metrics.prepare_directory(Settings(metrics_dir=str(tmp_path))) == str(tmp_path)
