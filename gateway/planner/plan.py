@@ -199,30 +199,51 @@ async def complete(plan: Plan) -> Result:
     return merged
 
 
-async def stream(plan: Plan) -> AsyncIterator[Chunk]:
-    """Chunks of every leg as they come (at most FANOUT_CONCURRENCY legs at once), re-indexed,
-    then one final chunk with the usage totals (Plan.usage_totals; None when some leg did not
-    report its usage)."""
-    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-    usages: list[Usage | None] = [None] * len(plan.legs)
+async def stream(plan: Plan) -> AsyncIterator[list[Chunk]]:
+    """Chunks of every leg as they come, in lists as each leg's vendor reads deliver them (at
+    most FANOUT_CONCURRENCY legs at once), re-indexed, then one final chunk with the usage totals
+    (Plan.usage_totals; None when some leg did not report its usage). A single leg, the usual
+    case, is relayed without a task or a queue between the vendor and the client."""
+    legs = plan.legs
+    usages: list[Usage | None] = [None] * len(legs)
+    if len(legs) == 1:
+        async with aclosing(_vendor_stream(plan, legs[0])) as chunks:
+            async for batch in chunks:
+                if relayed := _relayed(plan, 0, batch, usages):
+                    yield relayed
+    else:
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
-    async def leg_chunks(leg: Leg) -> AsyncIterator[Chunk]:
-        async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        async def leg_chunks(leg: Leg) -> AsyncIterator[list[Chunk]]:
+            async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
+                async for batch in chunks:
+                    yield batch
 
-    legs = [leg_chunks(leg) for leg in plan.legs]
-    async with aclosing(merged(legs, buffered=64)) as chunks:  # a slow client slows the legs down
-        async for number, chunk in chunks:
-            if chunk.usage is not None:
-                usages[number] = chunk.usage
-            if chunk.choices:
-                leg = plan.legs[number]
-                for choice in chunk.choices:
-                    choice.index = leg.index(choice.index, plan.per_prompt)
-                yield Chunk(chunk.choices)
+        streams = [leg_chunks(leg) for leg in legs]
+        async with aclosing(merged(streams, buffered=64)) as batches:  # a slow client slows the legs down
+            async for number, batch in batches:
+                if relayed := _relayed(plan, number, batch, usages):
+                    yield relayed
     client, billed = plan.usage_totals(usages)
-    yield Chunk([], client, billed)
+    yield [Chunk([], client, billed)]
+
+
+def _relayed(plan: Plan, number: int, batch: list[Chunk], usages: list[Usage | None]) -> list[Chunk]:
+    """What of leg `number`'s chunks goes on: those with choices, indexed for the client; its
+    usage is kept in `usages` for the final chunk."""
+    leg = plan.legs[number]
+    per_prompt = plan.per_prompt
+    same_indexes = leg.first_prompt == 0 and leg.first_choice == 0 and leg.call.n == per_prompt
+    relayed = []
+    for chunk in batch:
+        if chunk.usage is not None:
+            usages[number] = chunk.usage
+        if chunk.choices:
+            if not same_indexes:
+                for choice in chunk.choices:
+                    choice.index = leg.index(choice.index, per_prompt)
+            relayed.append(chunk if chunk.usage is None and chunk.billed is None else Chunk(chunk.choices))
+    return relayed
 
 
 async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
@@ -239,7 +260,7 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
         span.end()
 
 
-def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
+def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[list[Chunk]]:
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
     chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
     if plan.emulation.rewrites_stream:
