@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,7 +29,7 @@ async def create(request: HandlerRequest) -> Response:
     caller = request.caller
     account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
-    request_id = f"cmpl-{uuid.uuid4().hex}"
+    request_id = f"cmpl-{secrets.token_hex(16)}"  # 128 random bits, as cheap as they come
     created = int(time.time())
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
@@ -153,8 +153,10 @@ class _EventStream:
         prefix, meter = self._prefix, self._meter
         events = []
         for chunk in batch:
-            self.usage = chunk.usage or self.usage
-            self.billed = chunk.billed or self.billed
+            if chunk.usage is not None:
+                self.usage = chunk.usage
+            if chunk.billed is not None:
+                self.billed = chunk.billed
             choices = []
             for c in chunk.choices:
                 finish = c.finish_reason
@@ -164,7 +166,7 @@ class _EventStream:
                     else:
                         finished.add(c.index)
                 if c.text or finish or c.logprobs:
-                    choices.append(_choice(c, finish))
+                    choices.append({"index": c.index, "text": c.text, "finish_reason": finish, "logprobs": c.logprobs})
             if choices:
                 meter.sent(chunk.choices)
                 events.append(prefix + orjson.dumps(choices) + b"}\n\n")

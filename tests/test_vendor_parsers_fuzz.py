@@ -132,6 +132,28 @@ def test_openai_stream_chunk_reader(call, payloads):
     return None
 
 
+def outcome_of(read_it, *args) -> tuple[str, object]:
+    got, failure = attempt(read_it, *args)
+    return ("failed", (type(failure), str(failure))) if failure else ("read", got)
+
+
+@FAST
+@given(call=CALLS, payloads=st.lists(maybe(fields(choices=st.lists(OPENAI_CHOICE, max_size=3),
+                                                 usage=st.one_of(st.none(), OPENAI_USAGE))), max_size=4))
+def test_openai_stream_chunks_read_from_their_json_as_from_the_decoded_value(call, payloads):
+    """ChunkReader.read_json reads a chunk of the usual shape on a path of its own: it must give
+    what `read` gives for the same JSON, answer and refusal alike, chunk after chunk."""
+    from_json, from_value = openai.ChunkReader(call), openai.ChunkReader(call)
+    for payload in payloads:
+        data = json.dumps(payload)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:  # a value JSON cannot carry (an integer too large for orjson)
+            assert outcome_of(from_json.read_json, data)[0] == "failed"
+            return
+        assert outcome_of(from_json.read_json, data) == outcome_of(from_value.read, value)
+
+
 @FAST
 @given(data=maybe(ANTHROPIC_MESSAGE), moved=st.sampled_from(["", " ", "\n "]))
 def test_anthropic_message_reader(data, moved):

@@ -36,7 +36,7 @@ from gateway.core.parameters import PARAMETERS
 from gateway.core.streams import merged
 from gateway.planner import capabilities
 from gateway.planner.emulation import Emulation
-from gateway.vendors.base import Adapter, CountsTokens
+from gateway.vendors.base import Adapter
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 
@@ -84,9 +84,12 @@ class Plan:
 
     def attempt(self) -> Attempt:
         """What the usage ledger records of this plan's vendor calls."""
-        adapter = self.adapter
         model = self.legs[0].call.model
-        own = (lambda text: adapter.count_tokens(model, text)) if isinstance(adapter, CountsTokens) else None
+        # base.CountsTokens, read as an attribute: isinstance() of a runtime protocol inspects the
+        # class on every call, on every request.
+        count_tokens = getattr(self.adapter, "count_tokens", None)
+        own = (lambda text: count_tokens(model, text)) if count_tokens is not None else None
+        adapter = self.adapter
         return Attempt(vendor=adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
                        prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
                        max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
@@ -153,6 +156,8 @@ def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg
             param="prompt" if len(call.prompts) > 1 else "n",
             vendor=adapter.name,
         )
+    if calls == 1:
+        return [Leg(call, 0, 0)]  # the usual case: the call as it is (the seed of choice 0 is the seed)
     legs = []
     for first_prompt in range(0, len(call.prompts), per_call):
         for first_choice in range(0, call.n, n_per_call):

@@ -78,7 +78,10 @@ class AiohttpClient:
 
     def _open(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, ssl=_tls())
-        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        # No cookie jar: a vendor's cookies set on one client's call must not ride on the next
+        # client's (and filtering a jar is work on every request).
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                              cookie_jar=aiohttp.DummyCookieJar())
         return self._session
 
     async def send(self, url: str, body: bytes) -> Answer:
