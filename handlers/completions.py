@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,7 +29,7 @@ async def create(request: HandlerRequest) -> Response:
     caller = request.caller
     account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
-    request_id = f"cmpl-{uuid.uuid4().hex}"
+    request_id = f"cmpl-{secrets.token_hex(16)}"  # 128 random bits, as cheap as they come
     created = int(time.time())
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
@@ -110,12 +110,13 @@ def _completion(plan: Plan, result: Result, usage: Usage, request_id: str, creat
 class _EventStream:
     """The SSE body of one streamed completion: one id/created/model on every chunk, exactly one
     finish_reason per choice, the usage chunk when the client asked for it (estimated when the
-    vendor reported none), and an error event instead of a silent cut. `aclose()` (called once by
-    the response, however it ends) closes the vendor stream and releases the request's admission.
-    The meter hears of every piece of text sent and of how the stream ended; one still open at
-    `aclose()` means the client left."""
+    vendor reported none), and an error event instead of a silent cut. The events of the chunks
+    that arrived together (one vendor read) go out as one piece of the body. `aclose()` (called
+    once by the response, however it ends) closes the vendor stream and releases the request's
+    admission. The meter hears of every piece of text sent and of how the stream ended; one
+    still open at `aclose()` means the client left."""
 
-    def __init__(self, plan: Plan, first: Chunk, rest: AsyncIterator[Chunk], request_id: str,
+    def __init__(self, plan: Plan, first: list[Chunk], rest: AsyncIterator[list[Chunk]], request_id: str,
                  created: int, on_close: Callable[[], None], meter: Meter, redact: Callable[[str], str],
                  echoed: Callable[[int], str]) -> None:
         self._plan = plan
@@ -124,6 +125,8 @@ class _EventStream:
         self._first = first
         self._rest = rest
         self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
+        # What every chunk's event starts with, encoded once: `data: {"id":...,"model":...,"choices":`.
+        self._prefix = b"data: " + orjson.dumps(self._head)[:-1] + b',"choices":'
         self._on_close = on_close
         self._meter = meter
         self._events = self._generate()
@@ -145,27 +148,40 @@ class _EventStream:
         finally:
             self._on_close()
 
+    def _events_of(self, batch: list[Chunk], finished: set[int]) -> bytes:
+        """The events of chunks that arrived together, as one piece of the body."""
+        prefix, meter = self._prefix, self._meter
+        events = []
+        for chunk in batch:
+            if chunk.usage is not None:
+                self.usage = chunk.usage
+            if chunk.billed is not None:
+                self.billed = chunk.billed
+            choices = []
+            for c in chunk.choices:
+                finish = c.finish_reason
+                if finish is not None:
+                    if c.index in finished:
+                        c.finish_reason = finish = None  # a vendor repeating itself
+                    else:
+                        finished.add(c.index)
+                if c.text or finish or c.logprobs:
+                    choices.append({"index": c.index, "text": c.text, "finish_reason": finish, "logprobs": c.logprobs})
+            if choices:
+                meter.sent(chunk.choices)
+                events.append(prefix + orjson.dumps(choices) + b"}\n\n")
+        return b"".join(events)
+
     async def _generate(self) -> AsyncIterator[bytes]:
         plan, head = self._plan, self._head
         finished: set[int] = set()
-        chunk: Chunk | None = self._first
+        batch: list[Chunk] | None = self._first
+        end: list[bytes] = []
         try:
-            while chunk is not None:
-                self.usage = chunk.usage or self.usage
-                self.billed = chunk.billed or self.billed
-                choices = []
-                for c in chunk.choices:
-                    if c.finish_reason is not None:
-                        if c.index in finished:
-                            c.finish_reason = None  # a vendor repeating itself
-                        else:
-                            finished.add(c.index)
-                    if c.text or c.finish_reason or c.logprobs:
-                        choices.append(_choice(c, c.finish_reason))
-                if choices:
-                    self._meter.sent(chunk.choices)
-                    yield event_stream.event(head | {"choices": choices})
-                chunk = await anext(self._rest, None)
+            while batch is not None:
+                if events := self._events_of(batch, finished):
+                    yield events
+                batch = await anext(self._rest, None)
             # The vendor ended its stream cleanly; a choice it never closed ended there.
             unfinished = [i for i in range(len(plan.prompts) * plan.n) if i not in finished]
             usage = self.usage
@@ -175,18 +191,19 @@ class _EventStream:
             finally:
                 self._meter.finish(self.billed)
             if unfinished:
-                yield event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]})
+                end.append(event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]}))
             if plan.include_usage and usage is not None:
-                yield event_stream.event(head | {"choices": [], "usage": _usage(usage)})
+                end.append(event_stream.event(head | {"choices": [], "usage": _usage(usage)}))
         except GatewayError as exc:
             self._meter.fail(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
-            yield event_stream.event(exc.body(self._redact))
+            end.append(event_stream.event(exc.body(self._redact)))
         except Exception as exc:
             self._meter.fail(exc)
             log.exception("stream %s failed", head["id"])
-            yield event_stream.event(GatewayError("internal error in the gateway", code="internal_error").body())
-        yield event_stream.DONE
+            end.append(event_stream.event(GatewayError("internal error in the gateway", code="internal_error").body()))
+        end.append(event_stream.DONE)
+        yield b"".join(end)
 
 
 def _choice(choice: Choice, finish_reason: str | None) -> dict[str, Any]:

@@ -64,7 +64,7 @@ class Vendor:
 
         async def go() -> object:
             if stream:
-                return [chunk async for chunk in self.adapter.stream(call)]
+                return [chunk async for chunks in self.adapter.stream(call) for chunk in chunks]
             return await self.adapter.complete(call)
 
         try:

@@ -37,13 +37,13 @@ class Scripted:
             raise self.fail
         return Result(self._choices(call), Usage(10 * len(call.prompts), len(call.prompts) * call.n))
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         self.calls.append(call)
         if self.fail is not None:
             raise self.fail
         for choice in self._choices(call):
-            yield Chunk([choice])
-        yield Chunk([], Usage(10 * len(call.prompts), len(call.prompts) * call.n))
+            yield [Chunk([choice])]
+        yield [Chunk([], Usage(10 * len(call.prompts), len(call.prompts) * call.n))]
 
     def _choices(self, call: CompletionCall) -> list[Choice]:
         choices = []
@@ -86,7 +86,8 @@ def test_a_stream_is_reindexed_across_legs_and_ends_with_the_summed_usage():
     adapter = Scripted("v", {"prompt": emulated()})
 
     async def chunks() -> list[Chunk]:
-        return [chunk async for chunk in planning.stream(plan_for(adapter, prompt=["a", "b"], n=2, stream=True))]
+        return [chunk async for chunks in planning.stream(plan_for(adapter, prompt=["a", "b"], n=2, stream=True))
+                for chunk in chunks]
 
     got = asyncio.run(chunks())
     texts = {c.index: c.text for chunk in got for c in chunk.choices}

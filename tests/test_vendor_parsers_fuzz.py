@@ -31,7 +31,7 @@ from gateway.vendors import anthropic, gemini, logprobs, openai, registry
 from gateway.vendors import untrusted as read
 from gateway.vendors.local import _Piece
 from gateway.vendors.local_engine import EngineError
-from gateway.vendors.sse_reader import MalformedStream, read_events
+from gateway.vendors.sse_reader import EventParser, MalformedStream
 from gateway.vendors.vendor_errors import retry_after_seconds
 from tests.vendor_answers import (
     ANTHROPIC_EVENT,
@@ -132,6 +132,28 @@ def test_openai_stream_chunk_reader(call, payloads):
     return None
 
 
+def outcome_of(read_it, *args) -> tuple[str, object]:
+    got, failure = attempt(read_it, *args)
+    return ("failed", (type(failure), str(failure))) if failure else ("read", got)
+
+
+@FAST
+@given(call=CALLS, payloads=st.lists(maybe(fields(choices=st.lists(OPENAI_CHOICE, max_size=3),
+                                                 usage=st.one_of(st.none(), OPENAI_USAGE))), max_size=4))
+def test_openai_stream_chunks_read_from_their_json_as_from_the_decoded_value(call, payloads):
+    """ChunkReader.read_json reads a chunk of the usual shape on a path of its own: it must give
+    what `read` gives for the same JSON, answer and refusal alike, chunk after chunk."""
+    from_json, from_value = openai.ChunkReader(call), openai.ChunkReader(call)
+    for payload in payloads:
+        data = json.dumps(payload)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:  # a value JSON cannot carry (an integer too large for orjson)
+            assert outcome_of(from_json.read_json, data)[0] == "failed"
+            return
+        assert outcome_of(from_json.read_json, data) == outcome_of(from_value.read, value)
+
+
 @FAST
 @given(data=maybe(ANTHROPIC_MESSAGE), moved=st.sampled_from(["", " ", "\n "]))
 def test_anthropic_message_reader(data, moved):
@@ -220,17 +242,9 @@ SSE_LINES = st.lists(st.one_of(
 def events_of(data: bytes, cuts: list[int], limit: int | None = None) -> list[tuple[str | None, str]] | str:
     """The events of `data` arriving in pieces cut at `cuts`, or "malformed"."""
     bounds = [0, *sorted(min(c, len(data)) for c in cuts), len(data)]
-
-    async def chunks():
-        for a, b in itertools.pairwise(bounds):
-            yield data[a:b]
-
-    async def collect():
-        kwargs = {} if limit is None else {"max_event_bytes": limit}
-        return [(e.event, e.data) async for e in read_events(chunks(), **kwargs)]
-
+    parser = EventParser() if limit is None else EventParser(max_event_bytes=limit)
     try:
-        return asyncio.run(collect())
+        return [(e.event, e.data) for a, b in itertools.pairwise(bounds) for e in parser.feed(data[a:b])]
     except MalformedStream:
         return "malformed"
 
@@ -249,21 +263,13 @@ def test_sse_reader_never_holds_an_event_over_its_limit(data, cuts):
 
 
 def test_a_line_without_end_is_refused_at_the_limit_not_buffered():
+    parser = EventParser(max_event_bytes=10_000)
+    parser.feed(b"data: ")
     fed = 0
-
-    async def endless():
-        nonlocal fed
-        yield b"data: "
+    with pytest.raises(MalformedStream, match="larger than 10000 bytes"):
         while True:
             fed += 1000
-            yield b"a" * 1000
-
-    async def read_all():
-        async for _ in read_events(endless(), max_event_bytes=10_000):
-            pass
-
-    with pytest.raises(MalformedStream, match="larger than 10000 bytes"):
-        asyncio.run(read_all())
+            parser.feed(b"a" * 1000)
     assert fed <= 11_000
 
 
@@ -323,7 +329,7 @@ def outcome(vendor, call: CompletionCall) -> list | Result | GatewayError:
     async def run():
         if not call.stream:
             return await vendor.complete(call)
-        return [chunk async for chunk in vendor.stream(call)]
+        return [chunk async for chunks in vendor.stream(call) for chunk in chunks]
 
     try:
         return asyncio.run(run())

@@ -147,7 +147,8 @@ class Settings(Frozen):
     # Response validation against openapi.json: on in tests, off in production (it costs much of
     # the throughput, and turns every stream into a buffered body).
     validate_responses: bool = False
-    # Which I/O the vendor HTTP clients use under httpx's API (see bench/).
+    # Which library the vendor HTTP clients use: aiohttp directly, or httpx's own pool
+    # (vendors/transport.py; bench/ compares them).
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"],
                          BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)] = "info"

@@ -102,22 +102,23 @@ def install(observer: Observer) -> None:
     _observer = observer
 
 
-def observed_stream(span: Span, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    """`chunks`, with `span` current while each is awaited (so the vendor requests made for them
-    are its children) and told of each; ended when the stream ends, however it ends. Unwrapped
-    when nothing records the span."""
+def observed_stream(span: Span, chunks: AsyncIterator[list[Chunk]]) -> AsyncIterator[list[Chunk]]:
+    """`chunks` (a vendor stream's lists of chunks, one list per read), with `span` current while
+    each list is awaited (so the vendor requests made for them are its children) and told of each
+    chunk; ended when the stream ends, however it ends. Unwrapped when nothing records the span."""
     return chunks if span is NO_SPAN else _observed_stream(span, chunks)
 
 
-async def _observed_stream(span: Span, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+async def _observed_stream(span: Span, chunks: AsyncIterator[list[Chunk]]) -> AsyncIterator[list[Chunk]]:
     try:
         while True:
             with span.current():
-                chunk = await anext(chunks, None)
-            if chunk is None:
+                batch = await anext(chunks, None)
+            if batch is None:
                 return
-            span.chunk(chunk)
-            yield chunk
+            for chunk in batch:
+                span.chunk(chunk)
+            yield batch
     except BaseException as exc:
         span.failed(exc)
         raise

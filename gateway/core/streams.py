@@ -1,10 +1,10 @@
-"""Merging concurrent async streams: the planner's fanned-out vendor calls, the local engine's
-`n` generations."""
+"""Merging concurrent async streams (the planner's fanned-out vendor calls, the local engine's
+`n` generations), and bounding a stream's waits with one timer (`Watch`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -49,3 +49,64 @@ async def merged(streams: list[AsyncIterator[T]], buffered: int = 0) -> AsyncIte
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Watch:
+    """Deadlines for the waits of one stream (its vendor reads, its writes to the client), kept
+    by one timer for the whole stream instead of one per wait: a stream waits once for every
+    piece it relays, and an `asyncio.timeout` per wait is a timer scheduled and cancelled each
+    time. The timer rings at the earliest deadline it may have to enforce; a wait that made
+    progress in between only moves the deadline, and the timer, ringing early, sets itself again.
+
+    `wait(awaitable, deadline)` awaits with TimeoutError at `deadline` (loop time), with
+    `asyncio.timeout`'s semantics: the waiting task is cancelled, and the cancellation becomes
+    TimeoutError unless someone else cancelled it too. A wait never spans a `yield` of its
+    caller, so the cancellation always lands in the wait it is meant for. `close()` ends it.
+    """
+
+    __slots__ = ("_loop", "_alarm", "_task", "_deadline", "_cancelling", "_expired")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._alarm: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None  # the task waiting now; None between waits
+        self._deadline = 0.0  # of the wait under way
+        self._cancelling = 0  # the task's cancellation requests when its wait began
+        self._expired = False
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    async def wait(self, awaitable: Awaitable[T], deadline: float) -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._deadline, self._cancelling, self._expired = task, deadline, task.cancelling(), False
+        alarm = self._alarm
+        if alarm is None or alarm.when() > deadline:
+            if alarm is not None:
+                alarm.cancel()
+            self._alarm = self._loop.call_at(deadline, self._ring)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._expired and task.uncancel() <= self._cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._task = None
+
+    def close(self) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
+
+    def _ring(self) -> None:
+        self._alarm = None
+        task = self._task
+        if task is None:
+            return  # between waits: the next one sets the alarm again
+        if self._loop.time() < self._deadline:
+            self._alarm = self._loop.call_at(self._deadline, self._ring)
+            return
+        self._expired = True
+        task.cancel()

@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.core.errors import ShuttingDown
+from gateway.core.streams import Watch
 
 DONE = b"event: done\ndata: [DONE]\n\n"
 
@@ -82,9 +83,13 @@ class EventStreamResponse(StreamingResponse):
     async def _produce(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         self._open = True
-        async for data in self.source:
-            async with asyncio.timeout(self.send_timeout):
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+        watch = Watch()  # one timer for every write of the stream
+        try:
+            async for data in self.source:
+                await watch.wait(send({"type": "http.response.body", "body": data, "more_body": True}),
+                                 watch.now() + self.send_timeout)
+        finally:
+            watch.close()
         self._open = False
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -91,37 +91,43 @@ class Emulation:
                 choice.text = prompts[choice.index // n] + choice.text
         return dataclasses.replace(result, choices=choices)
 
-    async def stream(self, chunks: AsyncIterator[Chunk], prompts: Sequence[str], n: int) -> AsyncIterator[Chunk]:
-        """One vendor call's chunks (indexes local to the call: prompt * n + i) with the prompt
-        echoed first and stop sequences matched. Once every choice has stopped, the vendor call
-        is ended; its usage, which the vendor would have sent last, is then estimated."""
+    async def stream(self, chunks: AsyncIterator[list[Chunk]], prompts: Sequence[str],
+                     n: int) -> AsyncIterator[list[Chunk]]:
+        """One vendor call's chunks (indexes local to the call: prompt * n + i; in lists, as they
+        arrived) with the prompt echoed first and stop sequences matched. Once every choice has
+        stopped, the vendor call is ended; its usage, which the vendor would have sent last, is
+        then estimated."""
         total = len(prompts) * n
         matchers = [self._matcher(prompts[i // n]) for i in range(total)] if self.stop else []
         finished: set[int] = set()
         echoed = not self.echo
         generated = 0  # characters the vendor produced, for the estimate
         async with aclosing(chunks):
-            async for chunk in chunks:
-                out = [] if echoed else [Choice(i, prompts[i // n]) for i in range(total)]
-                echoed = True
-                for choice in chunk.choices:
-                    generated += len(choice.text)
-                    if matchers:
-                        matcher = matchers[choice.index]
-                        if matcher.stopped:
-                            continue  # the vendor is still generating what the gateway cut
-                        choice = _advance(matcher, choice)
-                    if choice.finish_reason:
-                        finished.add(choice.index)
-                    if choice.text or choice.finish_reason or choice.logprobs:
-                        out.append(choice)
-                if out or chunk.usage is not None:
-                    yield Chunk(out, chunk.usage)
-                if len(finished) == total and any(m.stopped for m in matchers):
-                    yield Chunk([], estimated_usage(prompts, generated))
-                    return
+            async for batch in chunks:
+                rewritten = []
+                for chunk in batch:
+                    out = [] if echoed else [Choice(i, prompts[i // n]) for i in range(total)]
+                    echoed = True
+                    for choice in chunk.choices:
+                        generated += len(choice.text)
+                        if matchers:
+                            matcher = matchers[choice.index]
+                            if matcher.stopped:
+                                continue  # the vendor is still generating what the gateway cut
+                            choice = _advance(matcher, choice)
+                        if choice.finish_reason:
+                            finished.add(choice.index)
+                        if choice.text or choice.finish_reason or choice.logprobs:
+                            out.append(choice)
+                    if out or chunk.usage is not None:
+                        rewritten.append(Chunk(out, chunk.usage))
+                    if len(finished) == total and any(m.stopped for m in matchers):
+                        yield [*rewritten, Chunk([], estimated_usage(prompts, generated))]
+                        return
+                if rewritten:
+                    yield rewritten
         if not echoed:
-            yield Chunk([Choice(i, prompts[i // n]) for i in range(total)])
+            yield [Chunk([Choice(i, prompts[i // n]) for i in range(total)])]
 
     def _matcher(self, prompt: str) -> StopMatcher:
         return StopMatcher(self.stop, skip=len(prompt) if self.vendor_echoes else 0)

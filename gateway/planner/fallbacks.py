@@ -27,12 +27,13 @@ log = logging.getLogger("gateway")
 
 @dataclass(slots=True)
 class Started:
-    """A vendor call that has begun to answer: a whole result, or a stream's first chunk."""
+    """A vendor call that has begun to answer: a whole result, or a stream's first chunks (those
+    of its first read)."""
 
     plan: planning.Plan
     result: Result | None = None
-    first: Chunk | None = None
-    rest: AsyncIterator[Chunk] | None = None
+    first: list[Chunk] | None = None
+    rest: AsyncIterator[list[Chunk]] | None = None
 
 
 def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:

@@ -36,7 +36,7 @@ from gateway.core.parameters import PARAMETERS
 from gateway.core.streams import merged
 from gateway.planner import capabilities
 from gateway.planner.emulation import Emulation
-from gateway.vendors.base import Adapter, CountsTokens
+from gateway.vendors.base import Adapter
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 
@@ -84,9 +84,12 @@ class Plan:
 
     def attempt(self) -> Attempt:
         """What the usage ledger records of this plan's vendor calls."""
-        adapter = self.adapter
         model = self.legs[0].call.model
-        own = (lambda text: adapter.count_tokens(model, text)) if isinstance(adapter, CountsTokens) else None
+        # base.CountsTokens, read as an attribute: isinstance() of a runtime protocol inspects the
+        # class on every call, on every request.
+        count_tokens = getattr(self.adapter, "count_tokens", None)
+        own = (lambda text: count_tokens(model, text)) if count_tokens is not None else None
+        adapter = self.adapter
         return Attempt(vendor=adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
                        prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
                        max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
@@ -153,6 +156,8 @@ def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg
             param="prompt" if len(call.prompts) > 1 else "n",
             vendor=adapter.name,
         )
+    if calls == 1:
+        return [Leg(call, 0, 0)]  # the usual case: the call as it is (the seed of choice 0 is the seed)
     legs = []
     for first_prompt in range(0, len(call.prompts), per_call):
         for first_choice in range(0, call.n, n_per_call):
@@ -199,30 +204,51 @@ async def complete(plan: Plan) -> Result:
     return merged
 
 
-async def stream(plan: Plan) -> AsyncIterator[Chunk]:
-    """Chunks of every leg as they come (at most FANOUT_CONCURRENCY legs at once), re-indexed,
-    then one final chunk with the usage totals (Plan.usage_totals; None when some leg did not
-    report its usage)."""
-    gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-    usages: list[Usage | None] = [None] * len(plan.legs)
+async def stream(plan: Plan) -> AsyncIterator[list[Chunk]]:
+    """Chunks of every leg as they come, in lists as each leg's vendor reads deliver them (at
+    most FANOUT_CONCURRENCY legs at once), re-indexed, then one final chunk with the usage totals
+    (Plan.usage_totals; None when some leg did not report its usage). A single leg, the usual
+    case, is relayed without a task or a queue between the vendor and the client."""
+    legs = plan.legs
+    usages: list[Usage | None] = [None] * len(legs)
+    if len(legs) == 1:
+        async with aclosing(_vendor_stream(plan, legs[0])) as chunks:
+            async for batch in chunks:
+                if relayed := _relayed(plan, 0, batch, usages):
+                    yield relayed
+    else:
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
-    async def leg_chunks(leg: Leg) -> AsyncIterator[Chunk]:
-        async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        async def leg_chunks(leg: Leg) -> AsyncIterator[list[Chunk]]:
+            async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
+                async for batch in chunks:
+                    yield batch
 
-    legs = [leg_chunks(leg) for leg in plan.legs]
-    async with aclosing(merged(legs, buffered=64)) as chunks:  # a slow client slows the legs down
-        async for number, chunk in chunks:
-            if chunk.usage is not None:
-                usages[number] = chunk.usage
-            if chunk.choices:
-                leg = plan.legs[number]
-                for choice in chunk.choices:
-                    choice.index = leg.index(choice.index, plan.per_prompt)
-                yield Chunk(chunk.choices)
+        streams = [leg_chunks(leg) for leg in legs]
+        async with aclosing(merged(streams, buffered=64)) as batches:  # a slow client slows the legs down
+            async for number, batch in batches:
+                if relayed := _relayed(plan, number, batch, usages):
+                    yield relayed
     client, billed = plan.usage_totals(usages)
-    yield Chunk([], client, billed)
+    yield [Chunk([], client, billed)]
+
+
+def _relayed(plan: Plan, number: int, batch: list[Chunk], usages: list[Usage | None]) -> list[Chunk]:
+    """What of leg `number`'s chunks goes on: those with choices, indexed for the client; its
+    usage is kept in `usages` for the final chunk."""
+    leg = plan.legs[number]
+    per_prompt = plan.per_prompt
+    same_indexes = leg.first_prompt == 0 and leg.first_choice == 0 and leg.call.n == per_prompt
+    relayed = []
+    for chunk in batch:
+        if chunk.usage is not None:
+            usages[number] = chunk.usage
+        if chunk.choices:
+            if not same_indexes:
+                for choice in chunk.choices:
+                    choice.index = leg.index(choice.index, per_prompt)
+            relayed.append(chunk if chunk.usage is None and chunk.billed is None else Chunk(chunk.choices))
+    return relayed
 
 
 async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
@@ -239,7 +265,7 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
         span.end()
 
 
-def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[Chunk]:
+def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[list[Chunk]]:
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
     chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
     if plan.emulation.rewrites_stream:

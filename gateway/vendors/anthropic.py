@@ -34,6 +34,7 @@ from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
+from gateway.vendors.sse_reader import Event
 from gateway.vendors.vendor_errors import error_message, redact, vendor_error
 
 API_VERSION = "2023-06-01"
@@ -109,26 +110,40 @@ class AnthropicAdapter(HttpAdapter):
             raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
                                vendor=self.name) from None
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         payload, reply = self._request(call)
         payload["stream"] = True
         reader = EventReader(reply)
         events = self._sse_events(MESSAGES, payload, call.served_by)
         async with aclosing(events):
-            async for sse in events:
-                try:
-                    chunk = reader.read(orjson.loads(sse.data))
-                except read.READ_ERRORS as exc:
-                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {read.why(exc)}",
-                                       vendor=self.name) from None
-                except read.Reported as exc:
-                    message = redact(self._config, exc.message) or "no reason given"
-                    raise VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name) from None
-                if chunk is not None:
-                    yield chunk
+            async for batch in events:
+                chunks, failure = self._read(reader, batch)
+                if chunks:  # what came before a fault in the same read still goes out first
+                    yield chunks
+                if failure is not None:
+                    raise failure
                 if reader.stopped:
                     return
         raise VendorFailed(f"vendor '{self.name}' ended the stream before message_stop", vendor=self.name)
+
+    def _read(self, reader: EventReader, batch: list[Event]) -> tuple[list[Chunk], VendorFailed | None]:
+        """The chunks of one read's events (up to message_stop), and the fault that stopped the
+        reading of them (None when they were all well-formed)."""
+        chunks = []
+        for sse in batch:
+            try:
+                chunk = reader.read(orjson.loads(sse.data))
+            except read.READ_ERRORS as exc:
+                return chunks, VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {read.why(exc)}",
+                                            vendor=self.name)
+            except read.Reported as exc:
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name)
+            if chunk is not None:
+                chunks.append(chunk)
+            if reader.stopped:
+                break
+        return chunks, None
 
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
         (prompt,) = call.prompts  # prompts_per_call = 1

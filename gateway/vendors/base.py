@@ -48,8 +48,9 @@ class Adapter(Protocol):
 
     async def complete(self, call: CompletionCall) -> Result: ...
 
-    def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
-        """Chunks as the vendor produces them; the last one carries the usage."""
+    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
+        """Chunks as the vendor produces them, in lists of those that arrived together (one
+        list per read of the vendor's stream, never empty); the last chunk carries the usage."""
 
 
 @runtime_checkable

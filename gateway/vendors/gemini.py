@@ -135,24 +135,31 @@ class GeminiAdapter(HttpAdapter):
             choice.finish_reason = choice.finish_reason or "stop"
         return Result(choices=choices, usage=reader.usage)
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         reader = Reader(call)
         url = _url(call, "streamGenerateContent") + "?alt=sse"
         events = self._sse_events(url, self._payload(call), call.served_by)
         async with aclosing(events):
-            async for sse in events:
-                try:
-                    choices = reader.read(orjson.loads(sse.data))
-                except read.READ_ERRORS as exc:
-                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
-                                       vendor=self.name) from None
-                if choices:
-                    yield Chunk(choices)
+            async for batch in events:
+                chunks: list[Chunk] = []
+                for sse in batch:
+                    try:
+                        choices = reader.read(orjson.loads(sse.data))
+                    except read.READ_ERRORS as exc:
+                        failure = VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
+                                               vendor=self.name)
+                        if chunks:  # what came before the fault in the same read still goes out first
+                            yield chunks
+                        raise failure from None
+                    if choices:
+                        chunks.append(Chunk(choices))
+                if chunks:
+                    yield chunks
         # The stream has no end marker of its own: it ends when every candidate has finished.
         if not reader.finished_all:
             raise VendorFailed(f"vendor '{self.name}' ended the stream before every candidate finished",
                                vendor=self.name)
-        yield Chunk([], reader.usage)
+        yield [Chunk([], reader.usage)]
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's

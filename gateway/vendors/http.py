@@ -1,6 +1,6 @@
-"""What every HTTP vendor adapter shares: a pooled client per deployment, the choice of a
-deployment for each try (vendors/balancer.py) and retries, timeouts, and bounded reads of the
-vendor's answers. A failure becomes the gateway's error in vendors/vendor_errors.py."""
+"""What every HTTP vendor adapter shares: a pooled client per deployment (vendors/transport.py),
+the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and bounded
+reads of the vendor's answers. A failure becomes the gateway's error in vendors/vendor_errors.py."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ from typing import Any
 
 import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from gateway.core import observe
-from gateway.core.config import Deployment, Settings, VendorConfig
+from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
+from gateway.core.streams import Watch
 from gateway.vendors.balancer import Balancer, Member, Ticket
-from gateway.vendors.sse_reader import Event, MalformedStream, read_events
-from gateway.vendors.vendor_errors import connection_dropped, is_timeout, retry_after_seconds, transport_error
+from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
+from gateway.vendors.transport import AiohttpClient, Answer, Client, HttpxClient, TransportError
+from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 
-MAX_CONNECTIONS = 512
-_JSON = {"content-type": "application/json"}
 # Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
@@ -83,50 +82,39 @@ class HttpAdapter:
     async def _post_json(self, path: str, payload: Any, served: list[str]) -> Any:
         return await self._deployments.post_json(path, payload, self._error, served)
 
-    def _sse_events(self, path: str, payload: Any, served: list[str]) -> AsyncIterator[Event]:
+    def _sse_events(self, path: str, payload: Any, served: list[str]) -> AsyncIterator[list[Event]]:
         return self._deployments.sse_events(path, payload, self._error, served)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         raise NotImplementedError  # each adapter reads its vendor's error body
 
 
-def pooled_client(config: VendorConfig, deployment: Deployment, transport: str | httpx.AsyncBaseTransport,
-                  headers: Mapping[str, str]) -> httpx.AsyncClient:
-    """One client per deployment for the process's life. `transport` picks the I/O under httpx's
-    API: "aiohttp" (httpx-aiohttp: httpx's own pool is slow under concurrency, encode/httpx#3215; the
-    README's Performance section has the figures), "httpx" (bench/ measures both), or a transport
-    of the caller's."""
-    t = config.timeouts
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
+                  headers: Mapping[str, str]) -> Client:
+    """One client per deployment for the process's life. `transport` picks the library:
+    "aiohttp" (aiohttp's pool, directly), "httpx" (httpx's own pool; bench/ measures both), or an
+    httpx transport of the caller's."""
     if isinstance(transport, httpx.AsyncBaseTransport):
-        io = transport
-    elif transport == "aiohttp":
-        io = AiohttpTransport(limits=limits)
-    else:
-        io = httpx.AsyncHTTPTransport(limits=limits)
-    return httpx.AsyncClient(
-        base_url=deployment.base_url,
-        headers=dict(headers),
-        # A non-streamed answer arrives whole at the end, so its only read limit is `total`;
-        # streams are held to `first_byte` and `idle` by paced().
-        timeout=httpx.Timeout(connect=t.connect, read=t.total, write=t.connect, pool=t.connect),
-        transport=io,
-    )
+        return HttpxClient(headers, config.timeouts, transport)
+    if transport == "aiohttp":
+        return AiohttpClient(headers, config.timeouts)
+    return HttpxClient(headers, config.timeouts)
 
 
 class _Upstream:
-    """One deployment as the HTTP layer calls it: its client and its URLs, built once (httpx
-    parses and merges a relative URL on every request). Another path is merged by the client."""
+    """One deployment as the HTTP layer calls it: its client and the URLs of the adapter's
+    paths, built once; another path (one naming the model) is joined per call."""
 
-    __slots__ = ("member", "client", "urls")
+    __slots__ = ("member", "client", "base_url", "urls")
 
-    def __init__(self, member: Member, client: httpx.AsyncClient, base_url: str, paths: Iterable[str]) -> None:
+    def __init__(self, member: Member, client: Client, base_url: str, paths: Iterable[str]) -> None:
         self.member = member
         self.client = client
-        self.urls = {path: httpx.URL(f"{base_url}{path}") for path in paths}
+        self.base_url = base_url.rstrip("/")
+        self.urls = {path: self.base_url + path for path in paths}
 
-    def request(self, path: str, body: bytes) -> httpx.Request:
-        return self.client.build_request("POST", self.urls.get(path, path), content=body, headers=_JSON)
+    def url(self, path: str) -> str:
+        return self.urls.get(path) or self.base_url + path
 
 
 class Deployments:
@@ -141,8 +129,8 @@ class Deployments:
         self.balancer = balancer or Balancer(config.name, config.targets, config.routing, config.health)
         paths = tuple(paths)
         self._upstreams = [
-            _Upstream(member, pooled_client(config, deployment, transport, headers(deployment.secret)),
-                      deployment.base_url, paths)
+            _Upstream(member, pooled_client(config, transport, headers(deployment.secret)), deployment.base_url,
+                      paths)
             for member, deployment in zip(self.balancer.members, config.targets, strict=True)
         ]
 
@@ -153,11 +141,11 @@ class Deployments:
     async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> Any:
         """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
         config = self.config
-        response, ticket = await self._send(path, orjson.dumps(payload), on_error, None, served)
+        answer, ticket = await self._send(path, orjson.dumps(payload), on_error, None, served)
         try:
-            body = await read_body(response, MAX_ANSWER_BYTES)
-            answer = orjson.loads(body)
-        except httpx.HTTPError as exc:
+            body = await read_body(answer, MAX_ANSWER_BYTES)
+            data = orjson.loads(body)
+        except (TransportError, TimeoutError) as exc:
             ticket.failed()
             raise transport_error(config, exc) from None
         except TooLarge:
@@ -172,42 +160,57 @@ class Deployments:
             ticket.succeeded()
         finally:
             ticket.close()
-            await response.aclose()
-        return answer
+            await answer.aclose()
+        return data
 
-    async def sse_events(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> AsyncIterator[Event]:
-        """POST a JSON body and yield the server-sent events of the answer, held to the vendor's
-        timeouts (`paced`); every failure is a GatewayError. The connection closes with the generator.
+    async def sse_events(self, path: str, payload: Any, on_error: ErrorMapper,
+                         served: list[str]) -> AsyncIterator[list[Event]]:
+        """POST a JSON body and yield the server-sent events of the answer, the events each read
+        of it completes as one list. Held to the vendor's timeouts: `first_byte` for the head and
+        again for the first piece of the body, `idle` between two pieces, `total` for the body
+        as a whole, all kept by one timer (core/streams.py `Watch`; a wait never spans a yield).
+        Every failure is a GatewayError. The connection closes with the generator.
 
         A stream its reader stops (at its end marker, or because the client left) after events
         came without a fault went well, as far as the deployment's health is concerned."""
         config = self.config
         timeouts = config.timeouts
-        response, ticket = await self._send(path, orjson.dumps(payload), on_error, timeouts.first_byte, served)
-        flowing = False
+        watch = Watch()
         try:
-            body_chunks = paced(response.aiter_bytes(), timeouts.first_byte, timeouts.idle, timeouts.total)
-            async for event in read_events(body_chunks):
-                flowing = True
-                yield event
-        except (httpx.HTTPError, TimeoutError) as exc:
+            answer, ticket = await self._send(path, orjson.dumps(payload), on_error, watch, served)
+        except BaseException:
+            watch.close()
+            raise
+        flowing = False
+        parser = EventParser()
+        read, wait = answer.read, watch.wait
+        try:
+            limit = timeouts.first_byte
+            ends = watch.now() + timeouts.total
+            while piece := await wait(read(), min(watch.now() + limit, ends)):
+                limit = timeouts.idle
+                if events := parser.feed(piece):
+                    flowing = True
+                    yield events
+        except (TransportError, TimeoutError) as exc:
             ticket.failed()
             raise transport_error(config, exc) from None
         except MalformedStream as exc:
             ticket.failed()
             raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
         finally:
+            watch.close()
             if flowing:
                 ticket.succeeded()  # a no-op after a failure
             ticket.close()
-            await response.aclose()
+            await answer.aclose()
 
-    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, first_byte: float | None,
-                    served: list[str]) -> tuple[httpx.Response, Ticket]:
-        """Send the request and return the vendor's 200 response with its body still to be read
+    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, watch: Watch | None,
+                    served: list[str]) -> tuple[Answer, Ticket]:
+        """Send the request and return the vendor's 200 answer with its body still to be read
         (the caller closes it and its ticket), or raise the gateway error its failure means.
-        `first_byte` bounds the wait for the response head (a stream's; a non-streamed head
-        comes with the whole answer).
+        With a stream's `watch`, the wait for the answer's head is bounded by `first_byte` (a
+        non-streamed head comes with the whole answer).
 
         Connection failures and RETRY_STATUSES are retried up to `config.retries` times. This
         happens before anything went to the client (a stream's headers wait for its first chunk),
@@ -224,14 +227,14 @@ class Deployments:
         while True:
             ticket = balancer.begin(member)
             try:
-                response, error, retry, retry_after = await self._try(self._upstreams[member.index], ticket, path,
-                                                                      body, on_error, first_byte, len(tried))
+                answer, error, retry, retry_after = await self._try(self._upstreams[member.index], ticket, path,
+                                                                    body, on_error, watch, len(tried))
             except BaseException:
                 ticket.close()
                 raise
-            if response is not None:
+            if answer is not None:
                 served.append(member.name)
-                return response, ticket
+                return answer, ticket
             ticket.close()
             tried.append(member)
             try:
@@ -271,8 +274,8 @@ class Deployments:
             raise error from None
 
     async def _try(self, upstream: _Upstream, ticket: Ticket, path: str, body: bytes, on_error: ErrorMapper,
-                   first_byte: float | None, attempt: int) -> tuple[httpx.Response | None, Any, str | None, float | None]:
-        """One try on one deployment: its 200 response, or (None, the error, whether and where it
+                   watch: Watch | None, attempt: int) -> tuple[Answer | None, Any, str | None, float | None]:
+        """One try on one deployment: its 200 answer, or (None, the error, whether and where it
         may be retried (ANYWHERE, ELSEWHERE or None), the vendor's Retry-After). The ticket hears
         what the answer says of the deployment's health.
 
@@ -284,44 +287,45 @@ class Deployments:
 
         Each HTTP request is a span of the trace (`attempt`: how many tries came before)."""
         config = self.config
-        request = upstream.request(path, body)
+        url = upstream.url(path)
         resent_after_drop = False
         observer = observe.current()
         while True:
-            span = observer.vendor_request(config.name, request.method, request.url, attempt + resent_after_drop)
+            span = observer.vendor_request(config.name, "POST", url, attempt + resent_after_drop)
             try:
-                async with asyncio.timeout(first_byte):
-                    response = await upstream.client.send(request, stream=True)
-            except (httpx.HTTPError, TimeoutError) as exc:
+                sending = upstream.client.send(url, body)
+                answer = await (sending if watch is None else
+                                watch.wait(sending, watch.now() + config.timeouts.first_byte))
+            except (TransportError, TimeoutError) as exc:
                 span.failed(exc)
                 span.end()
-                if connection_dropped(exc) and not resent_after_drop:
+                if isinstance(exc, TransportError) and exc.dropped and not resent_after_drop:
                     resent_after_drop = True
                     observer.vendor_retry(config.name, "connection_dropped")
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
-                return None, transport_error(config, exc), None if is_timeout(exc) else ANYWHERE, None
+                return None, transport_error(config, exc), None if isinstance(exc, TimeoutError) else ANYWHERE, None
             except BaseException as exc:  # cancelled: the client left
                 span.failed(exc)
                 span.end()
                 raise
             break
-        status = response.status_code
+        status = answer.status
         span.set({"http.response.status_code": status})
         if status == 200:
             span.end()
             ticket.answered()
-            return response, None, None, None
+            return answer, None, None, None
         try:
-            answer = await read_body(response, MAX_ERROR_BYTES, truncate=True)
-        except httpx.HTTPError:
-            answer = b""
+            said = await read_body(answer, MAX_ERROR_BYTES, truncate=True)
+        except (TransportError, TimeoutError):
+            said = b""
         finally:
-            await response.aclose()
-        header = response.headers.get("retry-after")
+            await answer.aclose()
+        header = answer.header("retry-after")
         retry_after = retry_after_seconds(header)
-        error = on_error(status, answer, header)
+        error = on_error(status, said, header)
         error.vendor_status = status
         span.failed(error)
         span.end()
@@ -341,36 +345,17 @@ class TooLarge(Exception):
     """A vendor's answer is longer than the gateway reads."""
 
 
-async def read_body(response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
-    """The body of `response`, at most `limit` bytes (decoded): longer is TooLarge, or with
+async def read_body(answer: Answer, limit: int, *, truncate: bool = False) -> bytes:
+    """The body of `answer`, at most `limit` bytes (decoded): longer is TooLarge, or with
     `truncate` its first `limit` bytes. A declared Content-Length over the limit is refused unread."""
-    declared = response.headers.get("content-length", "")
+    declared = answer.header("content-length") or ""
     if not truncate and declared.isdigit() and int(declared) > limit:
         raise TooLarge()
     body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
+    while piece := await answer.read():
+        body += piece
         if len(body) > limit:
             if truncate:
                 return bytes(body[:limit])
             raise TooLarge()
     return bytes(body)
-
-
-async def paced(chunks: AsyncIterator[bytes], first_byte: float, idle: float, total: float) -> AsyncIterator[bytes]:
-    """`chunks`, failing with TimeoutError when the first one takes longer than `first_byte`, a
-    later one longer than `idle`, or all of them longer than `total` seconds.
-
-    Each wait has its own asyncio.timeout that ends before the yield: a timeout spanning a yield
-    of an async generator would cancel whatever the consumer is doing at that moment instead."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    limit = first_byte
-    while True:
-        try:
-            async with asyncio.timeout(min(limit, deadline - loop.time())):
-                chunk = await anext(chunks)
-        except StopAsyncIteration:
-            return
-        limit = idle
-        yield chunk

@@ -178,12 +178,12 @@ class LocalAdapter:
         except EngineError as exc:
             raise self._error(exc) from None
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         self._admit(call)
         try:
             async with aclosing(self._stream(call)) as chunks:
                 async for chunk in chunks:
-                    yield chunk
+                    yield [chunk]  # the engine hands its pieces over one at a time
         except EngineError as exc:
             raise self._error(exc) from None
 

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, ClassVar
 
+import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
@@ -29,6 +30,7 @@ from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import EMULATABLE, PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
+from gateway.vendors.sse_reader import Event
 from gateway.vendors.logprobs import Offsets, from_engine, legacy
 from gateway.vendors.vendor_errors import error_message, payload_message, redact, vendor_error
 
@@ -110,23 +112,37 @@ class OpenAIAdapter(HttpAdapter):
             raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {read.why(exc)}",
                                vendor=self.name) from None
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[Chunk]:
+    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         events = self._sse_events(COMPLETIONS, self._payload(call), call.served_by)
         reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
         async with aclosing(events):
-            async for sse in events:
-                if sse.data == "[DONE]":
+            async for batch in events:
+                chunks, done, failure = self._read(reader, batch)
+                if chunks:  # what came before a fault in the same read still goes out first
+                    yield chunks
+                if failure is not None:
+                    raise failure
+                if done:
                     return
-                try:
-                    chunk = reader.read(orjson.loads(sse.data))
-                except read.READ_ERRORS as exc:
-                    raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
-                                       vendor=self.name) from None
-                except read.Reported as exc:
-                    message = redact(self._config, exc.message) or "no reason given"
-                    raise VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name) from None
-                yield chunk
         raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
+
+    def _read(self, reader: ChunkReader, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
+        """The chunks of one read's events, whether the end marker came, and the fault that
+        stopped the reading of them (None when they were all well-formed)."""
+        chunks = []
+        for sse in batch:
+            if sse.data == "[DONE]":
+                return chunks, True, None
+            try:
+                chunks.append(reader.read_json(sse.data))
+            except read.READ_ERRORS as exc:
+                return chunks, True, VendorFailed(
+                    f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self.name)
+            except read.Reported as exc:
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, True, VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}",
+                                                  vendor=self.name)
+        return chunks, False, None
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
@@ -150,19 +166,69 @@ def read_completion(data: Any, call: CompletionCall) -> Result:
                   fingerprint if isinstance(fingerprint, str) and len(fingerprint) <= FINGERPRINT_LIMIT else None)
 
 
+class _WireChoice(msgspec.Struct, gc=False):
+    index: int
+    text: str = ""
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class _WireChunk(msgspec.Struct, gc=False):
+    choices: list[_WireChoice] = []
+    usage: Any = None
+    error: Any = None
+
+
+# A stream chunk in its usual shape, decoded and type-checked in one pass (msgspec, in C): what a
+# stream costs per chunk is mostly reading it. Anything else goes to the general reader.
+_decode_usual = msgspec.json.Decoder(_WireChunk).decode
+
+
 class ChunkReader:
-    """A stream's chunks, one decoded event at a time (untrusted.Reported for the vendor's error event)."""
+    """A stream's chunks, one event at a time (untrusted.Reported for the vendor's error event)."""
 
     def __init__(self, call: CompletionCall) -> None:
         self._bound = _choice_count(call)
         self._logprobs = _Logprobs(call)
 
+    def read_json(self, data: str) -> Chunk:
+        """One event's data. A chunk of the usual shape (choices with an index, text, a finish
+        reason or null) is read from its typed decoding; any other, or any error event, by
+        `read` from the JSON as it is, which reads it the same way or refuses it with its reason
+        (tests/test_vendor_parsers_fuzz.py holds the two to the same answers)."""
+        try:
+            usual = _decode_usual(data)
+        except msgspec.DecodeError:
+            return self.read(orjson.loads(data))
+        if usual.error:
+            return self.read(orjson.loads(data))
+        bound, logprobs = self._bound, self._logprobs
+        choices = []
+        for wire in usual.choices:
+            index = wire.index
+            if not 0 <= index < bound:
+                read.index(index, "a choice's index", bound)  # refused, with its reason
+            finish = wire.finish_reason
+            if finish is not None and finish not in read.FINISH_REASONS:
+                finish = "stop"
+            given = wire.logprobs
+            choices.append(Choice(index, wire.text, finish, None if given is None else logprobs.legacy(index, given)))
+        usage = usual.usage
+        return Chunk(choices, None if usage is None else _usage(usage))
+
     def read(self, payload: Any) -> Chunk:
-        payload = read.obj(payload, "a stream chunk")
+        if type(payload) is not dict:
+            payload = read.obj(payload, "a stream chunk")
         if payload.get("error"):
             raise read.Reported(payload_message(payload))
-        choices = [_choice(c, self._logprobs, self._bound) for c in read.items(payload.get("choices"), "choices")]
-        return Chunk(choices=choices, usage=_usage(payload.get("usage")))
+        raw = payload.get("choices")
+        if type(raw) is not list:
+            raw = read.items(raw, "choices")
+        choices = []
+        for choice in raw:
+            choices.append(_choice(choice, self._logprobs, self._bound))
+        usage = payload.get("usage")
+        return Chunk(choices, None if usage is None else _usage(usage))
 
 
 def _choice_count(call: CompletionCall) -> int:
@@ -171,14 +237,21 @@ def _choice_count(call: CompletionCall) -> int:
 
 
 def _choice(raw: Any, logprobs: _Logprobs, bound: int) -> Choice:
-    raw = read.obj(raw, "a choice")
-    index = read.index(raw.get("index"), "a choice's index", bound)
-    return Choice(
-        index=index,
-        text=read.text(raw.get("text"), "a choice's text"),
-        finish_reason=read.finish_reason(raw.get("finish_reason"), "a choice's finish_reason"),
-        logprobs=logprobs.legacy(index, raw.get("logprobs")),
-    )
+    # Every chunk of a stream has its choices read here: the checks of untrusted.py are called
+    # only for what is not plainly well-formed (they refuse it, or read a null as "not given").
+    if type(raw) is not dict:
+        raw = read.obj(raw, "a choice")
+    index = raw.get("index")
+    if type(index) is not int or not 0 <= index < bound:
+        index = read.index(index, "a choice's index", bound)
+    text = raw.get("text")
+    if type(text) is not str:
+        text = read.text(text, "a choice's text")
+    finish = raw.get("finish_reason")
+    if finish is not None:
+        finish = read.finish_reason(finish, "a choice's finish_reason")
+    given = raw.get("logprobs")
+    return Choice(index, text, finish, None if given is None else logprobs.legacy(index, given))
 
 
 class _Logprobs:

@@ -12,8 +12,6 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import aiohttp
-import httpx
 import orjson
 
 from gateway.core.config import VendorConfig
@@ -76,35 +74,14 @@ def vendor_error(config: VendorConfig, status: int, message: str, retry_after: s
 
 
 def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
-    """A failure to talk to the vendor at all: 504 when it was slow, 502 when it broke."""
-    if is_timeout(exc):
+    """A failure to talk to the vendor at all (vendors/transport.py: a TimeoutError or a
+    TransportError): 504 when it was slow, 502 when it broke."""
+    if isinstance(exc, TimeoutError):
         return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
                              vendor=config.name)
     detail = redact(config, str(exc)) or type(exc).__name__
     return VendorFailed(f"cannot talk to vendor '{config.name}': {detail}", code="vendor_unreachable",
                         vendor=config.name)
-
-
-def is_timeout(exc: BaseException) -> bool:
-    # httpx-aiohttp maps every aiohttp connection error (even "connection refused" or a reset
-    # mid-stream) to httpx.ConnectTimeout; only a timeout underneath is a timeout.
-    if isinstance(exc, TimeoutError):
-        return True
-    if isinstance(exc, httpx.TimeoutException):
-        cause = exc.__cause__
-        return cause is None or isinstance(cause, TimeoutError)
-    return False
-
-
-def connection_dropped(exc: BaseException) -> bool:
-    """Whether the connection closed under a request before any answer came: not a timeout, not
-    a refused connection, and (asked of `send(..., stream=True)`) nothing of a response yet."""
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
-        return True  # httpx's own transport
-    # httpx-aiohttp maps these to httpx.ConnectTimeout; the aiohttp error underneath tells.
-    cause = exc.__cause__
-    return isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)) and not isinstance(
-        cause, aiohttp.ClientConnectorError)
 
 
 def redact(config: VendorConfig, text: str) -> str:
