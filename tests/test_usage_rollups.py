@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import insert, select
 
-from gateway.store import database, rollups, usage
+from gateway.store import database, prices, rollups, usage
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.meter import OUTCOMES
@@ -106,14 +106,24 @@ def expected(rows: list[dict], accounts, start, end, model, outcomes, group_by) 
         total = sums[(r["account_id"], *(values[f] for f in fields))]
         for i, value in enumerate(rollups.measures(r)):
             total[i] += value
-    return sorted(((key, tuple(v)) for key, v in sums.items()), key=_order)
+    return sorted(((key, shown(dict(zip(ROLLUP_MEASURES, v, strict=True)))) for key, v in sums.items()), key=_order)
 
 
-def as_tuples(lines: list[usage.UsageLine]) -> list[tuple]:
-    return sorted((((line.account_id, *line.group.values()),
-                   (line.requests, line.estimated_requests, line.prompt_tokens, line.completion_tokens,
-                    line.total_tokens, line.cached_tokens, line.reasoning_tokens, line.cost_nanos,
-                    line.unpriced_requests, line.refused_requests)) for line in lines), key=_order)
+def shown(sums: dict[str, int]) -> tuple:
+    """A line's sums (ROLLUP_MEASURES' order) as a report shows them: the nano-dollars in dollars,
+    or None when none of the requests is priced."""
+    unpriced = sums["requests"] and sums["unpriced_requests"] == sums["requests"]
+    return tuple((None if unpriced else prices.usd(sums[m])) if m == "cost_nanos" else sums[m]
+                 for m in ROLLUP_MEASURES)
+
+
+def as_tuples(lines: list[usage.UsageLine], group_by) -> list[tuple]:
+    """The lines as `expected` gives them; each line has exactly the report's columns, in order."""
+    assert all(list(line) == list(usage.columns(group_by)) for line in lines)
+    fields = [usage.DIMENSIONS[d] for d in group_by]
+    return sorted((((line["account_id"], *(line[f] for f in fields)),
+                    tuple(line["cost_usd" if m == "cost_nanos" else m] for m in ROLLUP_MEASURES)) for line in lines),
+                  key=_order)
 
 
 def _order(item: tuple) -> list:
@@ -176,10 +186,11 @@ def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums
     nonempty = 0
     for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, found, strict=True):
         want = expected(stored, accounts, start, end, model and model.replace("\x00", "\ufffd"), outcomes, group_by)
-        assert as_tuples(lines) == want, (accounts, start, end, model, outcomes, group_by)
+        assert as_tuples(lines, group_by) == want, (accounts, start, end, model, outcomes, group_by)
         nonempty += bool(want)
         # Lines come ordered by account, then by the grouped values in the order asked (null first).
-        order = [(line.account_id, *((v is not None, v) for v in line.group.values())) for line in lines]
+        keyed = usage.columns(group_by)[:1 + len(group_by)]  # the account and each grouped field
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
         assert order == sorted(order)
     assert nonempty >= len(cases) // 2  # the cases are not vacuous
 
@@ -250,7 +261,7 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
         costs, filled, rebuilt, lines = asyncio.run(migrate(url))
     assert costs == {None}
     assert filled == rebuilt and all(filled.values())
-    assert sum(line.requests + line.refused_requests for line in lines) == 300
+    assert sum(line["requests"] + line["refused_requests"] for line in lines) == 300
     # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
-    assert all(line.unpriced_requests == line.requests for line in lines)
-    assert all(line.cost_usd is None for line in lines if line.requests)
+    assert all(line["unpriced_requests"] == line["requests"] for line in lines)
+    assert all(line["cost_usd"] is None for line in lines if line["requests"])
