@@ -195,6 +195,37 @@ def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums
     assert nonempty >= len(cases) // 2  # the cases are not vacuous
 
 
+def test_a_report_of_one_whole_period_by_exactly_a_rollups_dimensions_equals_the_ledgers_sums(random_ledger):
+    """Such a report reads that rollup's rows as its lines, with no GROUP BY: every rollup, with and
+    without the filters its dimensions allow."""
+    url, rows, _ = random_ledger
+    stored = [r | {"model": r["model"].replace("\x00", "\ufffd")} for r in rows]
+    named = {column: dimension for dimension, column in usage.DIMENSIONS.items()}
+    periods = {"month": (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+               "day": (datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+               "hour": (datetime(2026, 11, 30, 23, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))}
+    cases = []
+    for cube in rollups.CUBES:
+        group_by = tuple(named[d] for d in sorted(cube.kept))
+        start, end = periods[cube.grain]
+        assert usage.segments(start, end, rollups.chain(cube.kept)) == [(cube, start, end)]  # that rollup, alone
+        cases.append((None, start, end, None, None, group_by))
+        cases.append((ACCOUNTS[1:], start, end, MODELS[3] if "model" in cube.kept else None,
+                      OUTCOMES[:3] if "outcome" in cube.kept else None, group_by))
+
+    async def reports(connection):
+        return [await usage.report(connection, accounts=a, start=s, end=e, model=m, outcomes=o, group_by=g)
+                for a, s, e, m, o, g in cases]
+
+    found = asyncio.run(_read(url, reports))
+    for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, found, strict=True):
+        want = expected(stored, accounts, start, end, model and model.replace("\x00", "\ufffd"), outcomes, group_by)
+        assert want and as_tuples(lines, group_by) == want, (accounts, start, end, model, outcomes, group_by)
+        keyed = usage.columns(group_by)[:1 + len(group_by)]  # the account and each grouped field
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
+        assert order == sorted(order)
+
+
 def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
     cubes = rollups.chain({"model", "key_id"})
     start, end = datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
@@ -208,8 +239,10 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
     # Per period, the smallest rollup that has what a report needs; no months for a report per day.
     assert [c.table.name for c in rollups.chain({"model"}, by_day=True)] == ["usage_daily_models",
                                                                              "usage_hourly_models"]
-    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_users", "usage_daily_users",
+    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_user_totals", "usage_daily_users",
                                                                "usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain({"user", "outcome"})] == ["usage_monthly_users", "usage_daily_users",
+                                                                          "usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
     assert [c.table.name for c in rollups.chain({"key_id"}, by_day=True)] == ["usage_daily_keys", "usage_hourly"]
