@@ -164,7 +164,7 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 lines = await _read(engine, lambda c: usage.report(
                     c, accounts=args.accounts, start=args.since, end=args.until, model=args.model,
                     outcomes=args.outcomes, group_by=args.group_by))
-                _emit([line.fields() for line in lines], usage.columns(args.group_by), args.format)
+                _emit(lines, usage.columns(args.group_by), args.format)
         return 0
     finally:
         await engine.dispose()

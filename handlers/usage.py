@@ -46,7 +46,7 @@ async def report(request: HandlerRequest) -> Response:
         "model": model,
         "group_by": list(group_by),
         "outcome": None if outcomes is None else sorted(set(outcomes)),
-        "data": [line.fields() for line in lines],
+        "data": lines,
     }
     return Response(orjson.dumps(body, option=orjson.OPT_UTC_Z), media_type="application/json")
 

@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import insert, select
 
-from gateway.store import database, rollups, usage
+from gateway.store import database, prices, rollups, usage
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.meter import OUTCOMES
@@ -106,14 +106,24 @@ def expected(rows: list[dict], accounts, start, end, model, outcomes, group_by) 
         total = sums[(r["account_id"], *(values[f] for f in fields))]
         for i, value in enumerate(rollups.measures(r)):
             total[i] += value
-    return sorted(((key, tuple(v)) for key, v in sums.items()), key=_order)
+    return sorted(((key, shown(dict(zip(ROLLUP_MEASURES, v, strict=True)))) for key, v in sums.items()), key=_order)
 
 
-def as_tuples(lines: list[usage.UsageLine]) -> list[tuple]:
-    return sorted((((line.account_id, *line.group.values()),
-                   (line.requests, line.estimated_requests, line.prompt_tokens, line.completion_tokens,
-                    line.total_tokens, line.cached_tokens, line.reasoning_tokens, line.cost_nanos,
-                    line.unpriced_requests, line.refused_requests)) for line in lines), key=_order)
+def shown(sums: dict[str, int]) -> tuple:
+    """A line's sums (ROLLUP_MEASURES' order) as a report shows them: the nano-dollars in dollars,
+    or None when none of the requests is priced."""
+    unpriced = sums["requests"] and sums["unpriced_requests"] == sums["requests"]
+    return tuple((None if unpriced else prices.usd(sums[m])) if m == "cost_nanos" else sums[m]
+                 for m in ROLLUP_MEASURES)
+
+
+def as_tuples(lines: list[usage.UsageLine], group_by) -> list[tuple]:
+    """The lines as `expected` gives them; each line has exactly the report's columns, in order."""
+    assert all(list(line) == list(usage.columns(group_by)) for line in lines)
+    fields = [usage.DIMENSIONS[d] for d in group_by]
+    return sorted((((line["account_id"], *(line[f] for f in fields)),
+                    tuple(line["cost_usd" if m == "cost_nanos" else m] for m in ROLLUP_MEASURES)) for line in lines),
+                  key=_order)
 
 
 def _order(item: tuple) -> list:
@@ -176,12 +186,44 @@ def test_reports_over_random_ranges_groupings_and_filters_equal_the_ledgers_sums
     nonempty = 0
     for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, found, strict=True):
         want = expected(stored, accounts, start, end, model and model.replace("\x00", "\ufffd"), outcomes, group_by)
-        assert as_tuples(lines) == want, (accounts, start, end, model, outcomes, group_by)
+        assert as_tuples(lines, group_by) == want, (accounts, start, end, model, outcomes, group_by)
         nonempty += bool(want)
         # Lines come ordered by account, then by the grouped values in the order asked (null first).
-        order = [(line.account_id, *((v is not None, v) for v in line.group.values())) for line in lines]
+        keyed = usage.columns(group_by)[:1 + len(group_by)]  # the account and each grouped field
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
         assert order == sorted(order)
     assert nonempty >= len(cases) // 2  # the cases are not vacuous
+
+
+def test_a_report_of_one_whole_period_by_exactly_a_rollups_dimensions_equals_the_ledgers_sums(random_ledger):
+    """Such a report reads that rollup's rows as its lines, with no GROUP BY: every rollup, with and
+    without the filters its dimensions allow."""
+    url, rows, _ = random_ledger
+    stored = [r | {"model": r["model"].replace("\x00", "\ufffd")} for r in rows]
+    named = {column: dimension for dimension, column in usage.DIMENSIONS.items()}
+    periods = {"month": (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+               "day": (datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+               "hour": (datetime(2026, 11, 30, 23, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))}
+    cases = []
+    for cube in rollups.CUBES:
+        group_by = tuple(named[d] for d in sorted(cube.kept))
+        start, end = periods[cube.grain]
+        assert usage.segments(start, end, rollups.chain(cube.kept)) == [(cube, start, end)]  # that rollup, alone
+        cases.append((None, start, end, None, None, group_by))
+        cases.append((ACCOUNTS[1:], start, end, MODELS[3] if "model" in cube.kept else None,
+                      OUTCOMES[:3] if "outcome" in cube.kept else None, group_by))
+
+    async def reports(connection):
+        return [await usage.report(connection, accounts=a, start=s, end=e, model=m, outcomes=o, group_by=g)
+                for a, s, e, m, o, g in cases]
+
+    found = asyncio.run(_read(url, reports))
+    for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, found, strict=True):
+        want = expected(stored, accounts, start, end, model and model.replace("\x00", "\ufffd"), outcomes, group_by)
+        assert want and as_tuples(lines, group_by) == want, (accounts, start, end, model, outcomes, group_by)
+        keyed = usage.columns(group_by)[:1 + len(group_by)]  # the account and each grouped field
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
+        assert order == sorted(order)
 
 
 def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
@@ -197,8 +239,10 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
     # Per period, the smallest rollup that has what a report needs; no months for a report per day.
     assert [c.table.name for c in rollups.chain({"model"}, by_day=True)] == ["usage_daily_models",
                                                                              "usage_hourly_models"]
-    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_users", "usage_daily_users",
+    assert [c.table.name for c in rollups.chain({"user"})] == ["usage_monthly_user_totals", "usage_daily_users",
                                                                "usage_hourly_users"]
+    assert [c.table.name for c in rollups.chain({"user", "outcome"})] == ["usage_monthly_users", "usage_daily_users",
+                                                                          "usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
     assert [c.table.name for c in rollups.chain({"key_id"}, by_day=True)] == ["usage_daily_keys", "usage_hourly"]
@@ -250,7 +294,7 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
         costs, filled, rebuilt, lines = asyncio.run(migrate(url))
     assert costs == {None}
     assert filled == rebuilt and all(filled.values())
-    assert sum(line.requests + line.refused_requests for line in lines) == 300
+    assert sum(line["requests"] + line["refused_requests"] for line in lines) == 300
     # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
-    assert all(line.unpriced_requests == line.requests for line in lines)
-    assert all(line.cost_usd is None for line in lines if line.requests)
+    assert all(line["unpriced_requests"] == line["requests"] for line in lines)
+    assert all(line["cost_usd"] is None for line in lines if line["requests"])

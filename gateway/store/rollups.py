@@ -89,12 +89,17 @@ def floor(instant: datetime, grain: str) -> datetime:
 def ceil(instant: datetime, grain: str) -> datetime | None:
     """The first period start at or after `instant`; None past the last one Python can hold."""
     start = floor(instant, grain)
-    if start == instant:
-        return start
+    return start if start == instant else after(start, grain)
+
+
+def after(start: datetime, grain: str) -> datetime | None:
+    """The start of the period after the one that starts at `start`; None past the last one
+    Python can hold."""
     try:
         if grain == "month":
-            after = start.replace(year=start.year + 1, month=1) if start.month == 12 else None
-            return after or start.replace(month=start.month + 1)
+            if start.month == 12:
+                return start.replace(year=start.year + 1, month=1)
+            return start.replace(month=start.month + 1)
         return start + (timedelta(hours=1) if grain == "hour" else timedelta(days=1))
     except (OverflowError, ValueError):
         return None

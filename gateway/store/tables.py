@@ -153,6 +153,8 @@ ROLLUP_MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completio
 # model, key and outcome together, and each dimension kept multiplies the rows.
 ROLLUPS = (
     ("usage_monthly", "month", ("model", "key_id", "outcome")),
+    # A month per user, all outcomes together: a report per user reads one row per line.
+    ("usage_monthly_user_totals", "month", ("user",)),
     ("usage_monthly_users", "month", ("outcome", "user")),
     ("usage_daily_models", "day", ("model",)),
     ("usage_daily_keys", "day", ("key_id",)),

@@ -13,13 +13,14 @@ by (no months for a report per day).
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store import rollups
@@ -32,41 +33,41 @@ DIMENSIONS = {"model": "model", "day": "day", "key": "key_id", "user": "user", "
 DEFAULT_GROUP_BY = ("model",)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageLine:
+class UsageLine(TypedDict):
+    """One line of a report, as the API (openapi.json's UsageLine) and the CLI show it. A plain
+    dict made straight from the database's sums: a report can have thousands of lines, and an
+    object per line, then a dict from it, was most of such a report's time."""
+
     account_id: str
-    group: dict[str, Any]  # field (DIMENSIONS' values) -> value, for each grouped dimension, in order
+    # One field for each dimension the report groups by (DIMENSIONS' values), in the order asked.
+    model: NotRequired[str]
+    day: NotRequired[str]  # YYYY-MM-DD, UTC
+    key_id: NotRequired[str]
+    user: NotRequired[str | None]  # None: the requests without one
+    outcome: NotRequired[str]
     requests: int  # that reached a vendor
     estimated_requests: int  # rows whose tokens the gateway counted because the vendor did not report them
+    refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED): cost nothing
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     cached_tokens: int
     reasoning_tokens: int
-    cost_nanos: int  # of the priced requests
+    # The priced requests' cost (their nano-dollars summed exactly, then in dollars); None when no
+    # request of the line is priced (a line of refused requests alone cost nothing).
+    cost_usd: float | None
     unpriced_requests: int  # requests whose model had no price when they ran: not in the cost
-    refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED): cost nothing
-
-    @property
-    def cost_usd(self) -> float | None:
-        """The priced requests' cost in dollars; None when no request of the line is priced (a line
-        of refused requests alone cost nothing)."""
-        return None if self.requests and self.unpriced_requests == self.requests else usd(self.cost_nanos)
-
-    def fields(self) -> dict[str, Any]:
-        """The line as the API and the CLI show it."""
-        measures = {name: getattr(self, name) for name in _SHOWN_MEASURES}
-        return {"account_id": self.account_id, **self.group, **measures, "cost_usd": self.cost_usd,
-                "unpriced_requests": self.unpriced_requests}
 
 
-_SHOWN_MEASURES = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
-                   "total_tokens", "cached_tokens", "reasoning_tokens")
+# The sums a report reads and adds up, in the order a line shows them (cost_nanos becomes cost_usd).
+_SUMS = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
+         "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
+_REQUESTS, _COST, _UNPRICED = map(_SUMS.index, ("requests", "cost_nanos", "unpriced_requests"))
 
 
 def columns(group_by: Sequence[str]) -> tuple[str, ...]:
     """The fields of a line grouped by `group_by`, in order (the CLI's columns)."""
-    return ("account_id", *(DIMENSIONS[d] for d in group_by), *_SHOWN_MEASURES, "cost_usd", "unpriced_requests")
+    return ("account_id", *(DIMENSIONS[d] for d in group_by), *_SUMS[:_COST], "cost_usd", *_SUMS[_COST + 1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,6 @@ class _Query:
     outcomes: Collection[str] | None
     group_by: tuple[str, ...]
     dialect: str
-    sums: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)
 
 
 async def report(
@@ -100,19 +100,31 @@ async def report(
                    None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
     needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
         | ({"outcome"} if outcomes is not None else set())
+    # Each result row is the line's key (the account, then each grouped value) and then its sums;
+    # a key read from several periods is summed here. A `user` is two values in a key, has_user
+    # and end_user (as the rollups keep it): keys then hold no None and sort as they are.
+    width = 1 + len(group) + ("user" in group)
+    sums: dict[tuple[Any, ...], tuple[int, ...]] = {}
     for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group)):
-        for row in await connection.execute(_select(query, source, lo, hi)):
-            key, values = tuple(_key(query, source, row)), [int(v) for v in row[-len(ROLLUP_MEASURES):]]
-            total = query.sums.get(key)
-            if total is None:
-                query.sums[key] = values
-            else:
-                for i, value in enumerate(values):
-                    total[i] += value
-    fields = [DIMENSIONS[d] for d in group]
-    lines = [UsageLine(key[0], dict(zip(fields, key[1:], strict=True)), *values) for key, values in query.sums.items()]
-    lines.sort(key=lambda line: (line.account_id, *((v is not None, v) for v in line.group.values())))
-    return lines
+        rows = await connection.execute(_select(query, source, lo, hi))
+        if not sums:  # a segment's keys are distinct (its GROUP BY's, or its rollup's own)
+            sums = {row[:width]: row[width:] for row in rows}
+            continue
+        for row in rows:
+            key, values = row[:width], row[width:]
+            total = sums.get(key)
+            sums[key] = values if total is None else tuple(map(operator.add, total, values))
+    names, lines = columns(group), []
+    user = 1 + group.index("user") if "user" in group else None
+    for key in sorted(sums):
+        values = sums[key]
+        if user is not None:
+            key = (*key[:user], key[user + 1] if key[user] else None, *key[user + 2:])
+        line = dict(zip(names, key + values))  # cost_usd holds the nano-dollars here
+        requests = values[_REQUESTS]
+        line["cost_usd"] = None if requests and values[_UNPRICED] == requests else usd(values[_COST])
+        lines.append(line)
+    return lines  # type: ignore[return-value]  # each dict has UsageLine's fields
 
 
 def segments(start: datetime | None, end: datetime | None,
@@ -134,18 +146,32 @@ def segments(start: datetime | None, end: datetime | None,
 
 
 def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None) -> Any:
+    """The SELECT of one segment: the account, each grouped value, then the sums (_SUMS' order),
+    each an integer the driver returns as an int."""
     table = ledger if source is None else source.table
     time = ledger.c.started_at if source is None else table.c.period
     keys: list[ColumnElement[Any]] = [table.c.account_id]
+    grouped: list[ColumnElement[Any]] = [table.c.account_id]
     for dimension in query.group_by:
         if dimension == "day":
             keys.append(rollups.day_of(time, query.dialect))
-        elif dimension == "user":
-            keys += [table.c.end_user] if source is None else [table.c.has_user, table.c.end_user]
+            grouped.append(keys[-1])
+        elif dimension == "user" and source is not None:
+            keys += [table.c.has_user, table.c.end_user]
+            grouped += keys[-2:]
+        elif dimension == "user":  # as a rollup keeps it: has_user false (and '') for the requests without one
+            keys += [table.c.end_user.is_not(None), func.coalesce(table.c.end_user, literal_column("''"))]
+            grouped.append(table.c.end_user)
         else:
             keys.append(table.c[DIMENSIONS[dimension]])
-    sums = rollups.ledger_measures() if source is None else [rollups.total(table.c[m]) for m in ROLLUP_MEASURES]
-    statement = select(*keys, *sums).group_by(*keys)
+            grouped.append(keys[-1])
+    if source is None:
+        measures = dict(zip(ROLLUP_MEASURES, rollups.ledger_measures(), strict=True))
+        statement = select(*keys, *(measures[m] for m in _SUMS)).group_by(*grouped)
+    elif _one_row_per_line(query, source, lo, hi):
+        statement = select(*keys, *(table.c[m] for m in _SUMS))
+    else:
+        statement = select(*keys, *(rollups.total(table.c[m]) for m in _SUMS)).group_by(*grouped)
     if query.accounts is not None:
         statement = statement.where(table.c.account_id.in_(query.accounts))
     if lo is not None:
@@ -159,18 +185,13 @@ def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetim
     return statement
 
 
-def _key(query: _Query, source: Cube | None, row: Any) -> list[Any]:
-    """A result row's grouping values: the account, then each dimension's value (`user` None for
-    requests without one)."""
-    values, i = [row[0]], 1
-    for dimension in query.group_by:
-        if dimension == "user" and source is not None:
-            values.append(row[i + 1] if row[i] else None)
-            i += 2
-        else:
-            values.append(row[i])
-            i += 1
-    return values
+def _one_row_per_line(query: _Query, source: Cube, lo: datetime | None, hi: datetime | None) -> bool:
+    """Whether a rollup's rows from [lo, hi) are each a line already, with no GROUP BY: the rollup
+    keeps exactly the grouped dimensions (its key is then the line's) and the range is one period.
+    Summing rows that are each their own group took the database longer than reading them."""
+    kept = {column for d in query.group_by if d != "day" for column in rollups.COLUMNS[DIMENSIONS[d]]}
+    return (lo is not None and hi is not None and rollups.after(lo, source.grain) == hi
+            and set(source.dimensions[2:]) == kept)
 
 
 _INSTANT = re.compile(
