@@ -12,6 +12,7 @@
    round-robin rounds (the load generator shares the machine's cores with the gateways).
 
     python -m bench.limits [--seconds 3] [--rounds 3] [--redis redis://127.0.0.1:6379/0]
+    python -m bench.limits --in-process [--callgrind] [--requests 5000] [--rounds 3]   # part 1 only
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -62,38 +64,91 @@ async def limiter_cost(counters, subjects: dict[Subject, Limits], requests: int)
     return (time.process_time() - cpu) / requests * 1e6, (time.perf_counter() - wall) / requests * 1e6
 
 
+LIMITED = {Subject(KEY, "key_bench"): LIMITS, Subject(ACCOUNT, "acct"): Limits(rpm=10**9)}
+# The variants of part 1: (store, the subjects' limits). A key's rpm alone has nothing to settle.
+VARIANTS = {
+    "no limits": ("memory", {}),
+    "limits, memory": ("memory", LIMITED),
+    "limits, redis": ("redis", LIMITED),
+    "rpm only, redis": ("redis", {Subject(KEY, "key_bench"): Limits(rpm=10**9)}),
+}
+
+
+async def _stores(redis_url: str, prefix: str) -> dict:
+    stores = {"memory": MemoryCounters(), "redis": RedisCounters(redis_url, prefix)}
+    for store in stores.values():  # a budget counter starts from the ledger; here from a seed
+        await _seed(store, LIMITED)
+        await limiter_cost(store, LIMITED, 200)  # warm
+    return stores
+
+
 def part_limiter(redis_url: str, requests: int, rounds: int) -> None:
-    limited = {Subject(KEY, "key_bench"): LIMITS, Subject(ACCOUNT, "acct"): Limits(rpm=10**9)}
-    rpm_only = {Subject(KEY, "key_bench"): Limits(rpm=10**9)}  # nothing to settle: one round trip
     prefix = redis_prefix()
 
     async def measure() -> dict[str, list[tuple[float, float]]]:
-        results: dict[str, list[tuple[float, float]]] = {"no limits": [], "limits, memory": [], "limits, redis": [],
-                                                          "rpm only, redis": []}
-        redis_counters, memory = RedisCounters(redis_url, prefix), MemoryCounters()
-        for store in (memory, redis_counters):  # a budget counter starts from the ledger; here from a seed
-            await _seed(store, limited)
-            await limiter_cost(store, limited, 200)  # warm
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+        stores = await _stores(redis_url, prefix)
         try:
             for _ in range(rounds):
-                results["no limits"].append(await limiter_cost(memory, {}, requests))
-                results["limits, memory"].append(await limiter_cost(memory, limited, requests))
-                results["limits, redis"].append(await limiter_cost(redis_counters, limited, requests))
-                results["rpm only, redis"].append(await limiter_cost(redis_counters, rpm_only, requests))
+                for name, (store, subjects) in VARIANTS.items():
+                    results[name].append(await limiter_cost(stores[store], subjects, requests))
         finally:
-            await redis_counters.close()
+            await stores["redis"].close()
         return results
 
     try:
         results = uvloop.run(measure())  # the gateway's loop
     finally:
         remove_redis_keys(prefix, redis_url)
-    print(f"\n1. the limiter in-process, {requests} requests x {rounds} rounds (median), admit + settle:")
-    print(f"{'variant':<18}{'CPU µs':>9}{'wall µs':>10}")
+    print(f"\n1. the limiter in-process, {requests} requests x {rounds} rounds (median; best), admit + settle:")
+    print(f"{'variant':<18}{'CPU µs':>9}{'best':>8}{'wall µs':>10}")
     base = statistics.median(c for c, _ in results["no limits"])
     for name, values in results.items():
         cpu, wall = statistics.median(c for c, _ in values), statistics.median(w for _, w in values)
-        print(f"{name:<18}{cpu:>9.1f}{wall:>10.1f}   (+{cpu - base:.1f} µs CPU)")
+        best = min(c for c, _ in values)
+        print(f"{name:<18}{cpu:>9.1f}{best:>8.1f}{wall:>10.1f}   (+{cpu - base:.1f} µs CPU)")
+
+
+def _counting(on: bool) -> None:
+    """Count instructions from now on (or stop): this process runs under valgrind's callgrind."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], capture_output=True,
+                   check=True)
+
+
+def one_variant(name: str, redis_url: str, prefix: str, requests: int) -> None:
+    """A child of `part_limiter_callgrind`: variant `name` alone, under valgrind."""
+    store_name, subjects = VARIANTS[name]
+
+    async def run() -> None:
+        stores = await _stores(redis_url, prefix)
+        _counting(True)
+        await limiter_cost(stores[store_name], subjects, requests)
+        _counting(False)
+        await stores["redis"].close()
+
+    uvloop.run(run())
+
+
+def part_limiter_callgrind(redis_url: str, requests: int, rounds: int) -> None:
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
+    prefix = redis_prefix()
+    results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    try:
+        for _ in range(rounds):
+            for name in VARIANTS:
+                command = [*valgrind, sys.executable, "-m", "bench.limits", "--variant", name, "--requests",
+                           str(requests), "--redis", redis_url, "--prefix", prefix]
+                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                collected = [line for line in done.stderr.splitlines() if "Collected :" in line][-1]
+                results[name].append(int(collected.split()[-1]) / requests)
+    finally:
+        remove_redis_keys(prefix, redis_url)
+    print(f"\n1. the limiter in-process under callgrind, {requests} requests x {rounds} runs (median), "
+          "admit + settle, instructions per request (user space):")
+    base = statistics.median(results["no limits"])
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"{name:<18}{median:>10.0f}   (+{median - base:.0f})   runs: " + " ".join(f"{v:.0f}" for v in values))
 
 
 async def _seed(store, subjects: dict[Subject, Limits]) -> None:
@@ -168,9 +223,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=5000, help="per round of part 1")
     parser.add_argument("--redis", default=os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--in-process", action="store_true", help="part 1 only: the limiter in-process")
+    parser.add_argument("--callgrind", action="store_true", help="part 1 only, in instructions, under valgrind")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one run of --callgrind (a child)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.variant:
+        one_variant(args.variant, args.redis, args.prefix, args.requests)
+        return 0
     print(f"cpus: {os.cpu_count()}; redis: {args.redis}; vendor: tests/fakes/openai_upstream.py")
+    if args.callgrind:
+        part_limiter_callgrind(args.redis, args.requests, args.rounds)
+        return 0
     part_limiter(args.redis, args.requests, args.rounds)
+    if args.in_process:
+        return 0
 
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
