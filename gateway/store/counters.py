@@ -165,8 +165,8 @@ class MemoryCounters:
         self._budgets: dict[tuple[Subject, str], list[int]] = {}  # -> [used, reserved]
 
     def _level(self, subject: Subject, kind: str, limit: int, now: float) -> float:
-        level, at = self._buckets.get((subject, kind), (float(limit), now))
-        return refill(level, at, now, limit)
+        bucket = self._buckets.get((subject, kind))
+        return float(limit) if bucket is None else refill(bucket[0], bucket[1], now, limit)
 
     async def acquire(self, claim: Claim, now: float) -> Verdict:
         verdict = Verdict()
@@ -191,12 +191,13 @@ class MemoryCounters:
             if lim.concurrent and len(self._leases.get(s, ())) >= lim.concurrent:
                 refusals.append(Refusal(s, CONCURRENT, lim.concurrent, RETRY_IN_FLIGHT, wanted=1))
             for b in charge.budgets:
-                counter = self._budgets.get((s, b.counter))
+                name = b.counter
+                counter = self._budgets.get((s, name))
                 if counter is None:
                     if b.seed is None:
                         verdict.unseeded.append(b)
                         continue
-                    counter = self._budgets[s, b.counter] = [b.seed, 0]
+                    counter = self._budgets[s, name] = [b.seed, 0]
                 used, reserved = counter
                 if used + b.reserve > b.budget.limit:
                     refusals.append(Refusal(s, BUDGET, b.budget.limit, used=used, reserved=reserved, wanted=b.reserve,
@@ -216,7 +217,10 @@ class MemoryCounters:
         if refusal is None:
             for charge in claim.charges:
                 if charge.leased:
-                    self._leases.setdefault(charge.subject, set()).add(claim.request_id)
+                    leases = self._leases.get(charge.subject)
+                    if leases is None:
+                        leases = self._leases[charge.subject] = set()
+                    leases.add(claim.request_id)
                 for b in charge.budgets:
                     self._budgets[charge.subject, b.counter][1] += b.reserve
         return verdict
@@ -227,11 +231,13 @@ class MemoryCounters:
             if lim.tpm:
                 level = self._level(s, TPM, lim.tpm, now) + claim.tokens - tokens
                 self._buckets[s, TPM] = (min(level, float(lim.tpm)), now)
-            self._leases.get(s, set()).discard(claim.request_id)
+            if (leases := self._leases.get(s)) is not None:
+                leases.discard(claim.request_id)
             for b in charge.budgets:
-                counter = self._budgets.get((s, b.counter))
+                name = b.counter
+                counter = self._budgets.get((s, name))
                 if counter is not None:
-                    counter[0] += spent.get(b.counter, 0)
+                    counter[0] += spent.get(name, 0)
                     counter[1] -= b.reserve
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
