@@ -1,32 +1,44 @@
 """What limits and workers cost and give, measured side by side in one run (not a test).
 
-1. The limiter in-process: CPU time per request (admit + settle) with no limits, with limits
-   counted in memory, and with limits counted in Redis on loopback (rpm, tpm, concurrency and a
-   token budget on the key, rpm on its account: the Lua scripts' every branch, two round trips),
-   and with a key's rpm alone in Redis (one round trip: nothing to settle). The Redis server's own CPU is not
-   the gateway's and is not counted.
+1. The limiter in-process: CPU time per request (admit + settle, one request after another, each
+   not waiting for its settlement's answer, as in the gateway) with no limits, with limits counted
+   in memory, and with limits counted in Redis on loopback (rpm, tpm, concurrency and a token
+   budget on the key, rpm on its account: the Lua scripts' every branch, two calls), and with a
+   key's rpm alone in Redis (one call: nothing to settle). The Redis server's own CPU is not the
+   gateway's and is not counted.
 2. A real gateway (`gateway serve`, one worker, Redis on loopback) in front of the fast fake
-   vendor: its CPU time per request (from /proc) for a key with those limits and for a key
-   without, in alternating rounds at concurrency 1.
+   vendor: its CPU time per request (from /proc) for a key with every kind of limit and for a key
+   without, in alternating rounds at concurrency 1. With `--in-process`, the same two keys through
+   the app called directly (bench/inprocess.py: no sockets, the vendor answering in-process), each
+   run a process of its own, runs alternating.
 3. Requests per second at concurrency 32 of `gateway serve --workers 2` against `--workers 1`,
    round-robin rounds (the load generator shares the machine's cores with the gateways).
 
-    python -m bench.limits [--seconds 3] [--rounds 3] [--redis redis://127.0.0.1:6379/0]
+With `--callgrind` (parts 1 and 2 in-process) every run is a process of its own under valgrind,
+and what is compared is instructions per request in user space: the same on a busy machine as on
+an idle one, but blind to the kernel's share of a round trip to Redis (its system calls).
+
+    python -m bench.limits [--seconds 3] [--rounds 3] [--redis redis://127.0.0.1:6379/0] [--against CHECKOUT]
+    python -m bench.limits --in-process [--callgrind] [--requests 5000] [--gateway-requests 1000] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import uvloop
 
+from bench import inprocess
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters
 from gateway.store.counters_redis import RedisCounters
@@ -39,6 +51,9 @@ from tests.support import redis_prefix, remove_redis_keys
 
 LIMITS = Limits(rpm=10**9, tpm=10**12, concurrent=10**6, budgets=(Budget(TOKENS, 10**15, "month"),))
 ROW = {"total_tokens": 20}
+# Part 2's key: every kind of limit, none of them ever reached.
+EVERY_LIMIT = ("--rpm", str(10**9), "--tpm", str(10**12), "--concurrent", str(10**6), "--budget-tokens", str(10**15),
+               "--models", "fake/*")
 
 
 class _Table:
@@ -50,50 +65,131 @@ class _Table:
 
 
 async def limiter_cost(counters, subjects: dict[Subject, Limits], requests: int) -> tuple[float, float]:
-    """(CPU µs, wall µs) per admit + settle."""
+    """(CPU µs, wall µs) per admit + settle, requests one after the other (concurrency 1)."""
     limiter = Limiter(_Table(subjects), counters, engine=None)  # budgets are seeded (_seed), not from a ledger
     cpu, wall = time.process_time(), time.perf_counter()
     for i in range(requests):
         grant = await limiter.admit(key_id="key_bench", account="acct", model="fake/m", prompt_tokens=4,
                                     completion_tokens=16, request_id=f"r{i}")
-        grant.settle(ROW)
-        if limiter._tasks:
-            await asyncio.gather(*limiter._tasks)
+        grant.settle(ROW)  # as in the gateway, the request does not wait for its settlement to be answered
+    await limiter.drain()  # but every one is answered before the clock stops
     return (time.process_time() - cpu) / requests * 1e6, (time.perf_counter() - wall) / requests * 1e6
 
 
+LIMITED = {Subject(KEY, "key_bench"): LIMITS, Subject(ACCOUNT, "acct"): Limits(rpm=10**9)}
+# The variants of part 1: (store, the subjects' limits). A key's rpm alone has nothing to settle.
+VARIANTS = {
+    "no limits": ("memory", {}),
+    "limits, memory": ("memory", LIMITED),
+    "limits, redis": ("redis", LIMITED),
+    "rpm only, redis": ("redis", {Subject(KEY, "key_bench"): Limits(rpm=10**9)}),
+}
+
+
+async def _stores(redis_url: str, prefix: str) -> dict:
+    stores = {"memory": MemoryCounters(), "redis": RedisCounters(redis_url, prefix)}
+    for store in stores.values():  # a budget counter starts from the ledger; here from a seed
+        await _seed(store, LIMITED)
+        await limiter_cost(store, LIMITED, 200)  # warm
+    return stores
+
+
 def part_limiter(redis_url: str, requests: int, rounds: int) -> None:
-    limited = {Subject(KEY, "key_bench"): LIMITS, Subject(ACCOUNT, "acct"): Limits(rpm=10**9)}
-    rpm_only = {Subject(KEY, "key_bench"): Limits(rpm=10**9)}  # nothing to settle: one round trip
     prefix = redis_prefix()
 
     async def measure() -> dict[str, list[tuple[float, float]]]:
-        results: dict[str, list[tuple[float, float]]] = {"no limits": [], "limits, memory": [], "limits, redis": [],
-                                                          "rpm only, redis": []}
-        redis_counters, memory = RedisCounters(redis_url, prefix), MemoryCounters()
-        for store in (memory, redis_counters):  # a budget counter starts from the ledger; here from a seed
-            await _seed(store, limited)
-            await limiter_cost(store, limited, 200)  # warm
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+        stores = await _stores(redis_url, prefix)
         try:
             for _ in range(rounds):
-                results["no limits"].append(await limiter_cost(memory, {}, requests))
-                results["limits, memory"].append(await limiter_cost(memory, limited, requests))
-                results["limits, redis"].append(await limiter_cost(redis_counters, limited, requests))
-                results["rpm only, redis"].append(await limiter_cost(redis_counters, rpm_only, requests))
+                for name, (store, subjects) in VARIANTS.items():
+                    results[name].append(await limiter_cost(stores[store], subjects, requests))
         finally:
-            await redis_counters.close()
+            await stores["redis"].close()
         return results
 
     try:
         results = uvloop.run(measure())  # the gateway's loop
     finally:
         remove_redis_keys(prefix, redis_url)
-    print(f"\n1. the limiter in-process, {requests} requests x {rounds} rounds (median), admit + settle:")
-    print(f"{'variant':<18}{'CPU µs':>9}{'wall µs':>10}")
+    print(f"\n1. the limiter in-process, {requests} requests x {rounds} rounds (median; best), admit + settle:")
+    print(f"{'variant':<18}{'CPU µs':>9}{'best':>8}{'wall µs':>10}")
     base = statistics.median(c for c, _ in results["no limits"])
     for name, values in results.items():
         cpu, wall = statistics.median(c for c, _ in values), statistics.median(w for _, w in values)
-        print(f"{name:<18}{cpu:>9.1f}{wall:>10.1f}   (+{cpu - base:.1f} µs CPU)")
+        best = min(c for c, _ in values)
+        print(f"{name:<18}{cpu:>9.1f}{best:>8.1f}{wall:>10.1f}   (+{cpu - base:.1f} µs CPU)")
+
+
+def one_variant(name: str, redis_url: str, prefix: str, requests: int) -> None:
+    """A child of `part_limiter_callgrind`: variant `name` alone, under valgrind."""
+    store_name, subjects = VARIANTS[name]
+
+    async def run() -> None:
+        stores = await _stores(redis_url, prefix)
+        inprocess.callgrind(True)
+        await limiter_cost(stores[store_name], subjects, requests)
+        inprocess.callgrind(False)
+        await stores["redis"].close()
+
+    uvloop.run(run())
+
+
+def part_limiter_callgrind(redis_url: str, requests: int, rounds: int) -> None:
+    prefix = redis_prefix()
+    results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    try:
+        for _ in range(rounds):
+            for name in VARIANTS:
+                command = [*inprocess.VALGRIND, sys.executable, "-m", "bench.limits", "--variant", name, "--requests",
+                           str(requests), "--redis", redis_url, "--prefix", prefix]
+                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                results[name].append(inprocess.collected(done.stderr) / requests)
+    finally:
+        remove_redis_keys(prefix, redis_url)
+    print(f"\n1. the limiter in-process under callgrind, {requests} requests x {rounds} runs (median), "
+          "admit + settle, instructions per request (user space):")
+    base = statistics.median(results["no limits"])
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"{name:<18}{median:>10.0f}   (+{median - base:.0f})   runs: " + " ".join(f"{v:.0f}" for v in values))
+
+
+# -- 2, in-process: the whole app, its vendor answering in-process --------------------------------
+def gateway_variant(db_url: str, key: str, redis: str, prefix: str, requests: int, callgrind: bool) -> float:
+    """A child of `part_gateway_in_process`: CPU seconds per request for `key` (or instructions)."""
+    env = {"GATEWAY_DATABASE_URL": db_url, "GATEWAY_LOG_LEVEL": "warning", "GATEWAY_REDIS_URL": redis,
+           "GATEWAY_REDIS_PREFIX": prefix}
+    return uvloop.run(inprocess.drive(env, requests, key, inprocess.callgrind if callgrind else None))
+
+
+def part_gateway_in_process(redis: str, requests: int, rounds: int, callgrind: bool) -> None:
+    prefix = redis_prefix()
+    results: dict[str, list[float]] = {}
+    try:
+        with sqlite_database() as db:
+            limited, limited_id, _ = new_key(db.url)
+            run_cli(db.url, "limits", "set", "--key", limited_id, *EVERY_LIMIT)
+            keys = {"key without limits": db.key, "key with limits (redis)": limited}
+            results = {name: [] for name in keys}
+            for _ in range(rounds):
+                for name, key in keys.items():
+                    command = [sys.executable, "-m", "bench.limits", "--gateway-variant", "--db", db.url, "--key", key,
+                               "--redis", redis, "--prefix", prefix, "--requests", str(requests)]
+                    done = subprocess.run((inprocess.VALGRIND + command + ["--callgrind"]) if callgrind else command,
+                                          capture_output=True, text=True, check=True)
+                    results[name].append(inprocess.collected(done.stderr) / requests if callgrind
+                                         else float(done.stdout.split()[-1]) * 1e6)
+    finally:
+        remove_redis_keys(prefix, redis)
+    unit = "instructions" if callgrind else "µs CPU"
+    print(f"\n2. the whole app in-process (no sockets; its vendor in-process), {requests} completions per run, "
+          f"{rounds} runs per key, alternately; {unit} per request (median):")
+    base = statistics.median(results["key without limits"])
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"{name:<28}{median:>10.0f}   (+{median - base:.0f}, {median / base:.3f}x)   runs: "
+              + " ".join(f"{v:.0f}" for v in values))
 
 
 async def _seed(store, subjects: dict[Subject, Limits]) -> None:
@@ -124,27 +220,29 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-async def per_request_cpu(gateway: GatewayProcess, keys: dict[str, str], seconds: float, rounds: int) -> None:
-    url = f"{gateway.url}/v5/completions"
-    samples = {name: [] for name in keys}
+async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], seconds: float, rounds: int) -> None:
+    """`targets`: name -> (gateway, key); a name "<gateway>: key ..." is compared with its gateway's
+    "<gateway>: key without limits"."""
+    samples: dict[str, list[float]] = {name: [] for name in targets}
     async with aiohttp.ClientSession() as session:
-        for key in keys.values():
-            await closed_loop(session, url, BODY, {"x-api-key": key}, 1, 0.5, Sample())
+        for gateway, key in targets.values():
+            await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, 0.5, Sample())
         for _ in range(rounds):
-            for name, key in keys.items():
+            for name, (gateway, key) in targets.items():
                 sample = Sample()
                 before = cpu_seconds(gateway.proc.pid)
-                await closed_loop(session, url, BODY, {"x-api-key": key}, 1, seconds, sample)
+                await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, seconds,
+                                  sample)
                 used = cpu_seconds(gateway.proc.pid) - before
                 if sample.errors:
                     raise RuntimeError(f"{name}: {sample.errors} errors")
                 samples[name].append(used / len(sample.latencies) * 1e6)
-    print(f"\n2. gateway CPU per request at concurrency 1 ({rounds} rounds x {seconds}s, median):")
-    base = statistics.median(samples["key without limits"])
+    print(f"\n2. gateway CPU per request at concurrency 1 ({rounds} rounds x {seconds}s, median; best):")
     for name, values in samples.items():
-        cpu = statistics.median(values)
+        cpu, best = statistics.median(values), min(values)
+        base = statistics.median(samples[name.rpartition("key ")[0] + "key without limits"])
         rounds_text = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{name:<28}{cpu:>8.0f} µs CPU   (+{cpu - base:.0f} µs)   rounds: {rounds_text}")
+        print(f"{name:<40}{cpu:>8.0f} µs CPU (best {best:.0f})   (+{cpu - base:.0f} µs)   rounds: {rounds_text}")
 
 
 async def throughput(targets: dict[str, tuple[str, str]], seconds: float, rounds: int) -> None:
@@ -162,15 +260,43 @@ async def throughput(targets: dict[str, tuple[str, str]], seconds: float, rounds
     print(f"  --workers 2 / --workers 1: {two / one:.2f}x")
 
 
+def _revision(checkout: Path) -> str:
+    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or checkout.name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="the cost of limits and the gain of workers, side by side")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=5000, help="per round of part 1")
     parser.add_argument("--redis", default=os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--against", type=Path, help="part 2: another checkout's gateway too, on the same database")
+    parser.add_argument("--in-process", action="store_true",
+                        help="parts 1 and 2 in-process (2: the app called directly, without sockets); no part 3")
+    parser.add_argument("--callgrind", action="store_true", help="--in-process, in instructions, under valgrind")
+    parser.add_argument("--gateway-requests", type=int, default=1000, help="per run of part 2 in-process")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one run of part 1 under callgrind (a child)
+    parser.add_argument("--gateway-variant", action="store_true", help=argparse.SUPPRESS)  # one of part 2 in-process
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.variant:
+        one_variant(args.variant, args.redis, args.prefix, args.requests)
+        return 0
+    if args.gateway_variant:
+        with contextlib.redirect_stderr(open(os.devnull, "w")):  # its log; valgrind's summary is not Python's
+            print(gateway_variant(args.db, args.key, args.redis, args.prefix, args.requests, args.callgrind))
+        return 0
     print(f"cpus: {os.cpu_count()}; redis: {args.redis}; vendor: tests/fakes/openai_upstream.py")
-    part_limiter(args.redis, args.requests, args.rounds)
+    if args.callgrind:
+        part_limiter_callgrind(args.redis, args.requests, args.rounds)
+    else:
+        part_limiter(args.redis, args.requests, args.rounds)
+    if args.in_process or args.callgrind:
+        part_gateway_in_process(args.redis, args.gateway_requests, args.rounds, args.callgrind)
+        return 0
 
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
@@ -182,11 +308,16 @@ def main() -> int:
                    "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_LOG_LEVEL": "warning",
                    "GATEWAY_REDIS_URL": args.redis, "GATEWAY_REDIS_PREFIX": prefix}
             limited, limited_id, _ = new_key(db.url)
-            run_cli(db.url, "limits", "set", "--key", limited_id, "--rpm", str(10**9), "--tpm", str(10**12),
-                    "--concurrent", str(10**6), "--budget-tokens", str(10**15), "--models", "fake/*")
-            with GatewayProcess(env) as gateway:
-                asyncio.run(per_request_cpu(gateway, {"key without limits": db.key, "key with limits (redis)": limited},
-                                            args.seconds, args.rounds))
+            run_cli(db.url, "limits", "set", "--key", limited_id, *EVERY_LIMIT)
+            gateways = {"": GatewayProcess(env)}
+            if args.against:  # the same database: the other checkout's schema must be this one's
+                gateways[f"{_revision(args.against)}: "] = GatewayProcess(env, cwd=args.against.resolve())
+            with contextlib.ExitStack() as running:
+                for gateway in gateways.values():
+                    running.enter_context(gateway)
+                targets = {f"{name}{key}": (gateway, secret) for name, gateway in gateways.items()
+                           for key, secret in (("key without limits", db.key), ("key with limits (redis)", limited))}
+                asyncio.run(per_request_cpu(targets, args.seconds, args.rounds))
             one, two = GatewayProcess({**env, "GATEWAY_WORKERS": "1"}), GatewayProcess({**env, "GATEWAY_WORKERS": "2"})
             with one, two:
                 asyncio.run(throughput({"--workers 1": (f"{one.url}/v5/completions", db.key),

@@ -34,12 +34,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import aiohttp
-import httpx
-import orjson
 
+from bench import inprocess
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
@@ -85,112 +83,17 @@ async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float,
 
 
 # -- in-process ----------------------------------------------------------------------------------
-async def _answer(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, json={"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "bench",
-                                     "choices": [{"index": 0, "text": " w0 w1", "finish_reason": "length"}],
-                                     "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
-
-
-def _callgrind(on: bool) -> None:
-    """Count instructions from now on (or stop): this process runs under valgrind's callgrind."""
-    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], capture_output=True,
-                   check=True)
-
-
-async def _drive(variant: str, requests: int, db_url: str, key: str, counting=None) -> float:
-    """CPU seconds per request of `requests` completions through the app, in this process.
-    `counting(True)` is called as the measured requests begin, `counting(False)` as they end."""
-    from gateway import services
-    from gateway.store.ledger import Ledger
-
-    if counting:
-        # The ledger commits on a clock: under valgrind's slowness nearly every request would be a
-        # commit of its own, and a slower variant would get more of them. Counting instructions,
-        # the ledger commits once, during the warm-up; the rows of the measured requests wait.
-        Ledger.COMMIT_INTERVAL = 3600.0
-    env = {"GATEWAY_DATABASE_URL": db_url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
-           "GATEWAY_VENDOR_FAKE_BASE_URL": "http://vendor.invalid/v1", "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
-           **VARIANTS[variant]}
-    os.environ.update(env)  # GATEWAY_METRICS_DIR etc. as `gateway serve` would see them
-    settings = services.load_settings(env)
-    if settings.metrics:
-        from gateway.http import metrics
-
-        metrics.prepare_directory(settings)
-    app = services.create_app(settings)
-    from gateway.http import logs
-
-    logs.configure(settings.log_level, settings.log_format, services.redactor(settings))
-    state: dict = {}
-    started, stopping = asyncio.Event(), asyncio.Event()
-
-    async def lifespan_receive():
-        if not started.is_set():
-            return {"type": "lifespan.startup"}
-        await stopping.wait()
-        return {"type": "lifespan.shutdown"}
-
-    async def lifespan_send(message):
-        if message["type"] == "lifespan.startup.complete":
-            started.set()
-
-    life = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
-                                   lifespan_receive, lifespan_send))
-    await started.wait()
-    state["services"].registry.get("fake").use_transport(httpx.MockTransport(_answer))
-    body = orjson.dumps(BODY)
-    headers = [(b"host", b"bench"), (b"content-type", b"application/json"), (b"x-api-key", key.encode()),
-               (b"content-length", str(len(body)).encode())]
-    never = asyncio.Event()
-
-    async def one() -> None:
-        sent = False
-
-        async def receive():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await never.wait()
-
-        async def send(message):
-            if message["type"] == "http.response.start" and message["status"] != 200:
-                raise RuntimeError(f"status {message['status']}")
-
-        await app({"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                   "scheme": "http", "path": "/v5/completions", "raw_path": b"/v5/completions", "query_string": b"",
-                   "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
-                   "state": dict(state)}, receive, send)
-
-    for _ in range(200):  # warm up
-        await one()
-    if counting:
-        counting(True)
-    began = time.process_time()
-    for _ in range(requests):
-        await one()
-    spent = (time.process_time() - began) / requests
-    if counting:
-        counting(False)
-        return spent  # asyncio.run cancels the rest (a shutdown would wait for the ledger's next commit)
-    stopping.set()
-    await life
-    return spent
-
-
 def in_process(requests: int, rounds: int, callgrind: bool) -> None:
-    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
     with sqlite_database() as db:
         results: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for _ in range(rounds):
             for name in VARIANTS:
                 command = [sys.executable, "-m", "bench.observability", "--variant", name, "--requests", str(requests),
                            "--db", db.url, "--key", db.key] + (["--callgrind"] if callgrind else [])
-                done = subprocess.run((valgrind if callgrind else []) + command, capture_output=True, text=True,
-                                      check=True)
-                if callgrind:  # valgrind's summary: "Collected : <instructions>"
-                    collected = [line for line in done.stderr.splitlines() if "Collected :" in line][-1]
-                    results[name].append(int(collected.split()[-1]) / requests)
+                done = subprocess.run((inprocess.VALGRIND if callgrind else []) + command, capture_output=True,
+                                      text=True, check=True)
+                if callgrind:
+                    results[name].append(inprocess.collected(done.stderr) / requests)
                 else:
                     results[name].append(float(done.stdout.split()[-1]) * 1e6)
     unit = "instructions" if callgrind else "µs CPU"
@@ -216,8 +119,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.variant:
         with contextlib.redirect_stderr(open(os.devnull, "w")):  # the variant's own log lines
-            print(asyncio.run(_drive(args.variant, args.requests, args.db, args.key,
-                                     _callgrind if args.callgrind else None)))
+            env = {"GATEWAY_DATABASE_URL": args.db, **VARIANTS[args.variant]}
+            print(asyncio.run(inprocess.drive(env, args.requests, args.key,
+                                              inprocess.callgrind if args.callgrind else None)))
         return 0
     if args.in_process:
         in_process(args.requests, args.rounds, args.callgrind)

@@ -74,16 +74,23 @@ def fallbacks(grant: Grant, chains: Mapping[str, Sequence[str]], model: str) -> 
 def headers(grant: Grant) -> dict[str, str]:
     """x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the tightest per-minute limit that
     applies (OpenAI's names and formats)."""
-    if not grant.windows:
+    windows = grant.windows
+    if not windows:
         return {}
+    tightest: dict[str, counters.Window] = {}  # per kind, the fewest remaining (then the lowest limit)
+    for (_, kind), w in windows.items():
+        best = tightest.get(kind)
+        if best is None or (w.remaining, w.limit) < (best.remaining, best.limit):
+            tightest[kind] = w
     out = {}
-    for kind, name in ((counters.RPM, "requests"), (counters.TPM, "tokens")):
-        found = [w for (_, k), w in grant.windows.items() if k == kind]
-        if found:
-            w = min(found, key=lambda w: (w.remaining, w.limit))
-            out |= {f"x-ratelimit-limit-{name}": str(w.limit), f"x-ratelimit-remaining-{name}": str(w.remaining),
-                    f"x-ratelimit-reset-{name}": duration(w.reset)}
+    for kind, (limit, remaining, reset) in _HEADERS.items():
+        if (w := tightest.get(kind)) is not None:
+            out[limit], out[remaining], out[reset] = str(w.limit), str(w.remaining), duration(w.reset)
     return out
+
+
+_HEADERS = {kind: tuple(f"x-ratelimit-{part}-{name}" for part in ("limit", "remaining", "reset"))
+            for kind, name in ((counters.RPM, "requests"), (counters.TPM, "tokens"))}
 
 
 def duration(seconds: float) -> str:

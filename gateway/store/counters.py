@@ -18,10 +18,10 @@ Time is the caller's clock (seconds), so tests move it.
 
 from __future__ import annotations
 
-import math
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gateway.store.limits import Budget, Limits, Period, Subject
 
@@ -56,12 +56,21 @@ class Charge:
 
     @property
     def leased(self) -> bool:
-        return bool(self.limits.concurrent or self.budgets)
+        return leases(self.limits)
 
     @property
     def settles(self) -> bool:
-        """Whether its counters change when the request ends (requests per minute alone do not)."""
-        return bool(self.limits.tpm or self.leased)
+        return settles(self.limits)
+
+
+def leases(limits: Limits) -> bool:
+    """Whether a request under `limits` holds a lease while in flight."""
+    return bool(limits.concurrent or limits.budgets)
+
+
+def settles(limits: Limits) -> bool:
+    """Whether counters of `limits` change when a request ends (requests per minute alone do not)."""
+    return bool(limits.tpm or leases(limits))
 
 
 @dataclass(slots=True)
@@ -71,13 +80,15 @@ class Claim:
     charges: list[Charge]
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):  # a tuple: made on every request, in C (a frozen dataclass sets each field in Python)
     """A per-minute limit as the x-ratelimit-* headers tell it."""
 
     limit: int
     remaining: int
     reset: float  # seconds until the bucket is full again
+
+
+_new_window = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +123,10 @@ class Reading:
 class Counters(Protocol):
     async def acquire(self, claim: Claim, now: float) -> Verdict: ...
 
-    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
-        """The request ended having used `tokens`, and `spent` per budget counter."""
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
+        """The request ended having used `tokens`, and `spent` per budget counter. Begun at once,
+        without a task (a request's end should not cost one); the future is done when the store
+        has it, or failed when it could not be told."""
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None: ...
 
@@ -134,7 +147,8 @@ def choose(refusals: list[Refusal]) -> Refusal | None:
 
 
 def window(limit: int, level: float) -> Window:
-    return Window(limit, max(math.floor(level), 0), (limit - level) * REFILL_SECONDS / limit)
+    # tuple.__new__ directly: the NamedTuple's own __new__ is one more Python call, on every request
+    return _new_window(Window, (limit, int(level) if level > 0 else 0, (limit - level) * REFILL_SECONDS / limit))
 
 
 def refill(level: float, since: float, now: float, limit: int) -> float:
@@ -151,37 +165,39 @@ class MemoryCounters:
         self._budgets: dict[tuple[Subject, str], list[int]] = {}  # -> [used, reserved]
 
     def _level(self, subject: Subject, kind: str, limit: int, now: float) -> float:
-        level, at = self._buckets.get((subject, kind), (float(limit), now))
-        return refill(level, at, now, limit)
+        bucket = self._buckets.get((subject, kind))
+        return float(limit) if bucket is None else refill(bucket[0], bucket[1], now, limit)
 
     async def acquire(self, claim: Claim, now: float) -> Verdict:
         verdict = Verdict()
         refusals: list[Refusal] = []
-        levels: dict[tuple[Subject, str], tuple[float, int]] = {}  # -> (level, limit)
+        levels: list[tuple[Subject, str, float, int, int]] = []  # (subject, RPM|TPM, level, limit, taken)
+        tokens = claim.tokens
         for charge in claim.charges:
             s, lim = charge.subject, charge.limits
             if lim.rpm:
                 level = self._level(s, RPM, lim.rpm, now)
-                levels[s, RPM] = (level, lim.rpm)
+                levels.append((s, RPM, level, lim.rpm, 1))
                 if level < 1:
                     refusals.append(Refusal(s, RPM, lim.rpm, (1 - level) * REFILL_SECONDS / lim.rpm, wanted=1))
             if lim.tpm:
                 level = self._level(s, TPM, lim.tpm, now)
-                levels[s, TPM] = (level, lim.tpm)
-                if claim.tokens > lim.tpm:
-                    refusals.append(Refusal(s, TOO_LARGE, lim.tpm, wanted=claim.tokens))
-                elif level < claim.tokens:
-                    refusals.append(Refusal(s, TPM, lim.tpm, (claim.tokens - level) * REFILL_SECONDS / lim.tpm,
-                                            wanted=claim.tokens))
+                levels.append((s, TPM, level, lim.tpm, tokens))
+                if tokens > lim.tpm:
+                    refusals.append(Refusal(s, TOO_LARGE, lim.tpm, wanted=tokens))
+                elif level < tokens:
+                    refusals.append(Refusal(s, TPM, lim.tpm, (tokens - level) * REFILL_SECONDS / lim.tpm,
+                                            wanted=tokens))
             if lim.concurrent and len(self._leases.get(s, ())) >= lim.concurrent:
                 refusals.append(Refusal(s, CONCURRENT, lim.concurrent, RETRY_IN_FLIGHT, wanted=1))
             for b in charge.budgets:
-                counter = self._budgets.get((s, b.counter))
+                name = b.counter
+                counter = self._budgets.get((s, name))
                 if counter is None:
                     if b.seed is None:
                         verdict.unseeded.append(b)
                         continue
-                    counter = self._budgets[s, b.counter] = [b.seed, 0]
+                    counter = self._budgets[s, name] = [b.seed, 0]
                 used, reserved = counter
                 if used + b.reserve > b.budget.limit:
                     refusals.append(Refusal(s, BUDGET, b.budget.limit, used=used, reserved=reserved, wanted=b.reserve,
@@ -191,33 +207,41 @@ class MemoryCounters:
                                             reserved=reserved, wanted=b.reserve, unit=b.budget.unit.name))
         if verdict.unseeded:
             return verdict
-        verdict.refusal = choose(refusals)
-        taken = {RPM: 1, TPM: claim.tokens} if verdict.refusal is None else {RPM: 0, TPM: 0}
-        for (s, kind), (level, limit) in levels.items():
-            level -= taken[kind]
-            if verdict.refusal is None:
+        refusal = verdict.refusal = choose(refusals)
+        windows = verdict.windows
+        for s, kind, level, limit, taken in levels:
+            if refusal is None:
+                level -= taken
                 self._buckets[s, kind] = (level, now)
-            verdict.windows[s, kind] = window(limit, level)
-        if verdict.refusal is None:
+            windows[s, kind] = window(limit, level)
+        if refusal is None:
             for charge in claim.charges:
                 if charge.leased:
-                    self._leases.setdefault(charge.subject, set()).add(claim.request_id)
+                    leases = self._leases.get(charge.subject)
+                    if leases is None:
+                        leases = self._leases[charge.subject] = set()
+                    leases.add(claim.request_id)
                 for b in charge.budgets:
                     self._budgets[charge.subject, b.counter][1] += b.reserve
         return verdict
 
-    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
         for charge in claim.charges:
             s, lim = charge.subject, charge.limits
             if lim.tpm:
                 level = self._level(s, TPM, lim.tpm, now) + claim.tokens - tokens
                 self._buckets[s, TPM] = (min(level, float(lim.tpm)), now)
-            self._leases.get(s, set()).discard(claim.request_id)
+            if (leases := self._leases.get(s)) is not None:
+                leases.discard(claim.request_id)
             for b in charge.budgets:
-                counter = self._budgets.get((s, b.counter))
+                name = b.counter
+                counter = self._budgets.get((s, name))
                 if counter is not None:
-                    counter[0] += spent.get(b.counter, 0)
+                    counter[0] += spent.get(name, 0)
                     counter[1] -= b.reserve
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
         return None  # leases here end only with settlement (or with this process)

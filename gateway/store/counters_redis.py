@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.store.counters import (
     REFILL_SECONDS,
     RETRY_IN_FLIGHT,
+    RPM,
+    TPM,
+    Charge,
     Claim,
     Reading,
     Refusal,
@@ -31,7 +35,7 @@ from gateway.store.counters import (
     window,
 )
 from gateway.store.limits import Limits, Subject
-from gateway.store.resp import Redis, Script
+from gateway.store.resp import Redis, Script, bulk
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long is a dead process's (renewed every third of it)
 CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that is away
@@ -49,6 +53,12 @@ local function level(key, lf, tf, cap, now)
   if l > cap then l = cap end
   return l
 end
+-- the arguments that change with every request come as one string of numbers: one to write, not many
+local function numbers(text)
+  local v = {}
+  for x in string.gmatch(text, '%S+') do v[#v + 1] = x end
+  return v
+end
 local function expire_full(key, now, levels)
   -- a bucket back at its limit is the same as no bucket: let it go then
   local ms = 1000
@@ -58,11 +68,14 @@ end
 """
 
 # KEYS: per subject rate, leases, held, then one counter per budget.
-# ARGV: now, request id, lease expiry, tokens, subjects; per subject rpm, tpm, concurrent, budgets;
-#       per budget limit, reserve, seed ("" when unknown), expiry (epoch seconds).
+# ARGV: request id; what changes with every request, as one string of numbers (see `numbers`): now
+#       (epoch microseconds), tokens, then per budget reserve and seed ("-" when unknown); subjects;
+#       per subject rpm, tpm, concurrent, budgets, and per budget limit, expiry (epoch seconds).
 ACQUIRE = _COMMON + """
-local now, id, lease, E, S = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local a, k, subjects, unseeded, refusals = 6, 1, {}, {}, {}
+local v = numbers(ARGV[2])
+local id, now, E, S = ARGV[1], tonumber(v[1]) / 1e6, tonumber(v[2]), tonumber(ARGV[3])
+local lease = now + LEASE
+local a, k, vi, subjects, unseeded, refusals = 4, 1, 3, {}, {}, {}
 local bi = 0
 for s = 1, S do
   local sub = {rate = KEYS[k], leases = KEYS[k + 1], held = KEYS[k + 2], rpm = tonumber(ARGV[a]),
@@ -71,9 +84,9 @@ for s = 1, S do
   k, a = k + 3, a + 4
   for b = 1, nb do
     bi = bi + 1
-    sub.budgets[b] = {key = KEYS[k], limit = tonumber(ARGV[a]), reserve = tonumber(ARGV[a + 1]),
-                      seed = tonumber(ARGV[a + 2]), expire = tonumber(ARGV[a + 3]), index = bi}
-    k, a = k + 1, a + 4
+    sub.budgets[b] = {key = KEYS[k], limit = tonumber(ARGV[a]), reserve = tonumber(v[vi]),
+                      seed = tonumber(v[vi + 1]), expire = tonumber(ARGV[a + 1]), index = bi}
+    k, a, vi = k + 1, a + 2, vi + 2
   end
   subjects[s] = sub
 end
@@ -122,13 +135,11 @@ for s, sub in ipairs(subjects) do
     end
   end
 end
-if #unseeded > 0 then table.insert(unseeded, 1, 'seed') return unseeded end
+if #unseeded > 0 then return 'seed ' .. table.concat(unseeded, ' ') end
+-- the reply is one string, its fields separated by spaces: the verdict, each subject's bucket
+-- levels after it ('' for no such limit), then each refusal's 8 fields
 local out = {'ok'}
 if #refusals > 0 then out[1] = 'refused' end
-for _, r in ipairs(refusals) do
-  out[#out + 1] = 'r'
-  for i = 1, 8 do out[#out + 1] = type(r[i]) == 'number' and num(r[i]) or r[i] end
-end
 for s, sub in ipairs(subjects) do
   local taken = #refusals == 0
   local rl, tl = sub.rl, sub.tl
@@ -155,18 +166,21 @@ for s, sub in ipairs(subjects) do
       end
     end
   end
-  out[#out + 1] = 'w'
   out[#out + 1] = rl and num(rl) or ''
   out[#out + 1] = tl and num(tl) or ''
 end
-return out
+for _, r in ipairs(refusals) do
+  for i = 1, 8 do out[#out + 1] = type(r[i]) == 'number' and num(r[i]) or r[i] end
+end
+return table.concat(out, ' ')
 """
 
-# KEYS: as ACQUIRE. ARGV: now, request id, reserved tokens, used tokens, subjects; per subject tpm,
-# budgets; per budget reserve, spent.
+# KEYS: as ACQUIRE. ARGV: request id; one string of numbers: now (epoch microseconds), reserved
+# tokens, used tokens, then per budget reserve, spent; subjects; per subject tpm, budgets.
 SETTLE = _COMMON + """
-local now, id, E, T, S = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local a, k = 6, 1
+local v = numbers(ARGV[2])
+local id, now, E, T, S = ARGV[1], tonumber(v[1]) / 1e6, tonumber(v[2]), tonumber(v[3]), tonumber(ARGV[3])
+local a, k, vi = 4, 1, 4
 for s = 1, S do
   local rate, leases, held = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local tpm, nb = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -182,8 +196,8 @@ for s = 1, S do
   -- a lease already swept (its holder was thought dead) released its reservation then
   local mine = redis.call('HDEL', held, id) == 1
   for b = 1, nb do
-    local key, reserve, spent = KEYS[k], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-    k, a = k + 1, a + 2
+    local key, reserve, spent = KEYS[k], tonumber(v[vi]), tonumber(v[vi + 1])
+    k, vi = k + 1, vi + 2
     if redis.call('EXISTS', key) == 1 then
       redis.call('HINCRBY', key, 'used', int(spent))
       if mine then redis.call('HINCRBY', key, 'reserved', int(-reserve)) end
@@ -194,8 +208,40 @@ return 1
 """
 
 
+def _request(request_id: str, numbers: str) -> bytes:
+    """A call's own two arguments: the request's id, and its numbers (digits, signs and spaces)."""
+    if request_id.isascii():  # (always, for the gateway's ids) one string written, one encoded
+        return f"${len(request_id)}\r\n{request_id}\r\n${len(numbers)}\r\n{numbers}\r\n".encode()
+    return bulk(request_id) + bulk(numbers)
+
+
 def _header(script: str) -> str:
-    return f"local REFILL, RETRY = {REFILL_SECONDS!r}, {RETRY_IN_FLIGHT!r}\n" + script
+    return f"local REFILL, RETRY, LEASE = {REFILL_SECONDS!r}, {RETRY_IN_FLIGHT!r}, {LEASE_SECONDS!r}\n" + script
+
+
+MAX_WIRES = 10_000  # subjects (and sets of them) whose calls are kept encoded; past it, forgotten and made again
+
+
+@dataclass(slots=True, eq=False)
+class _Wire:
+    """A subject's part of the scripts' calls, in RESP, kept while its limits and periods stay."""
+
+    limits: Limits
+    periods: list[str]  # the ids of its budgets' periods
+    keys: list[str]  # rate, leases, held, then one counter per budget
+    acquire: bytes  # rpm, tpm, concurrent, number of budgets, then per budget limit and expiry
+    settle: bytes  # tpm, number of budgets
+
+
+@dataclass(slots=True)
+class _Calls:
+    """The two scripts' calls for one set of subjects, all but the request's own arguments (its id
+    and its numbers) written once: the head (the command, the keys) and the tail."""
+
+    acquire_head: bytes
+    acquire_tail: bytes
+    settle_head: bytes
+    settle_tail: bytes
 
 
 class RedisCounters:
@@ -206,57 +252,86 @@ class RedisCounters:
         self._prefix = prefix
         self._acquire = Script(self.client, _header(ACQUIRE))
         self._settle = Script(self.client, _header(SETTLE))
+        self._wires: dict[Subject, _Wire] = {}
+        self._calls: dict[tuple[_Wire, ...], _Calls] = {}
 
     def base(self, subject: Subject) -> str:
         return f"{self._prefix}{subject.kind}:{subject.id}"
 
-    def _keys(self, claim: Claim) -> list[str]:
-        keys = []
-        for charge in claim.charges:
-            base = self.base(charge.subject)
-            keys += [f"{base}:rate", f"{base}:leases", f"{base}:held"]
-            keys += [f"{base}:budget:{b.counter}" for b in charge.budgets]
-        return keys
+    def _calls_of(self, claim: Claim) -> _Calls:
+        wires = tuple(map(self._wire, claim.charges))
+        calls = self._calls.get(wires)
+        if calls is None:
+            if len(self._calls) >= MAX_WIRES:
+                self._calls.clear()
+            keys = [bulk(sum(len(w.keys) for w in wires)), *(bulk(key) for w in wires for key in w.keys)]
+            head, subjects = b"".join(keys), bulk(len(wires))
+            count = len(keys) + 3  # the id, the numbers and the number of subjects, then the subjects'
+            calls = self._calls[wires] = _Calls(
+                self._acquire.head(count + sum(4 + 2 * len(w.periods) for w in wires)) + head,
+                subjects + b"".join(w.acquire for w in wires),
+                self._settle.head(count + 2 * len(wires)) + head,
+                subjects + b"".join(w.settle for w in wires))
+        return calls
+
+    def _wire(self, charge: Charge) -> _Wire:
+        wire = self._wires.get(charge.subject)
+        if wire is not None and wire.limits is charge.limits and [b.period.id for b in charge.budgets] == wire.periods:
+            return wire
+        base, lim = self.base(charge.subject), charge.limits
+        wire = _Wire(lim, [b.period.id for b in charge.budgets],
+                     [f"{base}:rate", f"{base}:leases", f"{base}:held",
+                      *(f"{base}:budget:{b.counter}" for b in charge.budgets)],
+                     b"".join(map(bulk, (lim.rpm or "", lim.tpm or "", lim.concurrent or "", len(charge.budgets),
+                                         *(x for b in charge.budgets
+                                           for x in (b.budget.limit, b.period.end.timestamp()))))),
+                     bulk(lim.tpm or "") + bulk(len(charge.budgets)))
+        if len(self._wires) >= MAX_WIRES:
+            self._wires.clear()
+        self._wires[charge.subject] = wire
+        return wire
 
     async def acquire(self, claim: Claim, now: float) -> Verdict:
-        args: list[Any] = [repr(now), claim.request_id, repr(now + LEASE_SECONDS), claim.tokens, len(claim.charges)]
+        calls = self._calls_of(claim)
+        numbers = f"{round(now * 1e6)} {claim.tokens}"
         for charge in claim.charges:
-            lim = charge.limits
-            args += [lim.rpm or "", lim.tpm or "", lim.concurrent or "", len(charge.budgets)]
             for b in charge.budgets:
-                args += [b.budget.limit, b.reserve, "" if b.seed is None else b.seed, b.period.end.timestamp()]
-        out = await self._acquire(keys=self._keys(claim), args=args)
-        budgets = [b for charge in claim.charges for b in charge.budgets]
-        if out[0] == "seed":
-            return Verdict(unseeded=[budgets[int(i) - 1] for i in out[1:]])
+                numbers += f" {b.reserve} {'-' if b.seed is None else b.seed}"
+        reply = await self._acquire(calls.acquire_head + _request(claim.request_id, numbers) + calls.acquire_tail)
+        fields = reply.split(" ")
+        if fields[0] == "seed":
+            budgets = [b for charge in claim.charges for b in charge.budgets]
+            return Verdict(unseeded=[budgets[int(i) - 1] for i in fields[1:]])
         verdict = Verdict()
-        refusals, at, subject_index = [], 1, 0
-        while at < len(out):
-            if out[at] == "r":
-                s, kind, limit, wait, used, reserved, wanted, budget = out[at + 1:at + 9]
-                refusals.append(Refusal(claim.charges[int(s) - 1].subject, kind, int(limit),
-                                        None if float(wait) < 0 else float(wait), int(float(used)),
-                                        int(float(reserved)), int(float(wanted)),
-                                        budgets[int(budget) - 1].budget.unit.name if int(budget) else ""))
-                at += 9
-                continue
-            charge = claim.charges[subject_index]
-            if out[at + 1]:
-                verdict.windows[charge.subject, "rpm"] = window(charge.limits.rpm, float(out[at + 1]))
-            if out[at + 2]:
-                verdict.windows[charge.subject, "tpm"] = window(charge.limits.tpm, float(out[at + 2]))
-            subject_index += 1
-            at += 3
-        verdict.refusal = choose(refusals)
+        windows, at = verdict.windows, 1
+        for charge in claim.charges:
+            requests, tokens = fields[at], fields[at + 1]
+            if requests:
+                windows[charge.subject, RPM] = window(charge.limits.rpm, float(requests))
+            if tokens:
+                windows[charge.subject, TPM] = window(charge.limits.tpm, float(tokens))
+            at += 2
+        if fields[0] == "refused":
+            verdict.refusal = choose([self._refusal(claim, fields[i:i + 8]) for i in range(at, len(fields), 8)])
         return verdict
 
-    async def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
-        args: list[Any] = [repr(now), claim.request_id, claim.tokens, tokens, len(claim.charges)]
+    @staticmethod
+    def _refusal(claim: Claim, fields: list[str]) -> Refusal:
+        s, kind, limit, wait, used, reserved, wanted, budget = fields
+        unit = ""
+        if int(budget):
+            unit = [b for charge in claim.charges for b in charge.budgets][int(budget) - 1].budget.unit.name
+        return Refusal(claim.charges[int(s) - 1].subject, kind, int(limit), None if float(wait) < 0 else float(wait),
+                       int(float(used)), int(float(reserved)), int(float(wanted)), unit)
+
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
+        """Written to Redis now (no task, no waiting); the future tells when Redis has it."""
+        calls = self._calls_of(claim)
+        numbers = f"{round(now * 1e6)} {claim.tokens} {tokens}"
         for charge in claim.charges:
-            args += [charge.limits.tpm or "", len(charge.budgets)]
             for b in charge.budgets:
-                args += [b.reserve, spent.get(b.counter, 0)]
-        await self._settle(keys=self._keys(claim), args=args)
+                numbers += f" {b.reserve} {spent.get(b.counter, 0)}"
+        return self._settle.start(calls.settle_head + _request(claim.request_id, numbers) + calls.settle_tail)
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
         until = repr(now + LEASE_SECONDS)

@@ -31,7 +31,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
-from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window
+from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window, settles
 from gateway.store.limits import ACCOUNT, KEY, Limits, LimitsTable, Period, Subject, Unit
 from gateway.store.prices import Prices
 from gateway.store.tables import ledger
@@ -71,6 +71,41 @@ class Grant:
 
 
 NO_LIMITS = Grant()
+Settlement = tuple[Claim, int, dict[str, int]]  # a claim, the tokens its request used, and what it spent per budget
+MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
+MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
+_UNKNOWN: Any = object()
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What the limits of a key and of its account ask of each of their requests, worked out once
+    per copy of the table rather than on every request."""
+
+    found: tuple[tuple[Subject, Limits], ...]  # the subjects with limits, the key first
+    counted: tuple[tuple[Subject, Limits], ...]  # those of them with limits that need counters
+    settles: bool  # whether a request's end changes a counter (a second call to the store)
+    listed: bool  # whether an allow-list applies
+    models: dict[str, Subject | None] = field(default_factory=dict)  # model -> the subject refusing it, or None
+
+    @classmethod
+    def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> _Plan | None:
+        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
+                      if (limits := table.get(s)) is not None)
+        if not found:
+            return None
+        counted = tuple((s, limits) for s, limits in found if limits.counted)
+        return cls(found, counted, any(settles(limits) for _, limits in counted),
+                   any(limits.models is not None for _, limits in found))
+
+    def refusing(self, model: str) -> Subject | None:
+        """The subject whose allow-list refuses `model` (the key's first), or None."""
+        refusing = self.models.get(model, _UNKNOWN)
+        if refusing is _UNKNOWN:
+            refusing = next((s for s, limits in self.found if not limits.allows(model)), None)
+            if len(self.models) < MAX_MODELS:
+                self.models[model] = refusing
+        return refusing
 
 
 class Limiter:
@@ -84,9 +119,10 @@ class Limiter:
         self._workers = workers
         self._clock = clock or wall_clock
         self._live: dict[str, Claim] = {}  # claims taken and not yet settled (their leases are renewed)
-        self._unsettled: deque[tuple[Claim, int, dict[str, int]]] = deque(maxlen=MAX_UNSETTLED)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._settling: list[tuple[Claim, int, dict[str, int]]] = []
+        self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
+        self._sent: dict[asyncio.Future[Any], Settlement] = {}  # settlements the store has not answered yet
+        self._plans: dict[tuple[str, str], _Plan | None] = {}  # (key id, account) -> its plan (None: no limits)
+        self._plans_of: dict[Subject, Limits] | None = None  # the copy of the table the plans were made from
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._failure = ""
@@ -104,8 +140,7 @@ class Limiter:
             self._housekeeper = asyncio.create_task(self._housekeeping(), name="limits-housekeeping")
 
     async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.drain()
         if self._housekeeper is not None:
             self._housekeeper.cancel()
             await asyncio.gather(self._housekeeper, return_exceptions=True)
@@ -145,21 +180,19 @@ class Limiter:
         table = self.table.subjects
         if not table:
             return NO_LIMITS
-        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
-                      if (limits := table.get(s)) is not None)
-        if not found:
+        plan = self._plan(table, key_id, account)
+        if plan is None:
             return NO_LIMITS
-        for subject, limits in found:
-            if not limits.allows(model):
-                return Grant(refusal=Refusal(subject, MODEL, 0), subjects=found)
-        counted = [(s, limits) for s, limits in found if limits.counted]
-        if not counted:
+        found = plan.found
+        if plan.listed and (refusing := plan.refusing(model)) is not None:
+            return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=found)
+        if not plan.counted:
             return Grant(subjects=found)
         if self.counters is None:
-            return Grant(refusal=Refusal(counted[0][0], UNSHARED, 0), subjects=found)
+            return Grant(refusal=Refusal(plan.counted[0][0], UNSHARED, 0), subjects=found)
         now = self._clock()
         charges = []
-        for subject, limits in counted:
+        for subject, limits in plan.counted:
             budgets = []
             for budget in limits.budgets:
                 reserve = budget.unit.reserve(self.prices, model, prompt_tokens, completion_tokens)
@@ -184,10 +217,20 @@ class Limiter:
         self._back()
         if verdict.refusal is not None:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
-        if not any(charge.settles for charge in claim.charges):
+        if not plan.settles:
             return Grant(windows=verdict.windows, subjects=found)  # nothing to settle: no second round trip
         self._live[request_id] = claim
         return Grant(self, claim, verdict.windows, subjects=found)
+
+    def _plan(self, table: dict[Subject, Limits], key_id: str, account: str) -> _Plan | None:
+        if self._plans_of is not table:  # the table was read again, and changed
+            self._plans, self._plans_of = {}, table
+        plan = self._plans.get((key_id, account), _UNKNOWN)
+        if plan is _UNKNOWN:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[key_id, account] = _Plan.of(table, key_id, account)
+        return plan
 
     def _without_store(self, claim: Claim, found: tuple[tuple[Subject, Limits], ...]) -> Grant:
         if self._policy == "closed":
@@ -201,33 +244,46 @@ class Limiter:
         return Grant(self, Claim(claim.request_id, 0, claim.charges), subjects=found)
 
     def settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
+        """Sent to the store at once, without a task: a shared store's settlement is on its way
+        before the request's answer is (so a client that has its answer finds its slot free), and
+        Redis has it in the order this process sent it, before any later claim from here."""
         self._live.pop(claim.request_id, None)
-        # Settlements that come together go together (one task; in Redis, one burst of commands).
-        self._settling.append((claim, tokens, spent))
-        if len(self._settling) == 1:
-            task = asyncio.get_running_loop().create_task(self._settle_all())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _settle_all(self) -> None:
-        batch, self._settling = self._settling, []
-        if len(batch) == 1:
-            await self._settle(*batch[0])
-        else:
-            await asyncio.gather(*(self._settle(*entry) for entry in batch))
-
-    async def _settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
+        settlement = (claim, tokens, spent)
         assert self.counters is not None
-        if self._down_since is None or time.monotonic() >= self._retry_at:
-            try:
-                await self.counters.settle(claim, tokens, spent, self._clock())
-                self._back()
-                return
-            except Exception as exc:
-                self._failed(exc)
+        if self._down_since is not None and time.monotonic() < self._retry_at:
+            self._keep(settlement)
+            return
+        try:
+            sent = self.counters.settle(claim, tokens, spent, self._clock())
+        except Exception as exc:
+            self._failed(exc)
+            self._keep(settlement)
+            return
+        self._sent[sent] = settlement
+        if sent.done():
+            self._heard(sent)
+        else:
+            sent.add_done_callback(self._heard)
+
+    def _heard(self, sent: asyncio.Future[Any]) -> None:
+        settlement = self._sent.pop(sent)
+        failure = asyncio.CancelledError() if sent.cancelled() else sent.exception()
+        if failure is None:
+            self._back()
+        else:
+            self._failed(failure)
+            self._keep(settlement)
+
+    def _keep(self, settlement: Settlement) -> None:
+        """A settlement the store missed: replayed once it answers again."""
         if len(self._unsettled) == self._unsettled.maxlen:
             log.error("limits: %d settlements wait for the store; the oldest is dropped", len(self._unsettled))
-        self._unsettled.append((claim, tokens, spent))
+        self._unsettled.append(settlement)
+
+    async def drain(self) -> None:
+        """Until the settlements sent have been answered (or have failed, and wait for a replay)."""
+        if self._sent:
+            await asyncio.gather(*self._sent, return_exceptions=True)
 
     async def _seed(self, claim: Claim, unseeded: list[BudgetClaim]) -> None:
         for charge in claim.charges:

@@ -1,11 +1,13 @@
 """A small Redis client for the limits' counters: RESP2 over one pipelined connection.
 
-Why not redis-py: on the request path its asyncio client cost about 100 µs of CPU per command
-here (its pool, retry and parser machinery), against about 15 µs for the same EVALSHA written
-and read on a bare asyncio connection (bench/limits.py measures the limiter with this client).
-What the limits need is little: a handful of commands, scripts by their SHA, AUTH and SELECT from
-the URL, TLS for rediss://. Commands from every request share the one connection, their replies
-matched in order (Redis answers in order), so many requests cost few system calls.
+Why not redis-py: on the request path its asyncio client cost several times more CPU per command
+than the same EVALSHA written and read on a bare asyncio connection (its pool, retry and parser
+machinery; README, Performance, has the figures, and bench/limits.py measures the limiter with
+this client). What the limits need is little: a handful of commands, scripts by their SHA, AUTH
+and SELECT from the URL, TLS for rediss://. Commands from every request share the one connection,
+their replies matched in order (Redis answers in order), so many requests cost few system calls;
+a caller may keep most of a command's bytes from one call to the next (`Script`), and write one
+without waiting for its reply (`send`, `Script.start`).
 
     redis://[[user]:password@]host[:port][/db]     rediss://... the same over TLS
 """
@@ -29,12 +31,20 @@ class RedisUnavailable(ConnectionError):
     """Redis could not be reached, or the connection broke before it answered."""
 
 
+def bulk(value: Any) -> bytes:
+    """One argument of a command as RESP writes it (a bulk string)."""
+    if isinstance(value, bytes):
+        data = value
+    else:
+        text = str(value)
+        if text.isascii():  # digits, ids: as long in bytes as in characters (the cheaper way)
+            return f"${len(text)}\r\n{text}\r\n".encode()
+        data = text.encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
 def pack(*args: Any) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    return b"*%d\r\n" % len(args) + b"".join(map(bulk, args))
 
 
 class _Incomplete(Exception):
@@ -46,20 +56,20 @@ def _parse(buffer: bytearray, at: int) -> tuple[Reply, int]:
     end = buffer.find(b"\r\n", at)
     if end < 0:
         raise _Incomplete
-    kind, line, at = buffer[at], bytes(buffer[at + 1:end]), end + 2
+    kind, line, at = buffer[at], buffer[at + 1:end], end + 2
+    if kind == 36:  # $ (the counters' replies are mostly one bulk string)
+        size = int(line)
+        if size < 0:
+            return None, at
+        if len(buffer) < at + size + 2:
+            raise _Incomplete
+        return buffer[at:at + size].decode(), at + size + 2
     if kind == 43:  # +
         return line.decode(), at
     if kind == 45:  # -
         return RedisError(line.decode()), at
     if kind == 58:  # :
         return int(line), at
-    if kind == 36:  # $
-        size = int(line)
-        if size < 0:
-            return None, at
-        if len(buffer) < at + size + 2:
-            raise _Incomplete
-        return bytes(buffer[at:at + size]).decode(), at + size + 2
     if kind == 42:  # *
         count = int(line)
         if count < 0:
@@ -74,6 +84,7 @@ def _parse(buffer: bytearray, at: int) -> tuple[Reply, int]:
 
 class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[asyncio.Future[Reply]] = deque()
         self.buffer = bytearray()
@@ -141,6 +152,8 @@ class Redis:
             async with asyncio.timeout(self._connect_timeout):
                 _, connection = await loop.create_connection(_Connection, self._host, self._port, ssl=self._tls)
                 self._connection = connection
+                if self._watchdog is None:
+                    self._watchdog = asyncio.ensure_future(self._watch())
                 if self._password is not None:
                     auth = (self._user, self._password) if self._user else (self._password,)
                     self._check(await self._send(connection, "AUTH", *auth))
@@ -153,9 +166,13 @@ class Redis:
 
     @staticmethod
     def _send(connection: _Connection, *args: Any) -> asyncio.Future[Reply]:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        return Redis._write(connection, pack(*args))
+
+    @staticmethod
+    def _write(connection: _Connection, command: bytes) -> asyncio.Future[Reply]:
+        future: asyncio.Future[Reply] = connection.loop.create_future()
         connection.waiting.append(future)
-        connection.transport.write(pack(*args))
+        connection.transport.write(command)
         return future
 
     @staticmethod
@@ -167,10 +184,22 @@ class Redis:
     async def call(self, *args: Any) -> Reply:
         """One command's reply (RedisError for an error reply, RedisUnavailable when unreachable,
         or when it did not answer within `timeout`: see `_watch`)."""
-        connection = await self._open()
-        if self._watchdog is None:
-            self._watchdog = asyncio.ensure_future(self._watch())
-        return self._check(await self._send(connection, *args))
+        return await self.execute(pack(*args))
+
+    async def execute(self, command: bytes) -> Reply:
+        """`call` for a command already in RESP (`pack`, or pieces of it kept from earlier)."""
+        connection = self._connection
+        if connection is None or connection.lost is not None:
+            connection = await self._open()
+        return self._check(await self._write(connection, command))
+
+    def send(self, command: bytes) -> asyncio.Future[Reply] | None:
+        """Writes `command` now, without waiting, when connected: the future of its raw reply (a
+        RedisError is its result, not raised). None when not connected (`execute` connects)."""
+        connection = self._connection
+        if connection is None or connection.lost is not None:
+            return None
+        return self._write(connection, command)
 
     async def _watch(self) -> None:
         """Aborts a connection whose oldest command has waited longer than `timeout`: replies come
@@ -190,13 +219,17 @@ class Redis:
     async def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
+            self._watchdog = None
         if self._connection is not None and self._connection.transport is not None:
             self._connection.transport.close()
         self._connection = None
 
 
 class Script:
-    """A Lua script called by its SHA (loaded again after a Redis restart forgot it)."""
+    """A Lua script called by its SHA (loaded again after a Redis restart forgot it).
+
+    Its callers write the whole command themselves, most of it kept from one call to the next:
+    `head(count)` and then `count` bulk strings (`bulk`), the number of keys first."""
 
     def __init__(self, client: Redis, source: str) -> None:
         import hashlib
@@ -204,11 +237,52 @@ class Script:
         self._client, self._source = client, source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    async def __call__(self, keys: list[str], args: list[Any]) -> Reply:
+    def head(self, count: int) -> bytes:
+        return b"*%d\r\n" % (count + 2) + bulk("EVALSHA") + bulk(self.sha)
+
+    async def __call__(self, command: bytes) -> Reply:
         try:
-            return await self._client.call("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self._client.execute(command)
         except RedisError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         await self._client.call("SCRIPT", "LOAD", self._source)
-        return await self._client.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        return await self._client.execute(command)
+
+    def start(self, command: bytes) -> asyncio.Future[Reply]:
+        """The call written now, when connected (no task, no waiting): the future of its reply,
+        or of its error."""
+        loop = asyncio.get_running_loop()
+        sent = self._client.send(command)
+        if sent is None:  # not connected: connecting takes a task
+            return loop.create_task(self(command))
+        replied: asyncio.Future[Reply] = loop.create_future()
+
+        def heard(sent: asyncio.Future[Reply]) -> None:
+            if replied.done():
+                return
+            if sent.cancelled():
+                replied.cancel()
+                return
+            reply = sent.exception() or sent.result()
+            if isinstance(reply, RedisError) and str(reply).startswith("NOSCRIPT"):
+                again = loop.create_task(self(command))  # loads it, then calls it again
+                again.add_done_callback(lambda again: _copy(again, replied))
+            elif isinstance(reply, BaseException):
+                replied.set_exception(reply)
+            else:
+                replied.set_result(reply)
+
+        sent.add_done_callback(heard)
+        return replied
+
+
+def _copy(source: asyncio.Future[Reply], target: asyncio.Future[Reply]) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

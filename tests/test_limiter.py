@@ -1,0 +1,128 @@
+"""The limiter between a request and its counters: a settlement is on its way to the store as the
+request ends (before anything later from this process), and one the store missed is kept and
+replayed, so that nothing a request used is lost. The clock is an argument; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.store.counters import MemoryCounters
+from gateway.store.counters_redis import RedisCounters
+from gateway.store.limiter import Limiter
+from gateway.store.limits import KEY, Limits, Subject
+from gateway.store.resp import RedisUnavailable
+from tests.support import RedisServer, redis_prefix, redis_url, remove_redis_keys
+
+NOW = 1_796_083_200.0  # 2026-12-01T00:00:00Z
+KEY_A = Subject(KEY, "key_a")
+
+
+class Table:
+    """The part of a LimitsTable the limiter reads, held still."""
+
+    def __init__(self, subjects: dict[Subject, Limits]) -> None:
+        self.subjects = subjects
+        self.on_change = None
+
+    async def close(self) -> None:
+        return None
+
+
+def limiter(subjects: dict[Subject, Limits], counters) -> Limiter:
+    return Limiter(Table(subjects), counters, engine=None, clock=lambda: NOW)
+
+
+async def admit(limiter: Limiter, request_id: str, completion_tokens: int = 16):
+    return await limiter.admit(key_id=KEY_A.id, account="acct", model="fake/m", prompt_tokens=4,
+                               completion_tokens=completion_tokens, request_id=request_id)
+
+
+def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
+    """A request's slot is free for the very next claim, made before anything was awaited."""
+    prefix = redis_prefix()
+    limits = Limits(concurrent=1, tpm=100)
+
+    async def scenario():
+        counters = RedisCounters(redis_url(), prefix)
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            first = await admit(limited, "cmpl-1")
+            assert first.refusal is None and first.windows[KEY_A, "tpm"].remaining == 80
+            first.settle({"total_tokens": 5})  # not awaited: the next claim follows it on the connection
+            second = await admit(limited, "cmpl-2")
+            assert second.refusal is None and second.windows[KEY_A, "tpm"].remaining == 75
+            await limited.drain()
+        finally:
+            await limited.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
+
+
+class Flaky:
+    """Counters whose next `failures` settlements fail as a store that went away would fail them."""
+
+    def __init__(self, inner: MemoryCounters, failures: int) -> None:
+        self.inner, self.failures = inner, failures
+
+    async def acquire(self, claim, now):
+        return await self.inner.acquire(claim, now)
+
+    def settle(self, claim, tokens, spent, now):
+        if self.failures:
+            self.failures -= 1
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(RedisUnavailable("connection to Redis lost"))
+            return failed
+        return self.inner.settle(claim, tokens, spent, now)
+
+    async def close(self) -> None:
+        return None
+
+
+def test_a_settlement_the_store_missed_is_kept_and_replayed():
+    limits = Limits(concurrent=5, tpm=100)
+
+    async def scenario():
+        counters = Flaky(MemoryCounters(), failures=1)
+        limited = limiter({KEY_A: limits}, counters)
+        grant = await admit(limited, "cmpl-1", completion_tokens=56)  # reserves 60 tokens
+        grant.settle({"total_tokens": 10})
+        await limited.drain()
+        assert "1 settlements waiting" in limited.not_ready()
+        await limited.close()  # replays what waits
+        reading = await counters.inner.read(KEY_A, limits, NOW)
+        assert reading.tokens.remaining == 90 and reading.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_redis_that_forgot_its_scripts_still_settles_and_a_settlement_reconnects():
+    limits = Limits(concurrent=1, tpm=100)
+
+    async def scenario(store: RedisServer):
+        counters = RedisCounters(store.url, "t:")
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            first = await admit(limited, "cmpl-1")
+            await counters.client.call("SCRIPT", "FLUSH")  # as after a restart: the scripts are gone
+            first.settle({"total_tokens": 5})
+            await limited.drain()
+            assert limited.not_ready() is None
+            second = await admit(limited, "cmpl-2")
+            assert second.refusal is None and second.windows[KEY_A, "tpm"].remaining == 75
+            await counters.client.close()  # no connection now
+            await counters.client.call("SCRIPT", "FLUSH")  # (a new one, for this)
+            await counters.client.close()
+            second.settle({"total_tokens": 20})  # connects again, then loads the script again
+            await limited.drain()
+            assert limited.not_ready() is None
+            reading = await counters.read(KEY_A, limits, NOW)
+            assert reading.tokens.remaining == 75 and reading.in_flight == 0
+        finally:
+            await limited.close()
+
+    with RedisServer() as store:
+        asyncio.run(scenario(store))
