@@ -30,7 +30,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import ServerThread
 from tests.gateway_process import ROOT, GatewayProcess
 from tests.provision import sqlite_database
-from tests.support import ANTHROPIC_SECRET, GEMINI_SECRET, LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, gateway_env
+from tests.support import ANTHROPIC_SECRET, GEMINI_SECRET, LOCAL_MODEL, gateway_env, local_env
 
 # The schemathesis command of the environment running this (the virtualenv's, next to its python).
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
@@ -80,10 +80,7 @@ TARGETS: dict[str, Target] = {
     # The real model: a few short generations per case, token ids of its vocabulary.
     "local": Target(_vendor("local", "local", LOCAL_MODEL, max_tokens=2, prompt_chars=8, scored_prompt_chars=3,
                             prompts=2, choices=2, vocabulary=49152), None,
-                    lambda url, db: {"GATEWAY_DATABASE_URL": db, "GATEWAY_VENDOR_LOCAL_ENABLED": "1",
-                                     "GATEWAY_VENDOR_LOCAL_PARALLEL": str(LOCAL_PARALLEL),
-                                     "GATEWAY_VENDOR_LOCAL_CONTEXT_SIZE": str(LOCAL_CONTEXT),
-                                     "GATEWAY_VALIDATE_RESPONSES": "1"}, long=300),
+                    lambda url, db: local_env(db), long=300),
 }
 
 
