@@ -204,7 +204,11 @@ def test_metrics_turned_off_are_a_404():
 
 
 def test_a_named_metrics_directory_is_wiped_of_an_earlier_runs_counts(tmp_path, monkeypatch):
-    monkeypatch.delenv(metrics.DIRECTORY_ENV, raising=False)
+    # prepare_directory exports the directory: set and removed through monkeypatch, the variable is
+    # gone again after the test (a delenv of an unset variable records nothing to undo, and every
+    # later gateway of this pytest worker would inherit the directory, files of this test included).
+    monkeypatch.setenv(metrics.DIRECTORY_ENV, "")
+    monkeypatch.delenv(metrics.DIRECTORY_ENV)
     (tmp_path / "counter_123.db").write_bytes(b"stale")
     (tmp_path / "notes.txt").write_text("not ours")
     assert metrics.prepare_directory(Settings(metrics_dir=str(tmp_path))) == str(tmp_path)
