@@ -13,7 +13,8 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.server import serve
 from tests.gateway_process import GatewayProcess
 from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
-from tests.support import LOCAL_CONTEXT, LOCAL_PARALLEL, LOCAL_TIMEOUT, SHARED_TLS, gateway_env
+from tests.support import (LOCAL_CONTEXT, LOCAL_PARALLEL, LOCAL_THREADS, LOCAL_TIMEOUT, SHARED_TLS, gateway_env,
+                           local_env)
 
 pytest_plugins = ["tests.vendor_fixtures", "tests.browser"]
 
@@ -67,14 +68,7 @@ def client(gateway, database):
 @pytest.fixture(scope="session")
 def local_gateway(database):
     """The gateway with its default `local` vendor: the real model, loaded once per session."""
-    env = {
-        "GATEWAY_DATABASE_URL": database.url,
-        "GATEWAY_VENDOR_LOCAL_ENABLED": "1",
-        "GATEWAY_VENDOR_LOCAL_PARALLEL": str(LOCAL_PARALLEL),
-        "GATEWAY_VENDOR_LOCAL_CONTEXT_SIZE": str(LOCAL_CONTEXT),
-        "GATEWAY_VALIDATE_RESPONSES": "1",
-    }
-    with GatewayProcess(env) as process:
+    with GatewayProcess(local_env(database.url)) as process:
         yield process
 
 
@@ -91,6 +85,6 @@ def engine():
     OpenAI-compatible upstream, and an independent reference for what the model computes."""
     from tests.llamacpp import EngineServer
 
-    server = EngineServer(parallel=LOCAL_PARALLEL, context_size=LOCAL_CONTEXT)
+    server = EngineServer(parallel=LOCAL_PARALLEL, context_size=LOCAL_CONTEXT, threads=LOCAL_THREADS)
     yield server
     server.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from tests import launcher
 from tests.fakes.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ class GatewayProcess:
         self.ready_path = ready_path  # /healthz: serving, whether or not its vendors are ready
         self.cwd = cwd  # the installed-wheel test runs it outside the checkout
         self.module = module  # tests/clocked_gateway.py: the same command, on a clock the test moves
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | launcher.LaunchedProcess | None = None
         self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
         # The log alone (standard error), with what the gateway prints for people in stdout_path.
         self.stdout_path = ROOT / "var" / f"gateway-{self.port}.out" if separate_stdout else None
@@ -38,8 +39,12 @@ class GatewayProcess:
         self.log_path.parent.mkdir(exist_ok=True)
         self._log = self.log_path.open("w")
         self._out = self.stdout_path.open("w") if self.stdout_path else None
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "serve"], env=self.env, cwd=self.cwd,
-                                     stdout=self._out or self._log, stderr=self._log if self._out else subprocess.STDOUT)
+        argv = [sys.executable, "-m", self.module, "serve"]
+        stdout, stderr = self._out or self._log, self._log
+        # Forked from a launcher that has imported the gateway already (tests/launcher.py), where
+        # it can be exactly this command; else a fresh interpreter.
+        self.proc = launcher.launch(argv, self.env, self.cwd, stdout.fileno(), stderr.fileno()) or subprocess.Popen(
+            argv, env=self.env, cwd=self.cwd, stdout=stdout, stderr=stderr)
         deadline = time.monotonic() + self.ready_timeout
         # One client for every poll: httpx builds a TLS context (and loads its certificate store)
         # per client, which costs more CPU than the gateway's start can spare on a small machine.

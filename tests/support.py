@@ -42,11 +42,27 @@ LOCAL_MODEL = "local/smollm2-135m"
 NO_EOS = {"0": -100, "2": -100}  # <|endoftext|> and <|im_end|> banned: generations run to max_tokens
 LOCAL_PARALLEL = 2
 LOCAL_CONTEXT = 1024
+# One engine thread per model (GATEWAY_VENDOR_LOCAL_THREADS): the suite's two workers share the
+# machine's cores, and llama.cpp's threads spin while they wait for each other, burning the CPU the
+# other worker needs whenever they do not each have a core of their own.
+LOCAL_THREADS = 1
 # Seconds a client of the real model waits before giving up: a safety net for a busy machine (other
 # streams queued for the model's slots, other processes), not a bound under test.
 LOCAL_TIMEOUT = 300
 # A loopback port nothing listens on: a vendor there is unreachable (connection refused).
 UNREACHABLE_URL = "http://127.0.0.1:9/v1"
+
+
+def local_env(database_url: str) -> dict[str, str]:
+    """The environment of a gateway whose `local` vendor runs the real model, as the tests run it."""
+    return {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_VENDOR_LOCAL_ENABLED": "1",
+        "GATEWAY_VENDOR_LOCAL_PARALLEL": str(LOCAL_PARALLEL),
+        "GATEWAY_VENDOR_LOCAL_CONTEXT_SIZE": str(LOCAL_CONTEXT),
+        "GATEWAY_VENDOR_LOCAL_THREADS": str(LOCAL_THREADS),
+        "GATEWAY_VALIDATE_RESPONSES": "1",
+    }
 
 
 def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str, str]:

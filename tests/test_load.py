@@ -65,7 +65,11 @@ async def drive(url: str, key: str, seconds: float) -> tuple[list[tuple[int, int
 def test_200_concurrent_clients_mixed_streaming_lose_nothing(upstream, backend, workers):
     account = fresh_account()
     key = create_key(backend.url, account)
-    env = gateway_env(upstream.url, backend.url, GATEWAY_VALIDATE_RESPONSES="0", GATEWAY_WORKERS=str(workers))
+    # The fake vendor answers from this process, which also runs the 200 clients: on a busy machine
+    # its first byte can take longer than the suite's usual vendor timeouts, which this test is not
+    # about (they are a safety net here).
+    env = gateway_env(upstream.url, backend.url, GATEWAY_VALIDATE_RESPONSES="0", GATEWAY_WORKERS=str(workers),
+                      GATEWAY_VENDOR_FAKE_FIRST_BYTE="30", GATEWAY_VENDOR_FAKE_IDLE="30")
     with GatewayProcess(env) as gateway:
         told, errors = asyncio.run(drive(gateway.url, key, SECONDS))
     # The gateway has stopped (SIGTERM): every row it owed, in every worker, is written.
