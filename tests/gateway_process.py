@@ -45,10 +45,12 @@ class GatewayProcess:
         # it can be exactly this command; else a fresh interpreter.
         self.proc = launcher.launch(argv, self.env, self.cwd, stdout.fileno(), stderr.fileno()) or subprocess.Popen(
             argv, env=self.env, cwd=self.cwd, stdout=stdout, stderr=stderr)
+        from tests.support import SHARED_TLS  # (tests.support imports this module)
+
         deadline = time.monotonic() + self.ready_timeout
-        # One client for every poll: httpx builds a TLS context (and loads its certificate store)
-        # per client, which costs more CPU than the gateway's start can spare on a small machine.
-        with httpx.Client(timeout=1) as http:
+        # One client for every poll, on the tests' shared TLS context: httpx builds one (and loads
+        # its certificate store) per client otherwise, which costs more CPU than a poll.
+        with httpx.Client(timeout=1, verify=SHARED_TLS) as http:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"gateway exited with {self.proc.returncode}:\n{self.log()}")

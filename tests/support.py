@@ -303,7 +303,7 @@ def scrape(url: str, **headers: str) -> dict[tuple[str, frozenset], float]:
     """A gateway's GET /metrics as {(sample name, its labels as a set of pairs): value}."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    response = httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+    response = httpx.get(f"{url}/metrics", headers=headers, timeout=10, verify=SHARED_TLS)
     assert response.status_code == 200, response.text
     return {(sample.name, frozenset(sample.labels.items())): sample.value
             for family in text_string_to_metric_families(response.text) for sample in family.samples}
@@ -339,7 +339,7 @@ def memory(pid: int, field: str = "VmRSS") -> int:
 def assert_responsive(gateway) -> None:
     """The gateway answers /healthz at once (a pinned event loop would hold it for seconds; the 1 s
     client timeout is a safety net, not a bound under test)."""
-    assert httpx.get(f"{gateway.url}/healthz", timeout=1).status_code == 200
+    assert httpx.get(f"{gateway.url}/healthz", timeout=1, verify=SHARED_TLS).status_code == 200
 
 
 def off_loop(function: Callable[..., T], *args: Any) -> T:

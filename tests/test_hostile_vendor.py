@@ -325,7 +325,7 @@ def test_sigterm_while_an_estimate_is_counted_writes_its_row_and_exits(upstream,
     tag = f"t-{secrets.token_hex(6)}"
     prompt = word(1)[:900_000]  # letters that never repeat, just under the body limit
     with GatewayProcess(env) as process:
-        with httpx.Client(base_url=process.url, headers={"x-api-key": key}, timeout=30) as http:
+        with httpx.Client(base_url=process.url, headers={"x-api-key": key}, timeout=30, verify=SHARED_TLS) as http:
             r = http.post("/v5/completions", json={"model": "hostile/fail-500", "prompt": prompt, "user": tag})
         assert r.status_code == 502
         assert process.stop() == 0

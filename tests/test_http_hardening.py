@@ -17,7 +17,7 @@ from gateway.http import connection
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
 from tests.raw_http import SAFETY, Client, request
-from tests.support import assert_responsive, gateway_env, memory, wait_until
+from tests.support import SHARED_TLS, assert_responsive, gateway_env, memory, wait_until
 
 MAX_HEADER_BYTES = 64 << 10  # the default
 
@@ -61,7 +61,7 @@ def nested(depth: int) -> bytes:
 @pytest.mark.parametrize("depth", [33, 254, 255, 256, 1023, 1024, 1025, 1026, 100_000])
 def test_json_nested_beyond_the_limit_is_a_422_at_any_depth(strict, database, upstream, depth):
     r = httpx.post(f"{strict.url}/v5/completions", content=nested(depth),
-                   headers={"x-api-key": database.key, "content-type": "application/json"})
+                   headers={"x-api-key": database.key, "content-type": "application/json"}, verify=SHARED_TLS)
     assert r.status_code == 422, r.text
     [problem] = r.json()["detail"]
     assert problem["loc"] == ["body"] and problem["type"] == "json_invalid"
@@ -72,7 +72,7 @@ def test_json_nested_beyond_the_limit_is_a_422_at_any_depth(strict, database, up
 
 def test_json_nested_up_to_the_limit_reaches_schema_validation(strict, database):
     r = httpx.post(f"{strict.url}/v5/completions", content=nested(32),
-                   headers={"x-api-key": database.key, "content-type": "application/json"})
+                   headers={"x-api-key": database.key, "content-type": "application/json"}, verify=SHARED_TLS)
     assert r.status_code == 422
     assert r.json()["detail"] == [{"loc": ["body", "x"], "msg": "Extra inputs are not permitted",
                                    "type": "extra_forbidden"}]
@@ -179,7 +179,7 @@ def test_an_answered_request_whose_declared_body_never_arrives_is_closed(strict,
 # -- Content-Type -------------------------------------------------------------------------------------
 def test_a_body_without_content_type_is_a_415(strict, database, upstream):
     r = httpx.post(f"{strict.url}/v5/completions", content=b'{"model": "fake/m", "prompt": "x"}',
-                   headers={"x-api-key": database.key})
+                   headers={"x-api-key": database.key}, verify=SHARED_TLS)
     assert "content-type" not in r.request.headers
     assert r.status_code == 415 and r.headers["x-should-retry"] == "false"
     assert r.json()["error"]["code"] == "content_type_missing"
@@ -190,10 +190,10 @@ def test_a_body_without_content_type_is_a_415(strict, database, upstream):
 def test_readyz_shows_its_checks_only_to_a_caller_with_a_valid_key(strict, database):
     checks = {"fake": "ok", "retrying": "ok", "down": "ok", "database": "ok", "limits": "ok"}
     for headers in ({}, {"x-api-key": "sk-gw-not-a-key"}, {"authorization": "Bearer sk-gw-not-a-key"}):
-        r = httpx.get(f"{strict.url}/readyz", headers=headers)
+        r = httpx.get(f"{strict.url}/readyz", headers=headers, verify=SHARED_TLS)
         assert (r.status_code, r.json()) == (200, {"status": "ok"})
     for headers in ({"x-api-key": database.key}, {"authorization": f"Bearer {database.key}"}):
-        r = httpx.get(f"{strict.url}/readyz", headers=headers)
+        r = httpx.get(f"{strict.url}/readyz", headers=headers, verify=SHARED_TLS)
         assert (r.status_code, r.json()) == (200, {"status": "ok", "checks": checks})
 
 
@@ -203,12 +203,13 @@ def test_readyz_while_starting_says_only_that_without_a_key(tmp_path, database):
     env = {"GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_MODEL_PATH": str(bogus)}
     with GatewayProcess(env, ready_path="/healthz") as gateway:
         def local_check() -> str:
-            return httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}).json()["checks"]["local"]
+            r = httpx.get(f"{gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS)
+            return r.json()["checks"]["local"]
 
         wait_until(lambda: "loading" not in local_check(), SAFETY,
                    message="the bogus model's load ends")
         assert "cannot load model" in local_check()
-        r = httpx.get(f"{gateway.url}/readyz")
+        r = httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS)
         assert (r.status_code, r.json()) == (503, {"status": "starting"})
 
 
@@ -220,16 +221,18 @@ def test_readyz_during_a_database_outage_says_degraded_without_the_error(upstrea
         with GatewayProcess(gateway_env(upstream.url, db.url)) as gateway:
             keyed = {"x-api-key": db.key}
             body = {"model": "fake/m", "prompt": "x", "max_tokens": 1}
-            assert httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed).status_code == 200
+            post = lambda: httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed,  # noqa: E731
+                                      verify=SHARED_TLS)
+            assert post().status_code == 200
             with postgres_down(db.url):
                 # A row the ledger cannot write is what tells the gateway its database is away.
-                assert httpx.post(f"{gateway.url}/v5/completions", json=body, headers=keyed).status_code == 200
-                wait_until(lambda: httpx.get(f"{gateway.url}/readyz").json()["status"] == "degraded", SAFETY,
-                           message="degraded")
+                assert post().status_code == 200
+                wait_until(lambda: httpx.get(f"{gateway.url}/readyz", verify=SHARED_TLS).json()["status"] == "degraded",
+                           SAFETY, message="degraded")
                 for headers in ({}, {"x-api-key": db.multi_key}):  # the second key was never checked: it cannot be now
-                    r = httpx.get(f"{gateway.url}/readyz", headers=headers)
+                    r = httpx.get(f"{gateway.url}/readyz", headers=headers, verify=SHARED_TLS)
                     assert (r.status_code, r.json()) == (200, {"status": "degraded"})
-                r = httpx.get(f"{gateway.url}/readyz", headers=keyed)
+                r = httpx.get(f"{gateway.url}/readyz", headers=keyed, verify=SHARED_TLS)
                 assert r.status_code == 200 and "database unavailable" in r.json()["checks"]["database"]
 
 
@@ -238,17 +241,18 @@ def test_errors_repeat_only_the_start_of_a_long_client_value(strict, database):
     long = "q" * 60_000
     keyed = {"x-api-key": database.key}
     r = httpx.post(f"{strict.url}/v5/completions", json={"model": "fake/m", "prompt": "x"},
-                   headers=keyed | {"x-selected-account-id": long})
+                   headers=keyed | {"x-selected-account-id": long}, verify=SHARED_TLS)
     assert r.status_code == 403
     assert f"'{'q' * 100}…'" in r.json()["error"]["message"] and len(r.json()["error"]["message"]) < 200
 
     r = httpx.post(f"{strict.url}/v5/completions", json={"model": f"fake/{long}", "prompt": "x", long: 1},
-                   headers=keyed)
+                   headers=keyed, verify=SHARED_TLS)
     assert r.status_code == 422
     assert len(r.content) < 2_000
     assert {("body", "q" * 100 + "…")} <= {tuple(p["loc"]) for p in r.json()["detail"]}
 
-    r = httpx.post(f"{strict.url}/v5/completions", content=b"{}", headers=keyed | {"content-type": f"text/{long}"})
+    r = httpx.post(f"{strict.url}/v5/completions", content=b"{}", headers=keyed | {"content-type": f"text/{long}"},
+                   verify=SHARED_TLS)
     assert r.status_code == 415 and len(r.json()["error"]["message"]) < 200
 
 

@@ -27,7 +27,8 @@ def json_log(upstream, database):
                                                            "stream": True}),
             "secret": client.post("/v5/completions", json={"model": f"fake/{KEY_SHAPED}", "prompt": "hi"}),
             "vendor_error": client.post("/v5/completions", json={"model": "fake/fail-500", "prompt": "hi"}),
-            "no_key": httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/x", "prompt": "hi"}),
+            "no_key": httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/x", "prompt": "hi"},
+                                 verify=SHARED_TLS),
         }
     text = gateway.log_path.read_text()
     return [line for line in text.splitlines() if line.strip()], answers, text

@@ -170,7 +170,7 @@ def guarded(upstream, db):
 @pytest.mark.parametrize("headers", [{}, {"x-api-key": "wrong-secret-000000"}, {"authorization": "Bearer nope"},
                                      {"x-api-key": "sk-gw-" + "A" * 43}])
 def test_protected_metrics_refuse_a_scrape_without_an_accepted_key(guarded, headers):
-    response = httpx.get(f"{guarded.url}/metrics", headers=headers, timeout=10)
+    response = httpx.get(f"{guarded.url}/metrics", headers=headers, timeout=10, verify=SHARED_TLS)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "metrics_key_required"
     assert METRICS_KEY not in response.text
@@ -179,7 +179,7 @@ def test_protected_metrics_refuse_a_scrape_without_an_accepted_key(guarded, head
 def test_protected_metrics_take_the_metrics_key_or_an_api_key(guarded, db):
     for headers in ({"x-api-key": METRICS_KEY}, {"authorization": f"Bearer {METRICS_KEY}"}, {"x-api-key": db.key},
                     {"authorization": f"Bearer {db.key}"}):
-        response = httpx.get(f"{guarded.url}/metrics", headers=headers, timeout=10)
+        response = httpx.get(f"{guarded.url}/metrics", headers=headers, timeout=10, verify=SHARED_TLS)
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
         assert "gateway_ledger_dropped_rows_total" in response.text
 

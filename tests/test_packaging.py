@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
+from tests.support import SHARED_TLS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,8 +70,8 @@ def test_the_installed_wheel_serves_from_any_directory(wheel, tmp_path):
         where = subprocess.run([sys.executable, "-c", "import gateway, generated; print(gateway.__file__)"],
                                env=os.environ | env, cwd=elsewhere, check=True, capture_output=True, text=True)
         assert where.stdout.startswith(str(site))
-        answer = httpx.post(f"{gateway.url}/v5/completions", json={"model": "x/y", "prompt": "p"})
+        answer = httpx.post(f"{gateway.url}/v5/completions", json={"model": "x/y", "prompt": "p"}, verify=SHARED_TLS)
         assert answer.status_code == 401 and answer.json()["error"]["type"] == "authentication_error"
-        page = httpx.get(f"{gateway.url}/ui/")  # the dashboard's files come from the package too
+        page = httpx.get(f"{gateway.url}/ui/", verify=SHARED_TLS)  # the dashboard's files come from the package too
         assert page.status_code == 200 and 'src="app.js"' in page.text
     assert (elsewhere / "gateway.db").exists()  # migrated from the package's own migrations

@@ -15,7 +15,7 @@ import pytest
 from tests.browser import screenshot
 from tests.fakes.server import ServerThread
 from tests.gateway_process import GatewayProcess
-from tests.support import gateway_env
+from tests.support import SHARED_TLS, gateway_env
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>another origin</title></head>
@@ -110,26 +110,27 @@ def test_preflights_grant_the_headers_clients_send_only_to_allowed_origins(cors_
     allowed, refused = origins
     ask = {"access-control-request-method": "POST",
            "access-control-request-headers": "x-api-key, x-selected-account-id, authorization, content-type"}
-    granted = httpx.options(f"{cors_gateway.url}/v5/completions", headers={"origin": allowed, **ask})
+    granted = httpx.options(f"{cors_gateway.url}/v5/completions", headers={"origin": allowed, **ask}, verify=SHARED_TLS)
     assert granted.status_code == 200 and granted.headers["access-control-allow-origin"] == allowed
     assert {h.strip() for h in granted.headers["access-control-allow-headers"].split(",")} >= {
         "x-api-key", "x-selected-account-id", "authorization", "content-type"}
-    denied = httpx.options(f"{cors_gateway.url}/v5/completions", headers={"origin": refused, **ask})
+    denied = httpx.options(f"{cors_gateway.url}/v5/completions", headers={"origin": refused, **ask}, verify=SHARED_TLS)
     assert "access-control-allow-origin" not in denied.headers
     # an error answer carries the grant too, so the page can read why it failed
-    unauthorized = httpx.post(f"{cors_gateway.url}/v5/completions", json={}, headers={"origin": allowed})
+    unauthorized = httpx.post(f"{cors_gateway.url}/v5/completions", json={}, headers={"origin": allowed},
+                              verify=SHARED_TLS)
     assert unauthorized.status_code == 401 and unauthorized.headers["access-control-allow-origin"] == allowed
 
 
 def test_without_cors_origins_no_origin_is_granted(gateway, origins):
     allowed, _ = origins
     response = httpx.options(f"{gateway.url}/v5/completions", headers={
-        "origin": allowed, "access-control-request-method": "POST"})
+        "origin": allowed, "access-control-request-method": "POST"}, verify=SHARED_TLS)
     assert "access-control-allow-origin" not in response.headers
 
 
 def test_the_contract_is_served(gateway):
-    response = httpx.get(f"{gateway.url}/openapi.json")
+    response = httpx.get(f"{gateway.url}/openapi.json", verify=SHARED_TLS)
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     with open("openapi.json", "rb") as contract:
         assert response.json() == json.load(contract)

@@ -163,8 +163,9 @@ def test_prompts_and_completions_are_recorded_only_when_asked(traced, exporter, 
 def test_every_request_has_its_span_named_after_its_route(traced, exporter):
     url, _ = traced
     trace, trace_id = new_trace()
-    assert httpx.get(f"{url}/healthz", headers={"traceparent": trace}).status_code == 200
-    assert httpx.get(f"{url}/no/such/{secrets.token_hex(4)}", headers={"traceparent": trace}).status_code == 404
+    assert httpx.get(f"{url}/healthz", headers={"traceparent": trace}, verify=SHARED_TLS).status_code == 200
+    missing = httpx.get(f"{url}/no/such/{secrets.token_hex(4)}", headers={"traceparent": trace}, verify=SHARED_TLS)
+    assert missing.status_code == 404
     [health] = finished(exporter, trace_id, "GET /healthz")
     [unknown] = finished(exporter, trace_id, "GET (other)")
     assert health.attributes["http.response.status_code"] == 200
