@@ -19,6 +19,7 @@ Exactness, in the order things can go wrong:
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -115,19 +116,15 @@ def measures(row: dict[str, Any]) -> tuple[int, ...]:
             1 if cost is None and not refused else 0, 1 if refused else 0)
 
 
-def _add_to(sums: dict[tuple[Any, ...], list[int]], key: tuple[Any, ...], values: Iterable[int]) -> None:
+def _add_to(sums: dict[tuple[Any, ...], tuple[int, ...]], key: tuple[Any, ...], values: tuple[int, ...]) -> None:
     total = sums.get(key)
-    if total is None:
-        sums[key] = list(values)
-    else:
-        for i, value in enumerate(values):
-            total[i] += value
+    sums[key] = values if total is None else tuple(map(operator.add, total, values))
 
 
 async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> None:
     """Add ledger rows, just inserted in the connection's transaction, to every rollup."""
     # Each row is summed once, into the finest rollup; every other is summed from those sums.
-    finest: dict[tuple[Any, ...], list[int]] = {}
+    finest: dict[tuple[Any, ...], tuple[int, ...]] = {}
     for row in rows:
         user = row.get("end_user")
         _add_to(finest, (row["account_id"], floor(row["started_at"], "hour"), row["model"], row["key_id"],
@@ -135,13 +132,16 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
     if not finest:
         return
     dialect = connection.dialect.name
+    hours = {key[1] for key in finest}  # a batch has a few: each is floored once per grain
     positions = {name: i for i, name in enumerate(FINEST.dimensions)}
     for cube in CUBES:
-        picked = [positions[name] for name in cube.dimensions[2:]]
-        sums: dict[tuple[Any, ...], list[int]] = {}
+        period = {hour: floor(hour, cube.grain) for hour in hours}
+        kept = [positions[name] for name in cube.dimensions[2:]]
+        # The cube's dimensions out of a finest key, as a tuple (itemgetter of one index gives the item).
+        pick = operator.itemgetter(*kept) if len(kept) > 1 else lambda key, at=kept[0]: (key[at],)
+        sums: dict[tuple[Any, ...], tuple[int, ...]] = {}
         for key, values in finest.items():
-            period = key[1] if cube.grain == "hour" else floor(key[1], cube.grain)
-            _add_to(sums, (key[0], period, *(key[i] for i in picked)), values)
+            _add_to(sums, (key[0], period[key[1]], *pick(key)), values)
         sql, period_value = _upsert(cube, dialect)
         # In key order: concurrent writers then lock shared rollup rows in the same order.
         params = [(key[0], period_value(key[1]), *key[2:], *sums[key]) for key in sorted(sums)]
