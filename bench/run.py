@@ -1,15 +1,25 @@
 """`make bench`: the gateway against the vendor it fronts, measured side by side in one run.
 
-A fast fake OpenAI-compatible vendor runs in its own process; gateways (one per HTTP transport:
-httpx-aiohttp and plain httpx) run as `gateway serve`, one worker each. A closed-loop load
-generator (aiohttp, in this process) measures requests/s and latency p50/p99 at concurrency 1
-and 32, calling the vendor directly and through each gateway, round-robin in short rounds so
-machine noise hits every variant alike; then streaming time-to-first-byte and total time.
+A fast fake OpenAI-compatible vendor runs in its own process; gateways (one per HTTP library:
+aiohttp and httpx's own pool) run as `gateway serve`, one worker each. A closed-loop load
+generator (aiohttp, in this process) measures, calling the vendor directly and through each
+gateway, round-robin in short rounds so machine noise hits every variant alike:
+- requests/s and latency p50/p99 at concurrency 1 and 32, and each gateway's CPU per request
+  (user + system time of its process during its own rounds);
+- streams at concurrency 32: 64 tokens as fast as the vendor writes them (a read of the vendor
+  holds many events), 1 token (what a stream costs apart from its chunks), and 64 tokens paced
+  at 1 ms a token (a read holds one event, as from a generating model): streams/s, time to the
+  first event p50, CPU per stream, and CPU per chunk (the 64-token stream's CPU less the
+  1-token one's, per token);
+- then sequential streams: time to the first event and total time.
 
     python -m bench.run [--seconds 4] [--rounds 3] [--against CHECKOUT]
+    python -m bench.run --callgrind [--requests 300] [--against CHECKOUT]
 
 `--against` adds the gateway of another checkout of this project (e.g. a worktree of the commit
 before a change) as one more variant, on its own SQLite database: before and after, in one run.
+`--callgrind` counts instructions instead (bench/instructions.py): the same on a busy machine as
+on an idle one.
 """
 
 from __future__ import annotations
@@ -34,6 +44,12 @@ from tests.provision import empty_database, sqlite_database
 
 BODY = {"model": "fake/bench", "prompt": "The quick brown fox", "max_tokens": 16}
 STREAM_BODY = {**BODY, "max_tokens": 64, "stream": True}
+STREAMS = {  # name: (body, tokens)
+    "64 tokens": ({**STREAM_BODY, "stream_options": {"include_usage": True}}, 64),
+    "1 token": ({**STREAM_BODY, "max_tokens": 1, "stream_options": {"include_usage": True}}, 1),
+    "64 paced": ({**STREAM_BODY, "model": "fake/slow-1", "stream_options": {"include_usage": True}}, 64),
+}
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -41,14 +57,56 @@ class Sample:
     latencies: list[float] = field(default_factory=list)
     seconds: float = 0.0
     errors: int = 0
+    first_bytes: list[float] = field(default_factory=list)  # a stream's time to its first event
+    cpu: float = 0.0  # seconds of the gateway's CPU during this sample's rounds
 
     @property
     def rps(self) -> float:
         return len(self.latencies) / self.seconds if self.seconds else 0.0
 
-    def pct(self, q: float) -> float:
-        data = sorted(self.latencies)
+    def pct(self, q: float, of: str = "latencies") -> float:
+        data = sorted(getattr(self, of))
         return data[min(len(data) - 1, int(q * len(data)))] * 1000 if data else float("nan")
+
+    @property
+    def cpu_per_request(self) -> float:
+        """Milliseconds of the gateway's CPU per request answered."""
+        return self.cpu / len(self.latencies) * 1000 if self.latencies else float("nan")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process `pid` so far (0 for the vendor called directly)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, sample: Sample) -> None:
+    """One request, its latency (and a stream's time to its first event) recorded in `sample`."""
+    start = time.perf_counter()
+    first = None
+    try:
+        async with session.post(url, json=body, headers=headers) as response:
+            if body.get("stream"):  # read as it comes: when did the first event arrive?
+                tail = b""
+                async for piece in response.content.iter_any():
+                    if first is None and b"data: {" in tail + piece:
+                        first = time.perf_counter() - start
+                    tail = (tail + piece)[-8:]
+                ok = response.status == 200 and tail.endswith(b"[DONE]\n\n")
+            else:
+                await response.read()
+                ok = response.status == 200
+    except aiohttp.ClientError:
+        ok = False
+    if ok:
+        sample.latencies.append(time.perf_counter() - start)
+        if first is not None:
+            sample.first_bytes.append(first)
+    else:
+        sample.errors += 1
 
 
 async def closed_loop(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, concurrency: int,
@@ -57,17 +115,7 @@ async def closed_loop(session: aiohttp.ClientSession, url: str, body: dict, head
 
     async def worker() -> None:
         while time.perf_counter() < stop_at:
-            start = time.perf_counter()
-            try:
-                async with session.post(url, json=body, headers=headers) as response:
-                    await response.read()
-                    ok = response.status == 200
-            except aiohttp.ClientError:
-                ok = False
-            if ok:
-                sample.latencies.append(time.perf_counter() - start)
-            else:
-                sample.errors += 1
+            await one_request(session, url, body, headers, sample)
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -100,30 +148,57 @@ def start_vendor(port: int) -> subprocess.Popen:
     raise RuntimeError("vendor did not start")
 
 
-async def measure(targets: dict[str, tuple[str, dict]], seconds: float, rounds: int) -> None:
+Target = tuple[str, dict, int | None]  # URL, headers, the gateway's process id (None: the vendor)
+
+
+async def rounds(session: aiohttp.ClientSession, targets: dict[str, Target], body: dict, concurrency: int,
+                 seconds: float, count: int) -> dict[str, Sample]:
+    """`count` rounds of `seconds` per target, round-robin; each gateway's CPU during its own."""
+    samples = {name: Sample() for name in targets}
+    direct = {**body, "model": body["model"].partition("/")[2]}  # the vendor's own name for it
+    for _ in range(count):
+        for name, (url, headers, pid) in targets.items():
+            before = cpu_seconds(pid)
+            await closed_loop(session, url, body if pid else direct, headers, concurrency, seconds, samples[name])
+            samples[name].cpu += cpu_seconds(pid) - before
+    return samples
+
+
+async def measure(targets: dict[str, Target], seconds: float, count: int) -> None:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        for url, headers in targets.values():  # warm up pools and code paths
+        for url, headers, _ in targets.values():  # warm up pools and code paths
             await closed_loop(session, url, BODY, headers, 8, 0.5, Sample())
-        print(f"\nrequests: {BODY}  ({rounds} rounds x {seconds}s per variant, round-robin)")
-        print(f"{'variant':<22}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+            await closed_loop(session, url, STREAMS["64 tokens"][0], headers, 8, 0.5, Sample())
+        print(f"\nrequests: {BODY}  ({count} rounds x {seconds}s per variant, round-robin)")
+        print(f"{'variant':<22}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/req':>12}{'errors':>8}")
         for concurrency in (1, 32):
-            samples = {name: Sample() for name in targets}
-            for _ in range(rounds):
-                for name, (url, headers) in targets.items():
-                    await closed_loop(session, url, BODY, headers, concurrency, seconds, samples[name])
+            samples = await rounds(session, targets, BODY, concurrency, seconds, count)
             for name, s in samples.items():
-                print(f"{name:<22}{concurrency:>5}{s.rps:>10.0f}{s.pct(0.5):>9.2f}{s.pct(0.99):>9.2f}{s.errors:>8}")
+                cpu = f"{s.cpu_per_request:>12.3f}" if targets[name][2] else f"{'':>12}"
+                print(f"{name:<22}{concurrency:>5}{s.rps:>10.0f}{s.pct(0.5):>9.2f}{s.pct(0.99):>9.2f}{cpu}{s.errors:>8}")
             direct = samples["direct"]
             for name, s in samples.items():
                 if name != "direct":
                     print(f"  {name}: {s.rps / direct.rps:.2f}x direct throughput, "
                           f"+{s.pct(0.5) - direct.pct(0.5):.2f} ms p50, +{s.pct(0.99) - direct.pct(0.99):.2f} ms p99")
+        print(f"\nstreams at concurrency 32, include_usage ({count} rounds x {seconds}s per variant, round-robin); "
+              "first event p50; CPU per chunk = (64-token stream - 1-token stream) / 63")
+        print(f"{'variant':<22}{'stream':>10}{'streams/s':>11}{'1st ms':>9}{'CPU ms':>9}{'CPU µs/chunk':>14}{'errors':>8}")
+        by_stream = {stream: await rounds(session, targets, body, 32, seconds, count)
+                     for stream, (body, _) in STREAMS.items()}
+        for name in targets:
+            one = by_stream["1 token"][name].cpu_per_request
+            for stream, samples in by_stream.items():
+                s, tokens = samples[name], STREAMS[stream][1]
+                per_chunk = (s.cpu_per_request - one) / (tokens - 1) * 1000 if tokens > 1 else float("nan")
+                cpu = f"{s.cpu_per_request:>9.3f}{per_chunk:>14.1f}" if targets[name][2] else f"{'':>23}"
+                print(f"{name:<22}{stream:>10}{s.rps:>11.0f}{s.pct(0.5, 'first_bytes'):>9.2f}{cpu}{s.errors:>8}")
         print(f"\nstreaming {STREAM_BODY['max_tokens']} tokens, sequential, 50 per variant (median):")
         print(f"{'variant':<22}{'ttfb ms':>9}{'total ms':>10}")
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
         for _ in range(50):
-            for name, (url, headers) in targets.items():
+            for name, (url, headers, _) in targets.items():
                 results[name].append(await stream_once(session, url, headers))
         for name, values in results.items():
             ttfb = statistics.median(v[0] for v in values) * 1000
@@ -136,7 +211,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--against", type=Path, help="another checkout's gateway, measured beside this one")
+    parser.add_argument("--callgrind", action="store_true", help="instructions per request, under valgrind")
+    parser.add_argument("--requests", type=int, default=300, help="with --callgrind: requests per case")
     args = parser.parse_args()
+    if args.callgrind:
+        from bench import instructions
+
+        return instructions.main(args.requests, args.against)
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
     vendor_url = f"http://127.0.0.1:{vendor_port}"
@@ -162,9 +243,10 @@ def main() -> int:
             g.start()
         if args.against:
             keys[name] = re.search(r"sk-gw-[A-Za-z0-9_-]+", gateways[name].log()).group()
-        targets = {"direct": (f"{vendor_url}/v1/completions", {})}
+        targets: dict[str, Target] = {"direct": (f"{vendor_url}/v1/completions", {}, None)}
         for name, g in gateways.items():
-            targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]})
+            assert g.proc is not None
+            targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]}, g.proc.pid)
         print(f"cpus: {os.cpu_count()}; one gateway worker per transport; vendor: tests/fakes/openai_upstream.py")
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:

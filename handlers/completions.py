@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import secrets
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -29,7 +29,7 @@ async def create(request: HandlerRequest) -> Response:
     caller = request.caller
     account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
-    request_id = f"cmpl-{secrets.token_hex(16)}"  # 128 random bits, as cheap as they come
+    request_id = f"cmpl-{os.urandom(16).hex()}"  # 128 random bits, without a UUID object
     created = int(time.time())
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
