@@ -25,7 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.run import BODY, STREAMS, Sample, one_request, start_vendor
+from bench.run import BODY, STREAMS, Sample, checkout_python, one_request, revision, start_vendor
 from tests.fakes.server import free_port
 from tests.gateway_process import ROOT
 from tests.provision import sqlite_database
@@ -41,7 +41,7 @@ CASES = {"request (16 tokens)": (BODY, 0), "stream of 1 token": (STREAMS["1 toke
 def main(requests: int, against: Path | None = None) -> int:
     """`against`: another checkout of the project (one whose database schema is this one's),
     counted the same way beside this one."""
-    checkouts = {"this checkout": ROOT} | ({_revision(against): against.resolve()} if against else {})
+    checkouts = {"this checkout": ROOT} | ({revision(against): against.resolve()} if against else {})
     vendor_port, port = free_port(), free_port()
     vendor = start_vendor(vendor_port)
     with contextlib.ExitStack() as stack:
@@ -67,14 +67,9 @@ def main(requests: int, against: Path | None = None) -> int:
     return 0
 
 
-def _revision(checkout: Path) -> str:
-    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or checkout.name
-
-
 def _count(env: dict[str, str], port: int, key: str, body: dict, requests: int, checkout: Path) -> int:
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
-               sys.executable, "-c", BOOT, str(COMMIT_INTERVAL)]
+               checkout_python(checkout), "-c", BOOT, str(COMMIT_INTERVAL)]
     # Run from `checkout`, its code is the one imported (the script's directory comes first).
     gateway = subprocess.Popen(command, env={**os.environ, **env}, cwd=checkout, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)

@@ -39,7 +39,7 @@ import aiohttp
 import uvloop
 
 from bench import inprocess
-from bench.run import BODY, Sample, closed_loop, start_vendor
+from bench.run import BODY, Sample, checkout_python, closed_loop, revision, start_vendor
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import Limiter
@@ -260,11 +260,6 @@ async def throughput(targets: dict[str, tuple[str, str]], seconds: float, rounds
     print(f"  --workers 2 / --workers 1: {two / one:.2f}x")
 
 
-def _revision(checkout: Path) -> str:
-    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or checkout.name
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description="the cost of limits and the gain of workers, side by side")
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -311,7 +306,8 @@ def main() -> int:
             run_cli(db.url, "limits", "set", "--key", limited_id, *EVERY_LIMIT)
             gateways = {"": GatewayProcess(env)}
             if args.against:  # the same database: the other checkout's schema must be this one's
-                gateways[f"{_revision(args.against)}: "] = GatewayProcess(env, cwd=args.against.resolve())
+                gateways[f"{revision(args.against)}: "] = GatewayProcess(env, cwd=args.against.resolve(),
+                                                                             python=checkout_python(args.against))
             with contextlib.ExitStack() as running:
                 for gateway in gateways.values():
                     running.enter_context(gateway)

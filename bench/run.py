@@ -206,6 +206,19 @@ async def measure(targets: dict[str, Target], seconds: float, count: int) -> Non
             print(f"{name:<22}{ttfb:>9.2f}{total:>10.2f}")
 
 
+def revision(checkout: Path) -> str:
+    """Another checkout's commit (short), for the tables."""
+    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() or checkout.name
+
+
+def checkout_python(checkout: Path) -> str:
+    """The interpreter of another checkout: its own virtual environment (its dependencies may differ
+    from this one's), else this one's."""
+    venv = checkout.resolve() / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="gateway vs direct vendor, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
@@ -235,9 +248,9 @@ def main() -> int:
     if args.against:
         # Its own database, empty: the other checkout's schema may differ; it makes its first key.
         other_url = database.enter_context(empty_database("sqlite"))
-        name = f"{_revision(args.against)} (aiohttp)"
+        name = f"{revision(args.against)} (aiohttp)"
         gateways[name] = GatewayProcess({**env, "GATEWAY_DATABASE_URL": other_url, "GATEWAY_HTTP_TRANSPORT": "aiohttp"},
-                                        cwd=args.against.resolve())
+                                        cwd=args.against.resolve(), python=checkout_python(args.against))
     try:
         for g in gateways.values():
             g.start()
@@ -256,11 +269,6 @@ def main() -> int:
         vendor.wait()
         database.close()
     return 0
-
-
-def _revision(checkout: Path) -> str:
-    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or checkout.name
 
 
 if __name__ == "__main__":

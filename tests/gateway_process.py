@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 class GatewayProcess:
     def __init__(self, env: dict[str, str], port: int | None = None, ready_timeout: float = 60.0,
                  ready_path: str = "/readyz", cwd: Path = ROOT, module: str = "gateway",
-                 separate_stdout: bool = False) -> None:
+                 separate_stdout: bool = False, python: str = sys.executable) -> None:
         self.port = port or free_port()
         self.env = {**os.environ, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", **env}
         self.ready_timeout = ready_timeout
         self.ready_path = ready_path  # /healthz: serving, whether or not its vendors are ready
         self.cwd = cwd  # the installed-wheel test runs it outside the checkout
         self.module = module  # tests/clocked_gateway.py: the same command, on a clock the test moves
+        self.python = python  # bench --against: another checkout's own virtual environment
         self.proc: subprocess.Popen | launcher.LaunchedProcess | None = None
         self.log_path = ROOT / "var" / f"gateway-{self.port}.log"
         # The log alone (standard error), with what the gateway prints for people in stdout_path.
@@ -39,7 +40,7 @@ class GatewayProcess:
         self.log_path.parent.mkdir(exist_ok=True)
         self._log = self.log_path.open("w")
         self._out = self.stdout_path.open("w") if self.stdout_path else None
-        argv = [sys.executable, "-m", self.module, "serve"]
+        argv = [self.python, "-m", self.module, "serve"]
         stdout, stderr = self._out or self._log, self._log
         # Forked from a launcher that has imported the gateway already (tests/launcher.py), where
         # it can be exactly this command; else a fresh interpreter.
