@@ -230,6 +230,10 @@ def _text(value: Any) -> str:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None, workers: int | None) -> int:
+    # httpx (which Connexion imports) loads its command-line client on import whenever rich and
+    # pygments are installed, as they are beside the dev tools: megabytes of every worker that a
+    # server never uses. Without them httpx does without it, as here.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
     from gateway.http import metrics, server
     from gateway.services import create_app, redactor
 

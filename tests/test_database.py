@@ -7,6 +7,8 @@ import asyncio
 import json
 import logging
 import re
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -48,6 +50,27 @@ def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):
     config.set_main_option("script_location", "gateway.store:migrations")
     assert diff == []
     assert version == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_the_head_read_off_the_file_names_is_alembics_and_a_database_at_it_starts_without_alembic(tmp_path):
+    config = Config()
+    config.set_main_option("script_location", "gateway.store:migrations")
+    assert database.head_revision() == ScriptDirectory.from_config(config).get_current_head()
+    url = f"sqlite:///{tmp_path}/gateway.db"
+    # A fresh interpreter: this one has imported alembic already.
+    opened = ("import asyncio, sys\n"
+              "from gateway.store import database\n"
+              "async def main():\n"
+              "    engine = database.connect(sys.argv[1])\n"
+              "    async def nothing(connection): return None\n"
+              "    await database.prepare(engine, nothing)\n"
+              "    await engine.dispose()\n"
+              "asyncio.run(main())\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'alembic', 'mako'}))\n")
+    first, second = (subprocess.run([sys.executable, "-c", opened, url], capture_output=True, text=True, check=True)
+                     for _ in range(2))
+    assert first.stdout.strip() == "['alembic', 'mako']"  # an empty database: migrated
+    assert second.stdout.strip() == "[]"  # at the head: nothing to import
 
 
 def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, upstream):

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from importlib import resources
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import URL, Connection, event, make_url, text
+from sqlalchemy import URL, Connection, event, inspect, make_url, text
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -28,6 +27,11 @@ from gateway.core.errors import ConfigError
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000  # how long a writer waits for another process's write to finish
+# sqlite3 keeps prepared statements per connection (128 by default). The ledger's writer inserts
+# batches of any size, each size a different statement text, and a prepared multi-row INSERT is
+# large: the default cache held tens of MB of them under load. Few slots keep memory flat; a
+# statement prepared again costs microseconds, once per commit.
+SQLITE_CACHED_STATEMENTS = 16
 PG_CONNECT_TIMEOUT = 5.0  # seconds; asyncpg's own default (60 s) would hold a retry loop for a minute
 # pg_advisory_xact_lock key serialising schema upgrades and first-start set-up across processes.
 _PREPARE_LOCK = 0x67617465  # "gate"
@@ -55,7 +59,7 @@ def connect(url: str) -> AsyncEngine:
     parsed = engine_url(url)
     if parsed.get_backend_name() == "sqlite":
         _private_file(Path(parsed.database))
-        engine = create_async_engine(parsed, pool_pre_ping=True)
+        engine = create_async_engine(parsed, pool_pre_ping=True, connect_args={"cached_statements": 16})
         _sqlite_events(engine)
         return engine
     return create_async_engine(
@@ -124,8 +128,30 @@ async def prepare(engine: AsyncEngine, then: Callable[[AsyncConnection], Awaitab
         return await then(connection)
 
 
+def head_revision() -> str:
+    """The newest migration's revision, read off the file names (`NNNN_what.py` holds revision
+    "NNNN"; tests/test_migrations.py checks this against alembic's own view), so that a gateway
+    whose database is up to date never imports alembic, a good part of a worker's memory."""
+    versions = resources.files("gateway.store.migrations").joinpath("versions")
+    return max(name[:4] for name in (entry.name for entry in versions.iterdir())
+               if name[:4].isdigit() and name.endswith(".py"))
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database's schema is at (None: no schema yet)."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
 def upgrade(connection: Connection) -> None:
-    """alembic `upgrade head` on an open connection (inside its transaction)."""
+    """alembic `upgrade head` on an open connection (inside its transaction); nothing to do, and
+    alembic not imported, when the schema is at the head already."""
+    if current_revision(connection) == head_revision():
+        return
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", "gateway.store:migrations")
     config.attributes["connection"] = connection

@@ -8,9 +8,8 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from gateway.core import observe
@@ -19,8 +18,11 @@ from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorF
 from gateway.core.streams import Watch
 from gateway.vendors.balancer import Balancer, Member, Ticket
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
-from gateway.vendors.transport import AiohttpClient, Answer, Client, HttpxClient, TransportError
+from gateway.vendors.transport import AiohttpClient, Answer, Client, TransportError
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
+
+if TYPE_CHECKING:
+    import httpx
 
 # Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -94,11 +96,11 @@ def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTranspor
     """One client per deployment for the process's life. `transport` picks the library:
     "aiohttp" (aiohttp's pool, directly), "httpx" (httpx's own pool; bench/ measures both), or an
     httpx transport of the caller's."""
-    if isinstance(transport, httpx.AsyncBaseTransport):
-        return HttpxClient(headers, config.timeouts, transport)
     if transport == "aiohttp":
         return AiohttpClient(headers, config.timeouts)
-    return HttpxClient(headers, config.timeouts)
+    from gateway.vendors.transport_httpx import HttpxClient  # only a gateway that asked for it imports httpx
+
+    return HttpxClient(headers, config.timeouts, None if transport == "httpx" else transport)
 
 
 class _Upstream:

@@ -22,14 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from gateway.core.completion import COUNT_TOKENS_TIMEOUT
 from gateway.core.errors import clip
 from gateway.vendors import untrusted as read
 from gateway.vendors.logprobs import TokenLogprob, engine_entries, from_engine, raw_token
 
 if TYPE_CHECKING:
+    import httpx
     import xllamacpp
 
 T = TypeVar("T")
@@ -102,6 +101,7 @@ class Engine:
         params = engine_params(self.options)
         key = secrets.token_urlsafe(24)
         params.api_keys = [key]
+        import httpx  # here, with the model: a gateway without the local vendor never imports it
         import xllamacpp
 
         server = xllamacpp.Server(params)
@@ -134,6 +134,8 @@ class Engine:
         plain text). Blocking: for the ledger's worker thread, never the event loop."""
         if self._counting is None:
             raise EngineError("the model is not loaded")
+        import httpx  # (loaded by `load`)
+
         try:
             response = self._counting.post("/tokenize", json={"content": text, "parse_special": False,
                                                               "add_special": False})
@@ -144,6 +146,8 @@ class Engine:
     async def tokenize(self, text: str) -> list[tuple[int, bytes]]:
         """`text` as the engine tokenizes a prompt: (token id, token bytes) pairs."""
         assert self._http is not None
+        import httpx  # (loaded by `load`)
+
         try:
             response = await self._http.post("/tokenize", json={"content": text, "with_pieces": True,
                                                                 "parse_special": True, "add_special": True})

@@ -8,19 +8,21 @@ any answer came), whichever library is underneath, so vendors/http.py handles fa
 - `AiohttpClient`, the default: aiohttp's pool, called directly. httpx's own pool is slow under
   concurrency (encode/httpx#3215), and httpx's API over aiohttp (httpx-aiohttp) costs a request
   and every piece of a stream several layers of Python the gateway has no use for.
-- `HttpxClient`: httpx's own pool (`GATEWAY_HTTP_TRANSPORT=httpx`, which bench/ compares), or any
-  httpx transport of the caller's (in-process tests answer through httpx.MockTransport).
+- `HttpxClient` (vendors/transport_httpx.py, imported only when used): httpx's own pool
+  (`GATEWAY_HTTP_TRANSPORT=httpx`, which bench/ compares), or any httpx transport of the caller's
+  (in-process tests answer through httpx.MockTransport).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 from collections.abc import Mapping
 from typing import Protocol
 
 import aiohttp
-import httpx
+import certifi
 
 from gateway.core.vendor_config import Timeouts
 
@@ -58,10 +60,14 @@ class Client(Protocol):
 
 
 @functools.cache
-def _tls() -> ssl.SSLContext:
-    """The vendors' TLS context, one per process: the one httpx builds (certifi's roots, or
-    SSL_CERT_FILE / SSL_CERT_DIR), so that either client trusts the same vendors."""
-    return httpx.create_ssl_context()
+def tls() -> ssl.SSLContext:
+    """The vendors' TLS context, one per process, for either client: certifi's roots, or those of
+    SSL_CERT_FILE / SSL_CERT_DIR (as httpx chooses them)."""
+    if cafile := os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=cafile)
+    if capath := os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=capath)
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 class AiohttpClient:
@@ -77,7 +83,7 @@ class AiohttpClient:
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, ssl=_tls())
+        connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0, ssl=tls())
         # No cookie jar: a vendor's cookies set on one client's call must not ride on the next
         # client's (and filtering a jar is work on every request).
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
@@ -91,11 +97,11 @@ class AiohttpClient:
         except TimeoutError:
             raise
         except aiohttp.ClientConnectorError as exc:  # refused, unresolvable: not a dropped connection
-            raise TransportError(_described(exc)) from None
+            raise TransportError(described(exc)) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise TransportError(_described(exc), dropped=True) from None
+            raise TransportError(described(exc), dropped=True) from None
         except aiohttp.ClientError as exc:
-            raise TransportError(_described(exc)) from None
+            raise TransportError(described(exc)) from None
         return _AiohttpAnswer(response)
 
     async def aclose(self) -> None:
@@ -120,63 +126,11 @@ class _AiohttpAnswer:
         except TimeoutError:
             raise
         except aiohttp.ClientError as exc:
-            raise TransportError(_described(exc)) from None
+            raise TransportError(described(exc)) from None
 
     async def aclose(self) -> None:
         self._response.release()  # closes the connection instead when the body was not read to its end
 
 
-class HttpxClient:
-    """One deployment's connections through httpx: its own pool, or `transport`."""
-
-    def __init__(self, headers: Mapping[str, str], timeouts: Timeouts,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-        self._client = httpx.AsyncClient(
-            headers={**headers, "content-type": "application/json"},
-            timeout=httpx.Timeout(connect=timeouts.connect, read=timeouts.total, write=timeouts.connect,
-                                  pool=timeouts.connect),
-            transport=transport or httpx.AsyncHTTPTransport(limits=limits, verify=_tls()),
-        )
-
-    async def send(self, url: str, body: bytes) -> Answer:
-        client = self._client
-        try:
-            response = await client.send(client.build_request("POST", url, content=body), stream=True)
-        except httpx.TimeoutException:
-            raise TimeoutError() from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise TransportError(_described(exc), dropped=True) from None
-        except httpx.HTTPError as exc:
-            raise TransportError(_described(exc)) from None
-        return _HttpxAnswer(response)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-class _HttpxAnswer:
-    __slots__ = ("status", "_response", "_pieces")
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.status = response.status_code
-        self._response = response
-        self._pieces = response.aiter_bytes()
-
-    def header(self, name: str) -> str | None:
-        return self._response.headers.get(name)
-
-    async def read(self) -> bytes:
-        try:
-            return await anext(self._pieces, b"")
-        except httpx.TimeoutException:
-            raise TimeoutError() from None
-        except httpx.HTTPError as exc:
-            raise TransportError(_described(exc)) from None
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-def _described(exc: Exception) -> str:
+def described(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
