@@ -198,3 +198,11 @@ def test_what_is_not_an_instant_is_refused(text):
 
 def test_an_offset_moves_the_instant_not_the_clock():
     assert parse_instant("2026-11-30T00:30:00-01:00") - parse_instant("2026-11-30T01:30:00Z") == timedelta(0)
+
+
+def test_few_prepared_statements_are_kept_per_postgresql_connection_unless_the_url_says():
+    # The ledger's writer prepares a statement per batch size; the driver's default cache kept 100.
+    assert database.engine_url("postgresql://u@h/db").query["prepared_statement_cache_size"] == str(
+        database.CACHED_STATEMENTS)
+    assert database.engine_url("postgresql://u@h/db?prepared_statement_cache_size=500").query[
+        "prepared_statement_cache_size"] == "500"

@@ -27,11 +27,12 @@ from gateway.core.errors import ConfigError
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000  # how long a writer waits for another process's write to finish
-# sqlite3 keeps prepared statements per connection (128 by default). The ledger's writer inserts
-# batches of any size, each size a different statement text, and a prepared multi-row INSERT is
-# large: the default cache held tens of MB of them under load. Few slots keep memory flat; a
-# statement prepared again costs microseconds, once per commit.
-SQLITE_CACHED_STATEMENTS = 16
+# Prepared statements kept per connection, by sqlite3 (128 by default) and by SQLAlchemy's asyncpg
+# driver (100). The ledger's writer inserts batches of any size, each size a statement text of
+# its own, and a prepared multi-row INSERT is large: the defaults held tens of MB of them under
+# load (and as many plans in each PostgreSQL backend). Few slots keep memory flat; a statement
+# prepared again costs one round trip, once per commit.
+CACHED_STATEMENTS = 16
 PG_CONNECT_TIMEOUT = 5.0  # seconds; asyncpg's own default (60 s) would hold a retry loop for a minute
 # pg_advisory_xact_lock key serialising schema upgrades and first-start set-up across processes.
 _PREPARE_LOCK = 0x67617465  # "gate"
@@ -50,7 +51,9 @@ def engine_url(url: str) -> URL:
             raise ConfigError("database_url: SQLite needs a file (sqlite:///var/gateway.db); memory is not shared")
         return parsed.set(drivername="sqlite+aiosqlite")
     if backend == "postgresql":
-        return parsed.set(drivername="postgresql+asyncpg")
+        # (A URL that sets prepared_statement_cache_size itself keeps its own.)
+        return parsed.set(drivername="postgresql+asyncpg").update_query_dict(
+            {"prepared_statement_cache_size": parsed.query.get("prepared_statement_cache_size", str(CACHED_STATEMENTS))})
     raise ConfigError(f"database_url: unsupported database {backend!r} (use sqlite:/// or postgresql://)")
 
 
