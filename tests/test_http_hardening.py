@@ -4,6 +4,7 @@ strangers, echoed client values, and what SIGTERM does to requests it cannot fin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import select
@@ -311,3 +312,56 @@ def test_shutdown_does_not_wait_for_clients_that_stopped_reading(upstream, datab
             assert gateway.proc.wait(SAFETY) == 0
     finally:
         gateway.stop()
+
+
+class _Recorded:
+    """A transport that keeps what was written to it, one entry per write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_a_response_head_goes_out_with_the_first_piece_of_its_body_in_one_write():
+    async def main() -> list[list[bytes]]:
+        loop = asyncio.get_running_loop()
+        seen = []
+        # Head and body in the same turn of the loop: one write; later pieces as they come.
+        transport = _Recorded()
+        cycle = connection._HeadWithBody(transport, loop)
+        cycle.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        cycle.write(b"body")
+        cycle.write(b"more")
+        await asyncio.sleep(0)
+        seen.append(transport.writes)
+        # A head whose body does not come in the same turn goes out alone at the end of it.
+        transport = _Recorded()
+        cycle = connection._HeadWithBody(transport, loop)
+        cycle.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        assert transport.writes == []
+        await asyncio.sleep(0)
+        seen.append(list(transport.writes))
+        cycle.write(b"late body")
+        seen.append(transport.writes)
+        # Closing writes a head still held first.
+        transport = _Recorded()
+        cycle = connection._HeadWithBody(transport, loop)
+        cycle.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        cycle.close()
+        seen.append(transport.writes + [b"closed" if transport.closed else b"open"])
+        return seen
+
+    together, alone, then, closed = asyncio.run(main())
+    assert together == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"more"]
+    assert alone == [b"HTTP/1.1 200 OK\r\n\r\n"]
+    assert then == [b"HTTP/1.1 200 OK\r\n\r\n", b"late body"]
+    assert closed == [b"HTTP/1.1 204 No Content\r\n\r\n", b"closed"]
