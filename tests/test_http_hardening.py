@@ -365,3 +365,57 @@ def test_a_response_head_goes_out_with_the_first_piece_of_its_body_in_one_write(
     assert alone == [b"HTTP/1.1 200 OK\r\n\r\n"]
     assert then == [b"HTTP/1.1 200 OK\r\n\r\n", b"late body"]
     assert closed == [b"HTTP/1.1 204 No Content\r\n\r\n", b"closed"]
+
+
+def test_a_handler_waiting_for_its_work_hears_at_once_that_its_client_left():
+    from gateway.core.errors import ClientDisconnected
+    from gateway.http.context import DEPARTURE_KEY, Departure, HandlerRequest
+
+    async def main() -> list[str]:
+        seen = []
+
+        def request() -> tuple[HandlerRequest, Departure]:
+            departure = Departure()
+            return HandlerRequest({"extensions": {DEPARTURE_KEY: departure}}), departure
+
+        async def vendor_call(blocked: asyncio.Event) -> str:
+            try:
+                blocked.set()
+                await asyncio.Event().wait()  # never answers
+            finally:
+                seen.append("vendor call closed")
+            return "answer"
+
+        async def swallowing(blocked: asyncio.Event) -> str:
+            blocked.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+            return "answer anyway"
+
+        for work in (vendor_call, swallowing):
+            handler_request, departure = request()
+            blocked = asyncio.Event()
+            waiting = asyncio.ensure_future(handler_request.unless_client_leaves(work(blocked)))
+            await blocked.wait()
+            departure.client_left()  # what the connection does when it is lost
+            try:
+                await waiting
+            except ClientDisconnected:
+                seen.append(f"{work.__name__}: ClientDisconnected, task cancelling={waiting.cancelling()}")
+        # Left before the work began: the work never starts.
+        handler_request, departure = request()
+        departure.client_left()
+        with contextlib.suppress(ClientDisconnected):
+            await handler_request.unless_client_leaves(vendor_call(asyncio.Event()))
+            seen.append("not raised")
+        # Nobody left: the work's answer.
+        handler_request, _ = request()
+
+        async def quick() -> str:
+            return "answer"
+        seen.append(await handler_request.unless_client_leaves(quick()))
+        return seen
+
+    assert asyncio.run(main()) == [
+        "vendor call closed", "vendor_call: ClientDisconnected, task cancelling=0",
+        "swallowing: ClientDisconnected, task cancelling=0", "answer"]

@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.core.config import Settings
 from gateway.core.errors import BadRequest, GatewayError, HeaderFieldsTooLarge, ShuttingDown, clip
 from gateway.http import hooks
+from gateway.http.context import DEPARTURE_KEY, Departure
 
 log = logging.getLogger("gateway")
 
@@ -104,6 +105,8 @@ class GatewayConnection(HttpToolsProtocol):
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.scope["extensions"][DEPARTURE_KEY].client_left()
         self._disarm_head_timer()
         self._unset_keepalive_if_required()
         super().connection_lost(exc)
@@ -212,6 +215,7 @@ class GatewayConnection(HttpToolsProtocol):
     # -- the app ---------------------------------------------------------------------------
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+        cycle.scope.setdefault("extensions", {})[DEPARTURE_KEY] = Departure()
         super()._start_asgi_task(cycle, functools.partial(self._run_app, cycle, app))
 
     async def _run_app(self, cycle: RequestResponseCycle, app: Any, scope: Any, receive: Any, send: Any) -> None:

@@ -111,7 +111,7 @@ class HandlerOperation:
         self.function = function
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.function(HandlerRequest(scope, receive))
+        response = await self.function(HandlerRequest(scope))
         await response(scope, receive, send)
 
 

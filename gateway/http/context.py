@@ -6,14 +6,13 @@ apps can live in one process (tests) without globals."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.datastructures import Headers
-from starlette.types import Receive, Scope
+from starlette.types import Scope
 
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected
@@ -28,6 +27,24 @@ T = TypeVar("T")
 
 BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/validation.py
 CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/security.py)
+DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/connection.py
+
+
+class Departure:
+    """How a request hears that its client left: the connection (http/connection.py) puts one in
+    each request's scope and calls `client_left` when the connection is lost before the answer is
+    complete; the task waiting in `HandlerRequest.unless_client_leaves` is then cancelled."""
+
+    __slots__ = ("task", "left")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None  # set while a handler waits for its work
+        self.left = False
+
+    def client_left(self) -> None:
+        self.left = True
+        if self.task is not None:
+            self.task.cancel()
 
 
 @dataclass(slots=True)
@@ -45,35 +62,42 @@ class Services:
 class HandlerRequest:
     """A request as a handler sees it: the validated body, the caller, the headers, the services."""
 
-    __slots__ = ("scope", "_receive", "_headers")
+    __slots__ = ("scope", "_headers")
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope) -> None:
         self.scope = scope
-        self._receive = receive
         self._headers: Headers | None = None
 
     async def unless_client_leaves(self, work: Awaitable[T]) -> T:
         """`work`, cancelled the moment the client disconnects (then ClientDisconnected). A
         non-streamed answer is only sent once complete, so without this a client that left would
         keep its vendor call, its admission slot and an engine's time until the end, billed as
-        completed. (A stream's response watches the connection itself: http/event_stream.py.)"""
-        task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(self._disconnected())
-        try:
-            await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            if not task.done():
-                task.cancel()
-        if task.cancelled() or not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task  # its clean-up (closing the vendor call) runs to the end
+        completed. (A stream's response watches the connection itself: http/event_stream.py.)
+        The work runs in the handler's own task, which the connection cancels when the client
+        leaves: no task or watcher per request. Served by another server than the gateway's own
+        (no Departure in the scope), the work runs to its end."""
+        departure: Departure | None = self.scope.get("extensions", {}).get(DEPARTURE_KEY)
+        if departure is None:
+            return await work
+        if departure.left:
+            if asyncio.iscoroutine(work):
+                work.close()
             raise ClientDisconnected()
-        return task.result()
-
-    async def _disconnected(self) -> None:
-        while (await self._receive())["type"] != "http.disconnect":
-            pass  # the body again (the validator replays it once), or nothing else
+        task = departure.task = asyncio.current_task()
+        assert task is not None
+        try:
+            result = await work  # a cancellation reaches `work` where it waits, and its clean-up runs
+        except BaseException:
+            if not departure.left:
+                raise
+            task.uncancel()  # ours: it ends here, as ClientDisconnected
+            raise ClientDisconnected() from None
+        finally:
+            departure.task = None
+        if departure.left:  # the work swallowed the cancellation
+            task.uncancel()
+            raise ClientDisconnected()
+        return result
 
     @property
     def body(self) -> Any:
