@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import insert, select
+from sqlalchemy import event, insert, select, text
 
 from gateway.store import database, prices, rollups, usage
 from gateway.store.accounts import bootstrap
@@ -298,3 +298,51 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
     # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
     assert all(line["unpriced_requests"] == line["requests"] for line in lines)
     assert all(line["cost_usd"] is None for line in lines if line["requests"])
+
+
+def test_a_report_is_one_statement_its_lines_in_code_point_order_whatever_the_databases_collation(backend_kind):
+    """The lines come from the database sorted, in the order Python sorts them (text by code point),
+    also where the database's own order differs: here PostgreSQL's text columns take a language's
+    collation, which puts "a" before "B" and "ä" before "b"."""
+    rng = random.Random(5)
+    names = ("B", "a", "ä", "Z", "b", "_", "ü1")
+    rows = [random_row(rng, n) | {"account_id": f"acct-{rng.choice(names)}", "model": f"m-{rng.choice(names)}",
+                                  "end_user": rng.choice((None, *names))} for n in range(400)]
+
+    async def collate(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            async with database.writing(engine) as connection:
+                if not await connection.scalar(text("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")):
+                    pytest.skip("this PostgreSQL has no ICU collations")
+                for table in (ledger, *(cube.table for cube in rollups.CUBES)):
+                    for column in table.c:
+                        if column.name in ("account_id", "model", "end_user"):
+                            kind = column.type.compile(dialect=connection.dialect)
+                            await connection.execute(text(f'ALTER TABLE {table.name} ALTER COLUMN {column.name} '
+                                                          f'TYPE {kind} COLLATE "en-x-icu"'))
+        finally:
+            await engine.dispose()
+
+    month = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    ranges = [month, (None, None), (datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 11, 20, 3, 5, tzinfo=UTC))]
+    cases = [(start, end, group_by) for start, end in ranges for group_by in (("user",), ("model", "user"), ("user", "day"))]
+    statements = []
+
+    async def reports(connection):
+        event.listen(connection.sync_engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        return [await usage.report(connection, accounts=None, start=s, end=e, group_by=g) for s, e, g in cases]
+
+    with empty_database(backend_kind) as url:
+        if backend_kind == "postgresql":
+            asyncio.run(collate(url))
+        asyncio.run(write_concurrently(url, rows, []))
+        found = asyncio.run(_read(url, reports))
+    # Each report one statement, however many periods it reads.
+    assert [s.split()[0] for s in statements if s != "BEGIN"] == ["SELECT"] * len(cases)
+    for (start, end, group_by), lines in zip(cases, found, strict=True):
+        assert as_tuples(lines, group_by) == expected(rows, None, start, end, None, None, group_by)
+        keyed = usage.columns(group_by)[:1 + len(group_by)]
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
+        assert len(lines) > 20 and order == sorted(order), (start, end, group_by)

@@ -13,14 +13,13 @@ by (no months for a report per day).
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NotRequired, TypedDict
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, Select, case, func, literal_column, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store import rollups
@@ -62,7 +61,7 @@ class UsageLine(TypedDict):
 # The sums a report reads and adds up, in the order a line shows them (cost_nanos becomes cost_usd).
 _SUMS = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
          "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
-_REQUESTS, _COST, _UNPRICED = map(_SUMS.index, ("requests", "cost_nanos", "unpriced_requests"))
+_COST = _SUMS.index("cost_nanos")
 
 
 def columns(group_by: Sequence[str]) -> tuple[str, ...]:
@@ -100,31 +99,48 @@ async def report(
                    None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
     needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
         | ({"outcome"} if outcomes is not None else set())
-    # Each result row is the line's key (the account, then each grouped value) and then its sums;
-    # a key read from several periods is summed here. A `user` is two values in a key, has_user
-    # and end_user (as the rollups keep it): keys then hold no None and sort as they are.
-    width = 1 + len(group) + ("user" in group)
-    sums: dict[tuple[Any, ...], tuple[int, ...]] = {}
-    for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group)):
-        rows = await connection.execute(_select(query, source, lo, hi))
-        if not sums:  # a segment's keys are distinct (its GROUP BY's, or its rollup's own)
-            sums = {row[:width]: row[width:] for row in rows}
-            continue
-        for row in rows:
-            key, values = row[:width], row[width:]
-            total = sums.get(key)
-            sums[key] = values if total is None else tuple(map(operator.add, total, values))
+    pieces = [_select(query, source, lo, hi)
+              for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group))]
+    if not pieces:
+        return []
+    # One statement, its rows the lines in order: each a line's fields (columns()) with the
+    # nano-dollars where cost_usd goes. The database sums the periods' rows and sorts them, and
+    # Python only makes each row a dict: at thousands of lines, merging and sorting keys in Python
+    # and one round trip per period were most of a report's time (bench/usage_scale.py).
     names, lines = columns(group), []
-    user = 1 + group.index("user") if "user" in group else None
-    for key in sorted(sums):
-        values = sums[key]
-        if user is not None:
-            key = (*key[:user], key[user + 1] if key[user] else None, *key[user + 2:])
-        line = dict(zip(names, key + values))  # cost_usd holds the nano-dollars here
-        requests = values[_REQUESTS]
-        line["cost_usd"] = None if requests and values[_UNPRICED] == requests else usd(values[_COST])
+    cost, requests, unpriced = map(names.index, ("cost_usd", "requests", "unpriced_requests"))
+    for row in await connection.execute(_lines(query, pieces)):
+        line = dict(zip(names, row))
+        line["cost_usd"] = None if row[requests] and row[unpriced] == row[requests] else usd(row[cost])
         lines.append(line)
     return lines  # type: ignore[return-value]  # each dict has UsageLine's fields
+
+
+def _lines(query: _Query, pieces: list[Select[Any]]) -> Select[Any]:
+    """The periods' SELECTs (_select) as one: their rows summed per line when there are several
+    (the rows of one are distinct lines already), a `user` shown as null for the requests without
+    one, in the order of the account and the grouped values (text by code point, as Python sorts
+    it, whatever the database's collation; requests without `user` first)."""
+    merged = pieces[0] if len(pieces) == 1 else union_all(*pieces)
+    rows = merged.subquery("periods")
+    keys: list[ColumnElement[Any]] = [rows.c.account_id]
+    shown: list[ColumnElement[Any]] = [rows.c.account_id]
+    for dimension in query.group_by:
+        if dimension == "user":
+            keys += [rows.c.has_user, rows.c.end_user]
+            shown.append(case((rows.c.has_user, rows.c.end_user), else_=null()))
+        else:
+            keys.append(rows.c[DIMENSIONS[dimension]])
+            shown.append(keys[-1])
+    sums = [rows.c[m] if len(pieces) == 1 else rollups.total(rows.c[m]) for m in _SUMS]
+    statement = select(*shown, *sums)
+    if len(pieces) > 1:
+        statement = statement.group_by(*keys)
+    # PostgreSQL sorts text by the database's collation unless told; "C" is by byte, which for
+    # UTF-8 is by code point. SQLite's default (BINARY) is that already.
+    ordered = [key.collate("C") if query.dialect == "postgresql" and key.name != "has_user" else key
+               for key in keys]
+    return statement.order_by(*ordered)
 
 
 def segments(start: datetime | None, end: datetime | None,
@@ -145,33 +161,35 @@ def segments(start: datetime | None, end: datetime | None,
     return [*before, (cube, lo, hi), *after]
 
 
-def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None) -> Any:
-    """The SELECT of one segment: the account, each grouped value, then the sums (_SUMS' order),
-    each an integer the driver returns as an int."""
+def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None) -> Select[Any]:
+    """The SELECT of one segment: the account, each grouped value (a `user` as has_user and
+    end_user, as the rollups keep it), then the sums (_SUMS' order), each column named as the
+    rollups name it, each sum an integer the driver returns as an int."""
     table = ledger if source is None else source.table
     time = ledger.c.started_at if source is None else table.c.period
     keys: list[ColumnElement[Any]] = [table.c.account_id]
     grouped: list[ColumnElement[Any]] = [table.c.account_id]
     for dimension in query.group_by:
         if dimension == "day":
-            keys.append(rollups.day_of(time, query.dialect))
-            grouped.append(keys[-1])
+            grouped.append(rollups.day_of(time, query.dialect))
+            keys.append(grouped[-1].label("day"))
         elif dimension == "user" and source is not None:
             keys += [table.c.has_user, table.c.end_user]
             grouped += keys[-2:]
         elif dimension == "user":  # as a rollup keeps it: has_user false (and '') for the requests without one
-            keys += [table.c.end_user.is_not(None), func.coalesce(table.c.end_user, literal_column("''"))]
+            keys += [table.c.end_user.is_not(None).label("has_user"),
+                     func.coalesce(table.c.end_user, literal_column("''")).label("end_user")]
             grouped.append(table.c.end_user)
         else:
             keys.append(table.c[DIMENSIONS[dimension]])
             grouped.append(keys[-1])
     if source is None:
         measures = dict(zip(ROLLUP_MEASURES, rollups.ledger_measures(), strict=True))
-        statement = select(*keys, *(measures[m] for m in _SUMS)).group_by(*grouped)
+        statement = select(*keys, *(measures[m].label(m) for m in _SUMS)).group_by(*grouped)
     elif _one_row_per_line(query, source, lo, hi):
         statement = select(*keys, *(table.c[m] for m in _SUMS))
     else:
-        statement = select(*keys, *(rollups.total(table.c[m]) for m in _SUMS)).group_by(*grouped)
+        statement = select(*keys, *(rollups.total(table.c[m]).label(m) for m in _SUMS)).group_by(*grouped)
     if query.accounts is not None:
         statement = statement.where(table.c.account_id.in_(query.accounts))
     if lo is not None:
