@@ -78,6 +78,10 @@ VARIANTS = [
      {"group_by": "model", "start": "2026-11-02T00:00:00Z", "end": "2026-12-01T00:00:00Z"}),
     ("all accounts, per key, 29 whole days", True,
      {"group_by": "key", "start": "2026-11-02T00:00:00Z", "end": "2026-12-01T00:00:00Z"}),
+    ("all accounts, per user, 29 whole days", True,
+     {"group_by": "user", "start": "2026-11-02T00:00:00Z", "end": "2026-12-01T00:00:00Z"}),
+    ("all accounts, per user, 30 days to an hour", True,
+     {"group_by": "user", "start": "2026-10-31T14:00:00Z", "end": "2026-11-30T14:00:00Z"}),
     ("all accounts, per model, range not hour-aligned", True,
      {"group_by": "model", "start": "2026-11-01T00:17:00Z", "end": "2026-11-30T23:41:00Z"}),
 ]
@@ -318,7 +322,8 @@ def main() -> None:
     parser.add_argument("--reports-only", action="store_true", help="time the reports, not the ledger's writer")
     args = parser.parse_args()
     os.environ.setdefault("GATEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-    runs = [("reused", url) for url in args.reuse] if args.reuse else [(kind, None) for kind in args.backends.split(",")]
+    kinds = args.backends.split(",")
+    runs = [("reused", url) for url in args.reuse] if args.reuse else [(kind, None) for kind in kinds]
     for kind, reuse in runs:
         with contextlib.ExitStack() as stack:
             url = reuse or stack.enter_context(a_database(kind, args.keep))

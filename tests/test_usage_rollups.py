@@ -274,7 +274,8 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
     # Most of a period is the period less the rest: 29 days of a month, a month but for minutes.
     named = lambda pieces: [(cube and cube.table.name, lo, hi, sign) for cube, lo, hi, sign in pieces]  # noqa: E731
     assert named(usage.segments(at(11, 2, 0), at(12, 1, 0), rollups.chain({"user"}))) == [
-        ("usage_daily_users", at(11, 1, 0), at(11, 2, 0), -1), ("usage_monthly_user_totals", at(11, 1, 0), at(12, 1, 0), 1)]
+        ("usage_daily_users", at(11, 1, 0), at(11, 2, 0), -1),
+        ("usage_monthly_user_totals", at(11, 1, 0), at(12, 1, 0), 1)]
     assert named(usage.segments(at(11, 1, 0, 17), at(11, 30, 23, 41), rollups.chain({"model"}))) == [
         ("usage_monthly", at(11, 1, 0), at(12, 1, 0), 1), (None, at(11, 1, 0), at(11, 1, 0, 17), -1),
         (None, at(11, 30, 23, 41), at(12, 1, 0), -1)]
@@ -370,8 +371,10 @@ def test_a_report_is_one_statement_its_lines_in_code_point_order_whatever_the_da
             await engine.dispose()
 
     month = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
-    ranges = [month, (None, None), (datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 11, 20, 3, 5, tzinfo=UTC))]
-    cases = [(start, end, group_by) for start, end in ranges for group_by in (("user",), ("model", "user"), ("user", "day"))]
+    inside = (datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 11, 20, 3, 5, tzinfo=UTC))
+    ranges = [month, (None, None), inside]
+    groupings = (("user",), ("model", "user"), ("user", "day"))
+    cases = [(start, end, group_by) for start, end in ranges for group_by in groupings]
     statements = []
 
     async def reports(connection):
