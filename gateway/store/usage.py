@@ -8,7 +8,8 @@ the rollups (store/rollups.py) and only the partial hours at the range's edges f
      ledger rows                 hourly  daily  monthly      daily  hourly  ledger rows
 
 For each period it reads the smallest rollup that keeps every column the report groups or filters
-by (no months for a report per day).
+by (no months for a report per day). An edge that is most of a period is that period less the rest
+(segments()). The pieces are one statement whose rows are the report's lines (_lines()).
 """
 
 from __future__ import annotations
