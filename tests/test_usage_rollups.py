@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import insert, select
+from sqlalchemy import event, insert, select, text
 
 from gateway.store import database, prices, rollups, usage
 from gateway.store.accounts import bootstrap
@@ -208,7 +208,7 @@ def test_a_report_of_one_whole_period_by_exactly_a_rollups_dimensions_equals_the
     for cube in rollups.CUBES:
         group_by = tuple(named[d] for d in sorted(cube.kept))
         start, end = periods[cube.grain]
-        assert usage.segments(start, end, rollups.chain(cube.kept)) == [(cube, start, end)]  # that rollup, alone
+        assert usage.segments(start, end, rollups.chain(cube.kept)) == [(cube, start, end, 1)]  # that rollup, alone
         cases.append((None, start, end, None, None, group_by))
         cases.append((ACCOUNTS[1:], start, end, MODELS[3] if "model" in cube.kept else None,
                       OUTCOMES[:3] if "outcome" in cube.kept else None, group_by))
@@ -226,16 +226,61 @@ def test_a_report_of_one_whole_period_by_exactly_a_rollups_dimensions_equals_the
         assert order == sorted(order)
 
 
+def test_reports_of_most_of_a_period_read_as_the_period_less_the_rest_equal_the_ledgers_sums(random_ledger):
+    """Ranges a little inside months, days and hours (and a little over them), where reports take
+    the rest of the period away: every line as the ledger's rows sum it, and no line of nothing."""
+    url, rows, _ = random_ledger
+    stored = [r | {"model": r["model"].replace("\x00", "\ufffd")} for r in rows]
+    rng = random.Random(11)
+    cases = []
+    for _ in range(40):
+        grain = rng.choice(rollups.GRAINS)
+        period = rollups.floor(START + rng.random() * SPAN, grain)
+        bound = rollups.after(period, grain)
+        length = bound - period
+        start = period + rng.choice([timedelta(0), timedelta(hours=rng.randrange(0, 30)), rng.random() * length / 8])
+        end = bound - rng.choice([timedelta(0), timedelta(hours=rng.randrange(0, 30)), rng.random() * length / 8])
+        if rng.random() < 0.3:
+            end += rng.choice([timedelta(days=1), timedelta(hours=5), length])  # into the next period
+        group_by = tuple(rng.sample(list(usage.DIMENSIONS), rng.randrange(1, 4)))
+        cases.append((rng.choice([None, ACCOUNTS[1:]]), start, end, rng.choice([None, MODELS[0]]),
+                      rng.choice([None, OUTCOMES[:2]]), group_by))
+
+    async def reports(connection):
+        return [await usage.report(connection, accounts=a, start=s, end=e, model=m, outcomes=o, group_by=g)
+                for a, s, e, m, o, g in cases]
+
+    taken_away = 0
+    for (accounts, start, end, model, outcomes, group_by), lines in zip(cases, asyncio.run(_read(url, reports)),
+                                                                        strict=True):
+        want = expected(stored, accounts, start, end, model, outcomes, group_by)
+        assert as_tuples(lines, group_by) == want, (accounts, start, end, model, outcomes, group_by)
+        needed = {usage.DIMENSIONS[d] for d in group_by if d != "day"} | ({"model"} if model else set()) \
+            | ({"outcome"} if outcomes else set())
+        taken_away += any(sign < 0 for *_, sign in usage.segments(start, end, rollups.chain(needed, "day" in group_by)))
+    assert taken_away >= len(cases) // 4  # the cases are what they are meant to be
+
+
 def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_partial_hours_from_the_ledger():
     cubes = rollups.chain({"model", "key_id"})
     start, end = datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
-    pieces = [(cube and cube.table.name, lo, hi) for cube, lo, hi in usage.segments(start, end, cubes)]
-    at = lambda m, d, h: datetime(2026, m, d, h, tzinfo=UTC)  # noqa: E731
-    assert pieces == [(None, start, at(10, 30, 23)), ("usage_hourly", at(10, 30, 23), at(10, 31, 0)),
-                      ("usage_daily", at(10, 31, 0), at(11, 1, 0)), ("usage_monthly", at(11, 1, 0), at(12, 1, 0)),
-                      ("usage_daily", at(12, 1, 0), at(12, 2, 0)), ("usage_hourly", at(12, 2, 0), at(12, 2, 1)),
-                      (None, at(12, 2, 1), end)]
-    assert usage.segments(None, None, cubes) == [(cubes[0], None, None)]
+    pieces = [(cube and cube.table.name, lo, hi, sign) for cube, lo, hi, sign in usage.segments(start, end, cubes)]
+    at = lambda m, d, h, minute=0: datetime(2026, m, d, h, minute, tzinfo=UTC)  # noqa: E731
+    assert pieces == [(None, start, at(10, 30, 23), 1), ("usage_hourly", at(10, 30, 23), at(10, 31, 0), 1),
+                      ("usage_daily", at(10, 31, 0), at(11, 1, 0), 1), ("usage_monthly", at(11, 1, 0), at(12, 1, 0), 1),
+                      ("usage_daily", at(12, 1, 0), at(12, 2, 0), 1), ("usage_hourly", at(12, 2, 0), at(12, 2, 1), 1),
+                      (None, at(12, 2, 1), end, 1)]
+    assert usage.segments(None, None, cubes) == [(cubes[0], None, None, 1)]
+    # Most of a period is the period less the rest: 29 days of a month, a month but for minutes.
+    named = lambda pieces: [(cube and cube.table.name, lo, hi, sign) for cube, lo, hi, sign in pieces]  # noqa: E731
+    assert named(usage.segments(at(11, 2, 0), at(12, 1, 0), rollups.chain({"user"}))) == [
+        ("usage_daily_users", at(11, 1, 0), at(11, 2, 0), -1),
+        ("usage_monthly_user_totals", at(11, 1, 0), at(12, 1, 0), 1)]
+    assert named(usage.segments(at(11, 1, 0, 17), at(11, 30, 23, 41), rollups.chain({"model"}))) == [
+        ("usage_monthly", at(11, 1, 0), at(12, 1, 0), 1), (None, at(11, 1, 0), at(11, 1, 0, 17), -1),
+        (None, at(11, 30, 23, 41), at(12, 1, 0), -1)]
+    assert named(usage.segments(at(11, 1, 20), at(11, 3, 0), rollups.chain({"model"}))) == [
+        ("usage_hourly_models", at(11, 1, 20), at(11, 2, 0), 1), ("usage_daily_models", at(11, 2, 0), at(11, 3, 0), 1)]
     # Per period, the smallest rollup that has what a report needs; no months for a report per day.
     assert [c.table.name for c in rollups.chain({"model"}, by_day=True)] == ["usage_daily_models",
                                                                              "usage_hourly_models"]
@@ -251,7 +296,7 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
     assert usage.segments(end, start, cubes) == []
     cubes = rollups.chain(set())
     far = datetime.max.replace(tzinfo=UTC)  # no period starts after it: the ledger, not an overflow
-    assert usage.segments(far - timedelta(minutes=1), far, cubes) == [(None, far - timedelta(minutes=1), far)]
+    assert usage.segments(far - timedelta(minutes=1), far, cubes) == [(None, far - timedelta(minutes=1), far, 1)]
 
 
 def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_them_unpriced(backend_kind):
@@ -298,3 +343,53 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
     # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
     assert all(line["unpriced_requests"] == line["requests"] for line in lines)
     assert all(line["cost_usd"] is None for line in lines if line["requests"])
+
+
+def test_a_report_is_one_statement_its_lines_in_code_point_order_whatever_the_databases_collation(backend_kind):
+    """The lines come from the database sorted, in the order Python sorts them (text by code point),
+    also where the database's own order differs: here PostgreSQL's text columns take a language's
+    collation, which puts "a" before "B" and "ä" before "b"."""
+    rng = random.Random(5)
+    names = ("B", "a", "ä", "Z", "b", "_", "ü1")
+    rows = [random_row(rng, n) | {"account_id": f"acct-{rng.choice(names)}", "model": f"m-{rng.choice(names)}",
+                                  "end_user": rng.choice((None, *names))} for n in range(400)]
+
+    async def collate(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            async with database.writing(engine) as connection:
+                if not await connection.scalar(text("SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'")):
+                    pytest.skip("this PostgreSQL has no ICU collations")
+                for table in (ledger, *(cube.table for cube in rollups.CUBES)):
+                    for column in table.c:
+                        if column.name in ("account_id", "model", "end_user"):
+                            kind = column.type.compile(dialect=connection.dialect)
+                            await connection.execute(text(f'ALTER TABLE {table.name} ALTER COLUMN {column.name} '
+                                                          f'TYPE {kind} COLLATE "en-x-icu"'))
+        finally:
+            await engine.dispose()
+
+    month = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    inside = (datetime(2026, 10, 30, 22, 15, tzinfo=UTC), datetime(2026, 11, 20, 3, 5, tzinfo=UTC))
+    ranges = [month, (None, None), inside]
+    groupings = (("user",), ("model", "user"), ("user", "day"))
+    cases = [(start, end, group_by) for start, end in ranges for group_by in groupings]
+    statements = []
+
+    async def reports(connection):
+        event.listen(connection.sync_engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        return [await usage.report(connection, accounts=None, start=s, end=e, group_by=g) for s, e, g in cases]
+
+    with empty_database(backend_kind) as url:
+        if backend_kind == "postgresql":
+            asyncio.run(collate(url))
+        asyncio.run(write_concurrently(url, rows, []))
+        found = asyncio.run(_read(url, reports))
+    # Each report one statement, however many periods it reads.
+    assert [s.split()[0] for s in statements if s != "BEGIN"] == ["SELECT"] * len(cases)
+    for (start, end, group_by), lines in zip(cases, found, strict=True):
+        assert as_tuples(lines, group_by) == expected(rows, None, start, end, None, None, group_by)
+        keyed = usage.columns(group_by)[:1 + len(group_by)]
+        order = [[(line[f] is not None, line[f]) for f in keyed] for line in lines]
+        assert len(lines) > 20 and order == sorted(order), (start, end, group_by)

@@ -8,19 +8,20 @@ the rollups (store/rollups.py) and only the partial hours at the range's edges f
      ledger rows                 hourly  daily  monthly      daily  hourly  ledger rows
 
 For each period it reads the smallest rollup that keeps every column the report groups or filters
-by (no months for a report per day).
+by (no months for a report per day). An edge that is most of a period is that period less the rest
+(segments()). The pieces are one statement whose rows are the report's lines (_lines()).
 """
 
 from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NotRequired, TypedDict
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, Select, case, func, literal_column, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store import rollups
@@ -62,7 +63,7 @@ class UsageLine(TypedDict):
 # The sums a report reads and adds up, in the order a line shows them (cost_nanos becomes cost_usd).
 _SUMS = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
          "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
-_REQUESTS, _COST, _UNPRICED = map(_SUMS.index, ("requests", "cost_nanos", "unpriced_requests"))
+_COST = _SUMS.index("cost_nanos")
 
 
 def columns(group_by: Sequence[str]) -> tuple[str, ...]:
@@ -100,78 +101,146 @@ async def report(
                    None if outcomes is None else sorted(outcomes), group, connection.dialect.name)
     needed = {DIMENSIONS[d] for d in group if d != "day"} | ({"model"} if model is not None else set()) \
         | ({"outcome"} if outcomes is not None else set())
-    # Each result row is the line's key (the account, then each grouped value) and then its sums;
-    # a key read from several periods is summed here. A `user` is two values in a key, has_user
-    # and end_user (as the rollups keep it): keys then hold no None and sort as they are.
-    width = 1 + len(group) + ("user" in group)
-    sums: dict[tuple[Any, ...], tuple[int, ...]] = {}
-    for source, lo, hi in segments(start, end, rollups.chain(needed, by_day="day" in group)):
-        rows = await connection.execute(_select(query, source, lo, hi))
-        if not sums:  # a segment's keys are distinct (its GROUP BY's, or its rollup's own)
-            sums = {row[:width]: row[width:] for row in rows}
-            continue
-        for row in rows:
-            key, values = row[:width], row[width:]
-            total = sums.get(key)
-            sums[key] = values if total is None else tuple(map(operator.add, total, values))
+    cut = segments(start, end, rollups.chain(needed, by_day="day" in group))
+    if not cut:
+        return []
+    # One statement, its rows the lines in order: each a line's fields (columns()) with the
+    # nano-dollars where cost_usd goes. The database sums the periods' rows and sorts them, and
+    # Python only makes each row a dict: at thousands of lines, merging and sorting keys in Python
+    # and one round trip per period were most of a report's time (bench/usage_scale.py).
     names, lines = columns(group), []
-    user = 1 + group.index("user") if "user" in group else None
-    for key in sorted(sums):
-        values = sums[key]
-        if user is not None:
-            key = (*key[:user], key[user + 1] if key[user] else None, *key[user + 2:])
-        line = dict(zip(names, key + values))  # cost_usd holds the nano-dollars here
-        requests = values[_REQUESTS]
-        line["cost_usd"] = None if requests and values[_UNPRICED] == requests else usd(values[_COST])
+    cost, requests, unpriced = map(names.index, ("cost_usd", "requests", "unpriced_requests"))
+    for row in await connection.execute(_lines(query, cut)):
+        line = dict(zip(names, row))
+        line["cost_usd"] = None if row[requests] and row[unpriced] == row[requests] else usd(row[cost])
         lines.append(line)
     return lines  # type: ignore[return-value]  # each dict has UsageLine's fields
 
 
-def segments(start: datetime | None, end: datetime | None,
-             cubes: Sequence[Cube]) -> list[tuple[Cube | None, datetime | None, datetime | None]]:
-    """[start, end) as (rollup, from, to) pieces: whole periods of the coarsest rollup in the middle,
-    the edges from the finer ones, and from the ledger (None) what is left of a partial hour."""
+def _lines(query: _Query, cut: list[Segment]) -> Select[Any]:
+    """The segments' SELECTs (_select) as one: their rows summed per line when there are several
+    (the rows of one are distinct lines already), a `user` shown as null for the requests without
+    one, in the order of the account and the grouped values (text by code point, as Python sorts
+    it, whatever the database's collation; requests without `user` first)."""
+    pieces = [_select(query, source, lo, hi, sign) for source, lo, hi, sign in cut]
+    merged = pieces[0] if len(pieces) == 1 else union_all(*pieces)
+    rows = merged.subquery("periods")
+    keys: list[ColumnElement[Any]] = [rows.c.account_id]
+    shown: list[ColumnElement[Any]] = [rows.c.account_id]
+    for dimension in query.group_by:
+        if dimension == "user":
+            keys += [rows.c.has_user, rows.c.end_user]
+            shown.append(case((rows.c.has_user, rows.c.end_user), else_=null()))
+        else:
+            keys.append(rows.c[DIMENSIONS[dimension]])
+            shown.append(keys[-1])
+    sums = [rows.c[m] if len(pieces) == 1 else rollups.total(rows.c[m]) for m in _SUMS]
+    statement = select(*shown, *sums)
+    if len(pieces) > 1:
+        statement = statement.group_by(*keys)
+    if any(sign < 0 for *_, sign in cut):
+        # A line of the periods read whole and none of the range nets to nothing: each ledger row
+        # counts once in requests or in refused_requests, so a line of the range has one at least.
+        statement = statement.having(sums[_SUMS.index("requests")] + sums[_SUMS.index("refused_requests")] > 0)
+    # PostgreSQL sorts text by the database's collation unless told; "C" is by byte, which for
+    # UTF-8 is by code point. SQLite's default (BINARY) is that already.
+    ordered = [key.collate("C") if query.dialect == "postgresql" and key.name != "has_user" else key
+               for key in keys]
+    return statement.order_by(*ordered)
+
+
+# A piece of a report's range: the rollup it is read from (None: the ledger), from, to, and whether
+# its sums are added (1) or taken away (-1).
+Segment = tuple[Cube | None, datetime | None, datetime | None, int]
+
+
+def segments(start: datetime | None, end: datetime | None, cubes: Sequence[Cube]) -> list[Segment]:
+    """[start, end) as pieces: whole periods of the coarsest rollup in the middle, the edges from
+    the finer ones, and from the ledger what is left of a partial hour. An edge that is most of a
+    period is read as that whole period less what lies outside the range, when that reads fewer
+    periods: 29 days of a month are the month less a day, and a range from 00:17 is whole hours
+    less 17 minutes of rows. Sums of integers, taken away, are as exact as added."""
     if start is not None and end is not None and start >= end:
         return []
     if not cubes:
-        return [(None, start, end)]
+        return [(None, start, end, 1)]
     cube, finer = cubes[0], cubes[1:]
     lo = None if start is None else rollups.ceil(start, cube.grain)
     hi = None if end is None else rollups.floor(end, cube.grain)
-    if (start is not None and lo is None) or (lo is not None and hi is not None and lo >= hi):
-        return segments(start, end, finer)  # no whole period inside
-    before = segments(start, lo, finer) if start is not None else []
-    after = segments(hi, end, finer) if end is not None else []
-    return [*before, (cube, lo, hi), *after]
+    if start is not None and lo is None:
+        return segments(start, end, finer)  # no period starts after it
+    if lo is not None and hi is not None and lo > hi:  # inside one period, on neither of its bounds
+        added = segments(start, end, finer)
+        outside = _taken_away(segments(hi, start, finer)) + _taken_away(segments(end, lo, finer))
+        return [(cube, hi, lo, 1), *outside] if 1 + _cost(outside) < _cost(added) else added
+    first, last, before, after = lo, hi, [], []
+    if start is not None and start != lo:
+        before = segments(start, lo, finer)
+        outside = _taken_away(segments(rollups.floor(start, cube.grain), start, finer))
+        if 1 + _cost(outside) < _cost(before):
+            first, before = rollups.floor(start, cube.grain), outside
+    if end is not None and end != hi:
+        after = segments(hi, end, finer)
+        bound = rollups.after(hi, cube.grain)
+        outside = [] if bound is None else _taken_away(segments(end, bound, finer))
+        if bound is not None and 1 + _cost(outside) < _cost(after):
+            last, after = bound, outside
+    if first is not None and last is not None and first >= last:  # no whole period, none completed
+        return segments(start, end, finer)
+    return [*before, (cube, first, last, 1), *after]
 
 
-def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None) -> Any:
-    """The SELECT of one segment: the account, each grouped value, then the sums (_SUMS' order),
-    each an integer the driver returns as an int."""
+def _taken_away(pieces: list[Segment]) -> list[Segment]:
+    return [(cube, lo, hi, -sign) for cube, lo, hi, sign in pieces]
+
+
+def _cost(pieces: list[Segment]) -> int:
+    """About how many rows bounded pieces read, in periods: at the scale where cost matters a
+    rollup has about as many rows per period at every grain (one per active key of the period),
+    and a piece of the ledger costs as one; its length is what the choice leaves alike."""
+    total = 0
+    for cube, lo, hi, _ in pieces:
+        assert lo is not None and hi is not None  # an edge is bounded
+        if cube is None or cube.grain == "hour":
+            total += 1 if cube is None else (hi - lo) // timedelta(hours=1)
+        elif cube.grain == "day":
+            total += (hi - lo).days
+        else:
+            total += (hi.year - lo.year) * 12 + hi.month - lo.month
+    return total
+
+
+def _select(query: _Query, source: Cube | None, lo: datetime | None, hi: datetime | None,
+            sign: int = 1) -> Select[Any]:
+    """The SELECT of one segment: the account, each grouped value (a `user` as has_user and
+    end_user, as the rollups keep it), then the sums (_SUMS' order; negated for a segment taken
+    away), each column named as the rollups name it, each sum an integer the driver returns as an int."""
     table = ledger if source is None else source.table
     time = ledger.c.started_at if source is None else table.c.period
     keys: list[ColumnElement[Any]] = [table.c.account_id]
     grouped: list[ColumnElement[Any]] = [table.c.account_id]
     for dimension in query.group_by:
         if dimension == "day":
-            keys.append(rollups.day_of(time, query.dialect))
-            grouped.append(keys[-1])
+            grouped.append(rollups.day_of(time, query.dialect))
+            keys.append(grouped[-1].label("day"))
         elif dimension == "user" and source is not None:
             keys += [table.c.has_user, table.c.end_user]
             grouped += keys[-2:]
         elif dimension == "user":  # as a rollup keeps it: has_user false (and '') for the requests without one
-            keys += [table.c.end_user.is_not(None), func.coalesce(table.c.end_user, literal_column("''"))]
+            keys += [table.c.end_user.is_not(None).label("has_user"),
+                     func.coalesce(table.c.end_user, literal_column("''")).label("end_user")]
             grouped.append(table.c.end_user)
         else:
             keys.append(table.c[DIMENSIONS[dimension]])
             grouped.append(keys[-1])
+    signed: Callable[[ColumnElement[Any]], ColumnElement[Any]] = (lambda sum_: sum_) if sign > 0 else operator.neg
     if source is None:
         measures = dict(zip(ROLLUP_MEASURES, rollups.ledger_measures(), strict=True))
-        statement = select(*keys, *(measures[m] for m in _SUMS)).group_by(*grouped)
+        statement = select(*keys, *(signed(measures[m]).label(m) for m in _SUMS)).group_by(*grouped)
     elif _one_row_per_line(query, source, lo, hi):
-        statement = select(*keys, *(table.c[m] for m in _SUMS))
+        statement = select(*keys, *(signed(table.c[m]).label(m) for m in _SUMS))
     else:
-        statement = select(*keys, *(rollups.total(table.c[m]) for m in _SUMS)).group_by(*grouped)
+        statement = select(*keys, *(signed(rollups.total(table.c[m])).label(m) for m in _SUMS)).group_by(*grouped)
     if query.accounts is not None:
         statement = statement.where(table.c.account_id.in_(query.accounts))
     if lo is not None:
