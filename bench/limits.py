@@ -40,7 +40,7 @@ import uvloop
 
 from bench import inprocess
 from bench.run import BODY, Sample, checkout_python, closed_loop, revision, start_vendor
-from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters
+from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import Limiter
 from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
@@ -198,7 +198,7 @@ async def _seed(store, subjects: dict[Subject, Limits]) -> None:
                for s, lim in subjects.items()]
     verdict = await store.acquire(Claim("seed", 0, charges), now)
     assert not verdict.unseeded and verdict.refusal is None
-    await store.settle(Claim("seed", 0, charges), 0, {}, now)
+    await settled(store, Claim("seed", 0, charges), 0, {}, now)
 
 
 def cpu_seconds(pid: int) -> float:

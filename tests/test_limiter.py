@@ -70,13 +70,12 @@ class Flaky:
     async def acquire(self, claim, now):
         return await self.inner.acquire(claim, now)
 
-    def settle(self, claim, tokens, spent, now):
+    def settle(self, claim, tokens, spent, now, done):
         if self.failures:
             self.failures -= 1
-            failed = asyncio.get_running_loop().create_future()
-            failed.set_exception(RedisUnavailable("connection to Redis lost"))
-            return failed
-        return self.inner.settle(claim, tokens, spent, now)
+            done(RedisUnavailable("connection to Redis lost"))
+            return
+        self.inner.settle(claim, tokens, spent, now, done)
 
     async def close(self) -> None:
         return None
