@@ -225,7 +225,8 @@ class Limiter:
         except Exception as exc:
             self._failed(exc)
             return self._without_store(claim, found)
-        self._back()
+        if self._down_since is not None:
+            self._back()
         if verdict.refusal is not None:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
         if not plan.settles:

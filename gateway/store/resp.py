@@ -256,13 +256,17 @@ class Script:
         return b"*%d\r\n" % (count + 2) + bulk("EVALSHA") + bulk(self.sha)
 
     async def __call__(self, command: bytes) -> Reply:
-        try:
-            return await self._client.execute(command)
-        except RedisError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-        await self._client.call("SCRIPT", "LOAD", self._source)
-        return await self._client.execute(command)
+        client = self._client
+        connection = client._connection  # (`execute`, inline: this is every request's call)
+        if connection is None or connection.lost is not None:
+            connection = await client._open()
+        reply = await client._write(connection, command)
+        if reply.__class__ is not RedisError:
+            return reply
+        if not str(reply).startswith("NOSCRIPT"):
+            raise reply
+        await client.call("SCRIPT", "LOAD", self._source)
+        return await client.execute(command)
 
     def start(self, command: bytes, done: Callable[[BaseException | None], None]) -> None:
         """The call written now, when connected (no task, no waiting); `done` is called once, with
