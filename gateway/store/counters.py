@@ -131,8 +131,12 @@ async def settled(counters: Counters, claim: Claim, tokens: int, spent: Mapping[
     ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def done(failure: BaseException | None) -> None:
-        if not ended.done():
-            ended.set_result(None) if failure is None else ended.set_exception(failure)
+        if ended.done():
+            return
+        if failure is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(failure)
 
     counters.settle(claim, tokens, spent, now, done)
     await ended
