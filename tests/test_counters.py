@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from gateway.store import counters
-from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters
+from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
 from gateway.store.counters_redis import LEASE_SECONDS, RedisCounters
 from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
 from tests.support import redis_prefix, redis_url, remove_redis_keys
@@ -84,10 +84,10 @@ def test_tokens_per_minute_reserve_the_estimate_and_settle_to_the_usage(store):
         refused = (await acquire(store, second)).refusal
         assert refused.kind == counters.TPM and refused.wanted == 60
         assert refused.retry_after == pytest.approx(20 * 60 / 100)
-        await store.settle(first, 10, {}, NOW)  # it used 10 of the 60 it reserved
+        await settled(store, first, 10, {}, NOW)  # it used 10 of the 60 it reserved
         verdict = await acquire(store, second)
         assert verdict.refusal is None and verdict.windows[KEY_A, "tpm"].remaining == 30
-        await store.settle(second, 150, {}, NOW)  # more than reserved: the bucket goes below zero
+        await settled(store, second, 150, {}, NOW)  # more than reserved: the bucket goes below zero
         reading = await store.read(KEY_A, limits, NOW)
         assert reading.tokens.remaining == 0 and reading.tokens.reset == pytest.approx(60 * 160 / 100)
 
@@ -111,7 +111,7 @@ def test_concurrency_is_released_by_settlement(store):
         assert (await acquire(store, held[1])).refusal is None
         refused = (await acquire(store, held[2])).refusal
         assert refused.kind == counters.CONCURRENT and refused.retry_after == counters.RETRY_IN_FLIGHT
-        await store.settle(held[0], 0, {}, NOW)
+        await settled(store, held[0], 0, {}, NOW)
         assert (await acquire(store, held[2])).refusal is None
         assert (await store.read(KEY_A, limits, NOW)).in_flight == 2
 
@@ -130,7 +130,7 @@ def test_a_budget_starts_from_its_seed_and_tells_spent_from_held(store):
         assert (await acquire(store, first)).refusal is None
         held = (await acquire(store, claim((KEY_A, limits), tokens=30))).refusal
         assert held.kind == counters.BUDGET_IN_FLIGHT and (held.used, held.reserved, held.wanted) == (20, 60, 30)
-        await store.settle(first, 50, {counter: 50}, NOW)
+        await settled(store, first, 50, {counter: 50}, NOW)
         spent = (await acquire(store, claim((KEY_A, limits), tokens=31))).refusal
         assert spent.kind == counters.BUDGET and spent.used == 70 and spent.retry_after is None
         assert spent.unit == "tokens"
@@ -185,7 +185,7 @@ def test_a_lease_nobody_renews_frees_its_slot_and_its_reservation():
             assert (await acquire(store, claim((ACCT, Limits(concurrent=1))), later)).refusal is not None
             counter = f"tokens:{Period.at('month', NOW).id}"
             assert (await store.read(KEY_A, limits, later)).budgets == {counter: (0, 80)}
-            await store.settle(dead, 5, {counter: 5}, later)  # it was alive after all: its usage counts once
+            await settled(store, dead, 5, {counter: 5}, later)  # it was alive after all: its usage counts once
             assert (await store.read(KEY_A, limits, later)).budgets == {counter: (5, 80)}
         finally:
             await store.close()
@@ -203,11 +203,11 @@ def test_large_amounts_and_empty_reservations_stay_exact(store):
     async def scenario(store):
         nothing = claim((KEY_A, limits), tokens=0, seed=big - 7)
         assert (await acquire(store, nothing)).refusal is None
-        await store.settle(nothing, 0, {counter: 0}, NOW)
+        await settled(store, nothing, 0, {counter: 0}, NOW)
         some = claim((KEY_A, limits), tokens=7)
         verdict = await acquire(store, some)
         assert verdict.refusal is None and verdict.windows[KEY_A, "tpm"].remaining == 10**12 - 7
-        await store.settle(some, 7, {counter: 7}, NOW)
+        await settled(store, some, 7, {counter: 7}, NOW)
         assert (await store.read(KEY_A, limits, NOW)).budgets == {counter: (big, 0)}
         refused = (await acquire(store, claim((KEY_A, limits), tokens=1))).refusal
         assert refused.kind == counters.BUDGET and refused.used == big

@@ -9,7 +9,7 @@ import asyncio
 from gateway.store.counters import MemoryCounters
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import Limiter
-from gateway.store.limits import KEY, Limits, Subject
+from gateway.store.limits import KEY, TOKENS, Budget, Limits, Subject
 from gateway.store.resp import RedisUnavailable
 from tests.support import RedisServer, redis_prefix, redis_url, remove_redis_keys
 
@@ -28,8 +28,8 @@ class Table:
         return None
 
 
-def limiter(subjects: dict[Subject, Limits], counters) -> Limiter:
-    return Limiter(Table(subjects), counters, engine=None, clock=lambda: NOW)
+def limiter(subjects: dict[Subject, Limits], counters, clock=lambda: NOW) -> Limiter:
+    return Limiter(Table(subjects), counters, engine=None, clock=clock)
 
 
 async def admit(limiter: Limiter, request_id: str, completion_tokens: int = 16):
@@ -70,13 +70,12 @@ class Flaky:
     async def acquire(self, claim, now):
         return await self.inner.acquire(claim, now)
 
-    def settle(self, claim, tokens, spent, now):
+    def settle(self, claim, tokens, spent, now, done):
         if self.failures:
             self.failures -= 1
-            failed = asyncio.get_running_loop().create_future()
-            failed.set_exception(RedisUnavailable("connection to Redis lost"))
-            return failed
-        return self.inner.settle(claim, tokens, spent, now)
+            done(RedisUnavailable("connection to Redis lost"))
+            return
+        self.inner.settle(claim, tokens, spent, now, done)
 
     async def close(self) -> None:
         return None
@@ -126,3 +125,70 @@ def test_a_redis_that_forgot_its_scripts_still_settles_and_a_settlement_reconnec
 
     with RedisServer() as store:
         asyncio.run(scenario(store))
+
+
+async def nothing_in_the_ledger(claim, unseeded) -> None:
+    """A limiter's `_seed` without a database: every new budget counter starts from zero."""
+    for b in unseeded:
+        b.seed = 0
+
+
+def test_a_claim_in_the_next_period_counts_in_its_own_budget_counter():
+    """A key's calls to the store are kept from one claim to the next, but only while the budgets'
+    periods stay: the day after, its requests count against the new day's counter."""
+    prefix = redis_prefix()
+    limits = Limits(tpm=10**6, budgets=(Budget(TOKENS, 1000, "day"),))
+    moment = [NOW]
+
+    async def scenario():
+        counters = RedisCounters(redis_url(), prefix)
+        limited = limiter({KEY_A: limits}, counters, clock=lambda: moment[0])
+        limited._seed = nothing_in_the_ledger
+        try:
+            for request, used in (("cmpl-1", 7), ("cmpl-2", 5)):
+                grant = await admit(limited, request)
+                assert grant.refusal is None
+                grant.settle({"total_tokens": used})
+                await limited.drain()
+            moment[0] = NOW + 86_400  # the next day (UTC)
+            grant = await admit(limited, "cmpl-3")
+            assert grant.refusal is None
+            grant.settle({"total_tokens": 3})
+            await limited.drain()
+            today = await counters.read(KEY_A, limits, NOW)
+            tomorrow = await counters.read(KEY_A, limits, NOW + 86_400)
+            assert today.budgets == {"tokens:2026-12-01": (12, 0)}
+            assert tomorrow.budgets == {"tokens:2026-12-02": (3, 0)}
+        finally:
+            await limited.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
+
+
+def test_drain_waits_for_every_settlement_sent_and_returns_at_once_when_none_is():
+    limits = Limits(concurrent=5, tpm=100)
+
+    async def scenario():
+        counters = RedisCounters(redis_url(), prefix)
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            await limited.drain()  # nothing sent: nothing to wait for
+            grants = [await admit(limited, f"cmpl-{i}") for i in range(3)]
+            for grant in grants:
+                grant.settle({"total_tokens": 1})
+            assert limited._sending == 3  # written, not yet answered
+            await asyncio.gather(limited.drain(), limited.drain())  # (two waiters at once)
+            assert limited._sending == 0 and limited.not_ready() is None
+            reading = await counters.read(KEY_A, limits, NOW)
+            assert reading.in_flight == 0 and reading.tokens.remaining == 97
+        finally:
+            await limited.close()
+
+    prefix = redis_prefix()
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)

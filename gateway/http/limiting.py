@@ -25,6 +25,7 @@ from gateway.core.errors import (
     clip,
 )
 from gateway.store import counters
+from gateway.store.counters import RPM
 from gateway.store import limiter as limits_on_path
 from gateway.store.limiter import NO_LIMITS, Grant, Limiter
 from gateway.store.limits import Budget, Subject, Unit
@@ -77,20 +78,22 @@ def headers(grant: Grant) -> dict[str, str]:
     windows = grant.windows
     if not windows:
         return {}
-    tightest: dict[str, counters.Window] = {}  # per kind, the fewest remaining (then the lowest limit)
+    # Per kind, the fewest remaining (then the lowest limit); a Window is (limit, remaining, reset).
+    requests = tokens = None
     for (_, kind), w in windows.items():
-        best = tightest.get(kind)
-        if best is None or (w.remaining, w.limit) < (best.remaining, best.limit):
-            tightest[kind] = w
+        if kind == RPM:
+            if requests is None or (w[1], w[0]) < (requests[1], requests[0]):
+                requests = w
+        elif tokens is None or (w[1], w[0]) < (tokens[1], tokens[0]):
+            tokens = w
     out = {}
-    for kind, (limit, remaining, reset) in _HEADERS.items():
-        if (w := tightest.get(kind)) is not None:
-            out[limit], out[remaining], out[reset] = str(w.limit), str(w.remaining), duration(w.reset)
+    if requests is not None:
+        out |= {"x-ratelimit-limit-requests": str(requests[0]), "x-ratelimit-remaining-requests": str(requests[1]),
+                "x-ratelimit-reset-requests": duration(requests[2])}
+    if tokens is not None:
+        out |= {"x-ratelimit-limit-tokens": str(tokens[0]), "x-ratelimit-remaining-tokens": str(tokens[1]),
+                "x-ratelimit-reset-tokens": duration(tokens[2])}
     return out
-
-
-_HEADERS = {kind: tuple(f"x-ratelimit-{part}-{name}" for part in ("limit", "remaining", "reset"))
-            for kind, name in ((counters.RPM, "requests"), (counters.TPM, "tokens"))}
 
 
 def duration(seconds: float) -> str:

@@ -19,9 +19,9 @@ Time is the caller's clock (seconds), so tests move it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.store.limits import Budget, Limits, Period, Subject
 
@@ -78,6 +78,9 @@ class Claim:
     request_id: str
     tokens: int  # the estimate: prompt tokens + max_tokens x choices
     charges: list[Charge]
+    # What a store made of the claim for its check (counters_redis: the calls, encoded), kept for
+    # the settlement: the same subjects, limits and periods, not worked out a second time.
+    prepared: object = None
 
 
 class Window(NamedTuple):  # a tuple: made on every request, in C (a frozen dataclass sets each field in Python)
@@ -120,13 +123,32 @@ class Reading:
     budgets: dict[str, tuple[int, int]] = field(default_factory=dict)  # counter -> (used, reserved)
 
 
+Settled = Callable[[BaseException | None], None]  # told how a settlement ended: None, or its failure
+
+
+async def settled(counters: Counters, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> None:
+    """`counters.settle`, awaited: returns once the store has it, raises what failed."""
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(failure: BaseException | None) -> None:
+        if ended.done():
+            return
+        if failure is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(failure)
+
+    counters.settle(claim, tokens, spent, now, done)
+    await ended
+
+
 class Counters(Protocol):
     async def acquire(self, claim: Claim, now: float) -> Verdict: ...
 
-    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float, done: Settled) -> None:
         """The request ended having used `tokens`, and `spent` per budget counter. Begun at once,
-        without a task (a request's end should not cost one); the future is done when the store
-        has it, or failed when it could not be told."""
+        without a task or a future (a request's end should not cost one): `done` is called once,
+        with None when the store has it, or with what failed when it could not be told."""
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None: ...
 
@@ -225,7 +247,7 @@ class MemoryCounters:
                     self._budgets[charge.subject, b.counter][1] += b.reserve
         return verdict
 
-    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float, done: Settled) -> None:
         for charge in claim.charges:
             s, lim = charge.subject, charge.limits
             if lim.tpm:
@@ -239,9 +261,7 @@ class MemoryCounters:
                 if counter is not None:
                     counter[0] += spent.get(name, 0)
                     counter[1] -= b.reserve
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        done(None)
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
         return None  # leases here end only with settlement (or with this process)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.store.counters import (
     REFILL_SECONDS,
@@ -29,6 +28,7 @@ from gateway.store.counters import (
     Claim,
     Reading,
     Refusal,
+    Settled,
     Verdict,
     choose,
     refill,
@@ -259,6 +259,13 @@ class RedisCounters:
         return f"{self._prefix}{subject.kind}:{subject.id}"
 
     def _calls_of(self, claim: Claim) -> _Calls:
+        calls = claim.prepared
+        if calls.__class__ is _Calls:
+            return calls  # type: ignore[return-value]
+        calls = claim.prepared = self._encoded(claim)
+        return calls
+
+    def _encoded(self, claim: Claim) -> _Calls:
         wires = tuple(map(self._wire, claim.charges))
         calls = self._calls.get(wires)
         if calls is None:
@@ -324,14 +331,14 @@ class RedisCounters:
         return Refusal(claim.charges[int(s) - 1].subject, kind, int(limit), None if float(wait) < 0 else float(wait),
                        int(float(used)), int(float(reserved)), int(float(wanted)), unit)
 
-    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float) -> asyncio.Future[Any]:
-        """Written to Redis now (no task, no waiting); the future tells when Redis has it."""
+    def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float, done: Settled) -> None:
+        """Written to Redis now (no task, no waiting); `done` hears when Redis has it."""
         calls = self._calls_of(claim)
         numbers = f"{round(now * 1e6)} {claim.tokens} {tokens}"
         for charge in claim.charges:
             for b in charge.budgets:
                 numbers += f" {b.reserve} {spent.get(b.counter, 0)}"
-        return self._settle.start(calls.settle_head + _request(claim.request_id, numbers) + calls.settle_tail)
+        self._settle.start(calls.settle_head + _request(claim.request_id, numbers) + calls.settle_tail, done)
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
         until = repr(now + LEASE_SECONDS)

@@ -31,7 +31,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
-from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window, settles
+from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window, settled, settles
 from gateway.store.limits import ACCOUNT, KEY, Limits, LimitsTable, Period, Subject, Unit
 from gateway.store.prices import Prices
 from gateway.store.tables import ledger
@@ -87,6 +87,9 @@ class _Plan:
     settles: bool  # whether a request's end changes a counter (a second call to the store)
     listed: bool  # whether an allow-list applies
     models: dict[str, Subject | None] = field(default_factory=dict)  # model -> the subject refusing it, or None
+    # What the store made of the last claim (Claim.prepared), and its budgets' periods: a claim in
+    # the same periods is the same call to the store but for the request's own numbers.
+    prepared: tuple[list[Period], object] | None = None
 
     @classmethod
     def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> _Plan | None:
@@ -120,7 +123,8 @@ class Limiter:
         self._clock = clock or wall_clock
         self._live: dict[str, Claim] = {}  # claims taken and not yet settled (their leases are renewed)
         self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
-        self._sent: dict[asyncio.Future[Any], Settlement] = {}  # settlements the store has not answered yet
+        self._sending = 0  # settlements the store has not answered yet
+        self._drained: asyncio.Future[None] | None = None  # `drain` waits for them
         self._plans: dict[tuple[str, str], _Plan | None] = {}  # (key id, account) -> its plan (None: no limits)
         self._plans_of: dict[Subject, Limits] | None = None  # the copy of the table the plans were made from
         self._down_since: float | None = None
@@ -192,6 +196,7 @@ class Limiter:
             return Grant(refusal=Refusal(plan.counted[0][0], UNSHARED, 0), subjects=found)
         now = self._clock()
         charges = []
+        periods = []
         for subject, limits in plan.counted:
             budgets = []
             for budget in limits.budgets:
@@ -199,13 +204,19 @@ class Limiter:
                 if reserve is None:  # a budget in dollars, and no price: it could not be kept
                     return Grant(refusal=Refusal(subject, UNPRICED, budget.limit, unit=budget.unit.name),
                                  subjects=found)
-                budgets.append(BudgetClaim(budget, budget.period_at(now), reserve))
+                period = budget.period_at(now)
+                periods.append(period)
+                budgets.append(BudgetClaim(budget, period, reserve))
             charges.append(Charge(subject, limits, budgets))
         claim = Claim(request_id, prompt_tokens + completion_tokens, charges)
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._without_store(claim, found)
+        prepared = plan.prepared
+        if prepared is not None and prepared[0] == periods:  # the same counters as the plan's last claim
+            claim.prepared = prepared[1]
         try:
             verdict = await self.counters.acquire(claim, now)
+            plan.prepared = (periods, claim.prepared)
             for _ in range(3):  # a counter new to the store starts from the ledger; it may expire meanwhile
                 if not verdict.unseeded:
                     break
@@ -214,7 +225,8 @@ class Limiter:
         except Exception as exc:
             self._failed(exc)
             return self._without_store(claim, found)
-        self._back()
+        if self._down_since is not None:
+            self._back()
         if verdict.refusal is not None:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
         if not plan.settles:
@@ -253,26 +265,24 @@ class Limiter:
         if self._down_since is not None and time.monotonic() < self._retry_at:
             self._keep(settlement)
             return
-        try:
-            sent = self.counters.settle(claim, tokens, spent, self._clock())
-        except Exception as exc:
-            self._failed(exc)
-            self._keep(settlement)
-            return
-        self._sent[sent] = settlement
-        if sent.done():
-            self._heard(sent)
-        else:
-            sent.add_done_callback(self._heard)
 
-    def _heard(self, sent: asyncio.Future[Any]) -> None:
-        settlement = self._sent.pop(sent)
-        failure = asyncio.CancelledError() if sent.cancelled() else sent.exception()
-        if failure is None:
-            self._back()
-        else:
-            self._failed(failure)
-            self._keep(settlement)
+        def heard(failure: BaseException | None) -> None:
+            self._sending -= 1
+            if failure is None:
+                if self._down_since is not None:
+                    self._back()
+            else:
+                self._failed(failure)
+                self._keep(settlement)
+            if not self._sending and self._drained is not None:
+                self._drained.set_result(None)
+                self._drained = None
+
+        self._sending += 1
+        try:
+            self.counters.settle(claim, tokens, spent, self._clock(), heard)
+        except Exception as exc:
+            heard(exc)
 
     def _keep(self, settlement: Settlement) -> None:
         """A settlement the store missed: replayed once it answers again."""
@@ -282,8 +292,10 @@ class Limiter:
 
     async def drain(self) -> None:
         """Until the settlements sent have been answered (or have failed, and wait for a replay)."""
-        if self._sent:
-            await asyncio.gather(*self._sent, return_exceptions=True)
+        if self._sending:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
 
     async def _seed(self, claim: Claim, unseeded: list[BudgetClaim]) -> None:
         for charge in claim.charges:
@@ -312,7 +324,7 @@ class Limiter:
         while self._unsettled and self.counters is not None:
             claim, tokens, spent = self._unsettled[0]
             try:
-                await self.counters.settle(claim, tokens, spent, self._clock())
+                await settled(self.counters, claim, tokens, spent, self._clock())
             except Exception as exc:
                 self._failed(exc)
                 return

@@ -7,7 +7,8 @@ this client). What the limits need is little: a handful of commands, scripts by 
 and SELECT from the URL, TLS for rediss://. Commands from every request share the one connection,
 their replies matched in order (Redis answers in order), so many requests cost few system calls;
 a caller may keep most of a command's bytes from one call to the next (`Script`), and write one
-without waiting for its reply (`send`, `Script.start`).
+without waiting for its reply (`send`, `Script.start`): then the reply is handed to a callback as
+it is read, with no future and no callback scheduled on the loop in between.
 
     redis://[[user]:password@]host[:port][/db]     rediss://... the same over TLS
 """
@@ -17,10 +18,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 Reply = Any  # str | int | None | list[Reply] (strings decoded as UTF-8)
+# What waits for a reply: a future (`execute`), or a callback (`send`) given the reply, a RedisError
+# for an error reply, or RedisUnavailable when the connection was lost first.
+Heard = Callable[[Any], None]
+_Future = asyncio.Future
 
 
 class RedisError(Exception):
@@ -86,7 +92,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.waiting: deque[asyncio.Future[Reply]] = deque()
+        self.waiting: deque[asyncio.Future[Reply] | Heard] = deque()
         self.buffer = bytearray()
         self.lost: BaseException | None = None
 
@@ -106,17 +112,23 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
                 self.connection_lost(exc)
                 return
-            future = self.waiting.popleft()
-            if not future.done():
-                future.set_result(reply)
+            waiter = self.waiting.popleft()
+            if waiter.__class__ is not _Future:
+                waiter(reply)
+            elif not waiter.done():
+                waiter.set_result(reply)
         del buffer[:at]
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.lost = exc or RedisUnavailable("Redis closed the connection")
         while self.waiting:
-            future = self.waiting.popleft()
-            if not future.done():
-                future.set_exception(RedisUnavailable(f"connection to Redis lost: {self.lost}"))
+            waiter = self.waiting.popleft()
+            failure = RedisUnavailable(f"connection to Redis lost: {self.lost}")
+            if waiter.__class__ is not _Future:
+                waiter(failure)
+            elif not waiter.done():
+                waiter.set_exception(failure)
+
 
 
 class Redis:
@@ -193,13 +205,16 @@ class Redis:
             connection = await self._open()
         return self._check(await self._write(connection, command))
 
-    def send(self, command: bytes) -> asyncio.Future[Reply] | None:
-        """Writes `command` now, without waiting, when connected: the future of its raw reply (a
-        RedisError is its result, not raised). None when not connected (`execute` connects)."""
+    def send(self, command: bytes, heard: Heard) -> bool:
+        """Writes `command` now, without waiting, when connected; `heard` is called with its raw
+        reply (a RedisError is given, not raised) or with RedisUnavailable. False when not
+        connected (`execute` connects), and `heard` is not called."""
         connection = self._connection
         if connection is None or connection.lost is not None:
-            return None
-        return self._write(connection, command)
+            return False
+        connection.transport.write(command)
+        connection.waiting.append(heard)  # (after the write: a write that raised has no reply to wait for)
+        return True
 
     async def _watch(self) -> None:
         """Aborts a connection whose oldest command has waited longer than `timeout`: replies come
@@ -241,48 +256,37 @@ class Script:
         return b"*%d\r\n" % (count + 2) + bulk("EVALSHA") + bulk(self.sha)
 
     async def __call__(self, command: bytes) -> Reply:
-        try:
-            return await self._client.execute(command)
-        except RedisError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-        await self._client.call("SCRIPT", "LOAD", self._source)
-        return await self._client.execute(command)
+        client = self._client
+        connection = client._connection  # (`execute`, inline: this is every request's call)
+        if connection is None or connection.lost is not None:
+            connection = await client._open()
+        reply = await client._write(connection, command)
+        if reply.__class__ is not RedisError:
+            return reply
+        if not str(reply).startswith("NOSCRIPT"):
+            raise reply
+        await client.call("SCRIPT", "LOAD", self._source)
+        return await client.execute(command)
 
-    def start(self, command: bytes) -> asyncio.Future[Reply]:
-        """The call written now, when connected (no task, no waiting): the future of its reply,
-        or of its error."""
-        loop = asyncio.get_running_loop()
-        sent = self._client.send(command)
-        if sent is None:  # not connected: connecting takes a task
-            return loop.create_task(self(command))
-        replied: asyncio.Future[Reply] = loop.create_future()
+    def start(self, command: bytes, done: Callable[[BaseException | None], None]) -> None:
+        """The call written now, when connected (no task, no waiting); `done` is called once, with
+        None when Redis has run it, or with what failed. A script Redis forgot is loaded and
+        called again (in a task, as is a call that must connect first)."""
 
-        def heard(sent: asyncio.Future[Reply]) -> None:
-            if replied.done():
-                return
-            if sent.cancelled():
-                replied.cancel()
-                return
-            reply = sent.exception() or sent.result()
-            if isinstance(reply, RedisError) and str(reply).startswith("NOSCRIPT"):
-                again = loop.create_task(self(command))  # loads it, then calls it again
-                again.add_done_callback(lambda again: _copy(again, replied))
+        def heard(reply: Reply) -> None:
+            if reply.__class__ is RedisError and str(reply).startswith("NOSCRIPT"):
+                _finish(asyncio.ensure_future(self(command)), done)  # loads it, then calls it again
             elif isinstance(reply, BaseException):
-                replied.set_exception(reply)
+                done(reply)
             else:
-                replied.set_result(reply)
+                done(None)
 
-        sent.add_done_callback(heard)
-        return replied
+        if not self._client.send(command, heard):  # not connected: connecting takes a task
+            _finish(asyncio.ensure_future(self(command)), done)
 
 
-def _copy(source: asyncio.Future[Reply], target: asyncio.Future[Reply]) -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif (exc := source.exception()) is not None:
-        target.set_exception(exc)
-    else:
-        target.set_result(source.result())
+def _finish(task: asyncio.Future[Reply], done: Callable[[BaseException | None], None]) -> None:
+    def ended(task: asyncio.Future[Reply]) -> None:
+        done(asyncio.CancelledError() if task.cancelled() else task.exception())
+
+    task.add_done_callback(ended)
