@@ -14,7 +14,6 @@ Everything else passes straight through: one path comparison per request.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ COMPLETIONS = "/v5/completions"
 # The scope key of a completion's `_Slot`, where the handler leaves its meter (`attach`). The layers
 # between pass copies of the scope down, so the slot is an object they all share.
 _METER = "gateway.meter"
-access_log = logging.getLogger("gateway.access")
+access = logs.Lines("gateway.access")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +180,7 @@ class ObservedApp:
         ttft_ms = row.get("ttft_ms")
         if self._metrics is not None:
             self._metrics.request(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000)
-        if access_log.isEnabledFor(logging.INFO):
+        if access.enabled():
             fields = {
                 "request_id": row.get("request_id"), "account": row.get("account_id"), "key_id": row.get("key_id"),
                 "vendor": vendor, "model": model, "status": status, "stream": stream,
@@ -191,7 +190,7 @@ class ObservedApp:
             }
             if row.get("fallback_from"):
                 fields["fallback_from"] = row["fallback_from"]
-            access_log.info("%s %s %d", scope["method"], COMPLETIONS, status, extra={logs.FIELDS: fields})
+            access.info(f"{scope['method']} {COMPLETIONS} {status}", fields)
 
 
 async def _served(app: ASGIApp, scope: Scope, receive: Receive, send: Send, slot: _Slot) -> None:
