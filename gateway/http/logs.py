@@ -10,6 +10,10 @@ scrubbed one by one, before they are encoded, so a scrubbed value never breaks t
 A completion's access line is written on every request: `Lines` writes it without a LogRecord, its
 handler's filter and its formatter's lookups, as the same line logging would write (the same
 formatter spells it), whenever the log is as `configure` set it up; otherwise through logging.
+Such a line is scrubbed whole first, one scan: each of its strings (the message, the fields'
+values) stands in it as it is, between a separator and a space or quote that no secret's pattern
+reaches across, so a line that scrubbing leaves alone has nothing secret in any of them. Only a
+line that scrubbing would change has its strings scrubbed one by one, as a record's would be.
 """
 
 from __future__ import annotations
@@ -100,12 +104,17 @@ class TextFormatter(logging.Formatter):
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any]) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception."""
-        message, fields = _scrubbed_line(message, fields, self._redact)
-        return f"{self._stamps(created)} {levelname} {name}: {message}" + (_key_values(fields) if fields else "")
+        head = f"{self._stamps(created)} {levelname} {name}: "
+        line = head + message + (_key_values(fields) if fields else "")
+        # Every string of the line is in it as it is, so when scrubbing the whole line leaves it
+        # alone, scrubbing each would have too (see the module's docstring).
+        if self._redact(line) == line:
+            return line
+        return head + self._redact(message) + (_key_values(scrubbed(fields, self._redact)) if fields else "")
 
 
 def _key_values(fields: dict[str, Any]) -> str:
-    return " " + " ".join(f"{key}={'' if value is None else value}" for key, value in fields.items())
+    return " " + " ".join([f"{key}={'' if value is None else value}" for key, value in fields.items()])
 
 
 class JsonFormatter(logging.Formatter):
@@ -134,20 +143,19 @@ class JsonFormatter(logging.Formatter):
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any]) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception."""
-        message, fields = _scrubbed_line(message, fields, self._redact)
         entry = {"time": self._time(created), "level": levelname.lower(), "logger": name, "message": message}
         if fields:
             entry |= fields
+        line = orjson.dumps(entry, default=str).decode()
+        # Every string is in the line as it is unless JSON escaped a character of it, which leaves a
+        # backslash: without one, when scrubbing the whole line leaves it alone, scrubbing each
+        # string would have too (see the module's docstring).
+        if "\\" not in line and self._redact(line) == line:
+            return line
+        entry["message"] = self._redact(message)
+        if fields:
+            entry |= scrubbed(fields, self._redact)
         return orjson.dumps(entry, default=str).decode()
-
-
-def _scrubbed_line(message: str, fields: dict[str, Any], redact: Redactor) -> tuple[str, dict[str, Any]]:
-    """`message` and `fields` scrubbed, as RedactSecrets and a formatter would: one scan of them all
-    when nothing is secret."""
-    joined = "\n".join([message, *[value for value in fields.values() if isinstance(value, str)]])
-    if redact(joined) == joined:
-        return message, fields
-    return redact(message), {key: redact(value) if isinstance(value, str) else value for key, value in fields.items()}
 
 
 class _Direct:
