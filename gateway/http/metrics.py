@@ -78,7 +78,7 @@ class Bounded:
         self._seen = set(known)
         self._room = limit
 
-    def __call__(self, value: str, admit: bool = True) -> str:
+    def label(self, value: str, admit: bool = True) -> str:
         if value in self._seen:
             return value
         if admit and self._room > 0 and len(value) <= MAX_LABEL_CHARS:
@@ -109,14 +109,14 @@ class Labels:
         if vendor is None or model is None:
             return (self.vendor(vendor), NONE)
         models = self._models.get(vendor)
-        return (vendor, models(model, admit=answered)) if models is not None else (OTHER, OTHER)
+        return (vendor, models.label(model, answered)) if models is not None else (OTHER, OTHER)
 
     def model(self, vendor: str | None, model: str | None, answered: bool) -> str:
         """`model` ("vendor/name") as a label; `answered`: its vendor answered it successfully."""
         if vendor is None or model is None:
             return NONE
         models = self._models.get(vendor)
-        return OTHER if models is None else models(model, admit=answered)
+        return OTHER if models is None else models.label(model, answered)
 
 
 class Metrics:
@@ -139,6 +139,7 @@ class Metrics:
         self._observed: dict[Any, _Observed] = {}  # histogram series -> since the last flush
         # (vendor, model) labels, status, stream -> the request's counter and duration series
         self._requests: dict[tuple[tuple[str, str], int, bool], tuple[Any, Any]] = {}
+        self._tokens: dict[tuple[str, str], dict[str, Any]] = {}  # (vendor, model) labels -> kind -> series
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
         self._in_flight = 0
         r = {"registry": registry}
@@ -171,11 +172,19 @@ class Metrics:
                                         ("vendor", "deployment"), multiprocess_mode="livemin", **r)
 
     # -- what is counted ------------------------------------------------------------------------
-    # Each is called on every completion: a label set's series are looked up once per call (one
-    # dict lookup, `_child`), and what is counted is a dict entry (`_counts`, `_observed`).
-    def request(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
-                ttft: float | None) -> None:
-        """A completion request ended (its answer sent, or its client gone)."""
+    # On every completion: a label set's series are found with one dict lookup, what is counted is
+    # a dict entry (`_counts`, `_observed`), and a flush is made due once per report.
+    def started(self) -> None:
+        """A completion request began."""
+        self._in_flight += 1
+        self._levels[self.in_flight] = self._in_flight
+        self._due()
+
+    def ended(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
+              ttft: float | None) -> None:
+        """A completion request ended (its answer sent, or its client gone): no longer in flight, counted."""
+        self._in_flight -= 1
+        self._levels[self.in_flight] = self._in_flight
         labels = self.labels.pair(vendor, model, status == 200)
         key = (labels, status, stream)
         series = self._requests.get(key)
@@ -191,19 +200,17 @@ class Metrics:
             self._observe(self._child(self.ttft, labels), TTFT_BUCKETS, ttft)
         self._due()
 
-    def started(self, change: int) -> None:
-        """Completion requests began (+1) or ended (-1)."""
-        self._in_flight += change
-        self._levels[self.in_flight] = self._in_flight
-        self._due()
-
     def row(self, row: Mapping[str, Any]) -> None:
-        vendor = row.get("vendor")
-        labels = self.labels.pair(vendor, row.get("model"), row.get("outcome") == "completed")
+        labels = self.labels.pair(row.get("vendor"), row.get("model"), row.get("outcome") == "completed")
+        kinds = self._tokens.get(labels)
+        if kinds is None:
+            kinds = self._tokens[labels] = {}
         counts = self._counts
         for kind, field in TOKEN_FIELDS:
             if count := row.get(field):
-                child = self._child(self.tokens, (*labels, kind))
+                child = kinds.get(kind)
+                if child is None:  # made when first counted: a series never counted is not shown
+                    child = kinds[kind] = self.tokens.labels(*labels, kind)
                 counts[child] = counts.get(child, 0.0) + count
         if cost := row.get("cost_nanos"):  # the row's price (store/prices.py); none when unpriced
             child = self._child(self.cost, labels)
@@ -224,10 +231,10 @@ class Metrics:
         self._count(self.ledger_dropped, (), rows)
 
     def limited(self, reason: str) -> None:
-        self._count(self.rate_limited, (self._reasons(reason),))
+        self._count(self.rate_limited, (self._reasons.label(reason),))
 
     def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
-        self._levels[self._child(self.deployment_healthy, (self.labels.vendor(vendor), self._deployments(deployment)))
+        self._levels[self._child(self.deployment_healthy, (self.labels.vendor(vendor), self._deployments.label(deployment)))
                      ] = 1 if healthy else 0
         self._due()
 
