@@ -19,6 +19,7 @@ from gateway.http import logs
 NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
 CLOCK = 1764600000.0421  # a fixed time of the line, so that both ways of writing it can be compared
 VENDOR_KEY = "vendor-key-0123456789"
+QUOTED_KEY = 'vendor"key\\0123456789'  # a vendor key that JSON escapes
 KEY_SHAPED = "sk-proj-" + "Q" * 24
 FIELDS = {"request_id": "cmpl-1", "account": "acct-a", "key_id": None, "vendor": "fake", "model": "fake/logged",
           "status": 200, "stream": False, "latency_ms": 1.25, "ttft_ms": None}
@@ -34,7 +35,7 @@ def plain_log(level: str, fmt: str) -> Iterator[io.StringIO]:
     root.handlers = [logging.StreamHandler(out)]
     root.setLevel(level.upper())  # configure's basicConfig leaves a root with handlers as it is
     try:
-        logs.configure(level, fmt, Redactor([VENDOR_KEY]))
+        logs.configure(level, fmt, Redactor([VENDOR_KEY, QUOTED_KEY]))
         yield out
     finally:
         root.handlers = handlers
@@ -56,14 +57,19 @@ def through_logging(message: str, fields: dict, monkeypatch: pytest.MonkeyPatch)
     ("POST /v5/completions 200", FIELDS),
     ("POST /v5/completions 502", FIELDS | {"model": f"fake/{KEY_SHAPED}", "outcome": f"quoted {VENDOR_KEY}"}),
     (f"Authorization: Bearer {KEY_SHAPED}", {}),
+    # what JSON escapes around a secret, and a secret JSON escapes
+    ("POST /v5/completions 200", FIELDS | {"model": f'fake/"{KEY_SHAPED}"'}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": f"quoted {QUOTED_KEY}"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "Authorization:\tBearer abcdefghijklmnop\n"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "x-api-key: [redacted]"}),  # scrubbing changes nothing
 ])
 def test_a_line_written_directly_is_the_line_logging_writes(fmt, message, fields, monkeypatch):
     with plain_log("info", fmt) as out:
         logs.Lines(NAME, clock=lambda: CLOCK).info(message, dict(fields))
+        direct = out.getvalue()
         through_logging(message, dict(fields), monkeypatch)
-    direct, logged = out.getvalue().splitlines()
-    assert direct == logged
-    assert KEY_SHAPED not in direct and VENDOR_KEY not in direct
+    assert direct.endswith("\n") and out.getvalue() == direct * 2  # logging wrote the same after it
+    assert not any(secret in direct for secret in (KEY_SHAPED, VENDOR_KEY, QUOTED_KEY, 'key\\\\0123456789'))
 
 
 def test_the_json_line_carries_its_fields_in_order_and_scrubbed():
