@@ -54,21 +54,23 @@ def scrubbed(fields: dict[str, Any], redact: Redactor) -> dict[str, Any]:
 
 
 class _Stamps:
-    """A line's time as text. The whole second's part is spelled once per second: most lines share it."""
+    """A line's time as text. The whole second's part is spelled once per second (most lines share
+    it), into a template that only the milliseconds fill."""
 
-    __slots__ = ("_spell", "_separator", "_suffix", "_second", "_prefix")
+    __slots__ = ("_spell", "_separator", "_suffix", "_second", "_template")
 
     def __init__(self, spell: Callable[[int], str], separator: str, suffix: str = "") -> None:
         self._spell, self._separator, self._suffix = spell, separator, suffix
         self._second = -1
-        self._prefix = ""
+        self._template = ""
 
-    def __call__(self, created: float) -> str:
+    def text(self, created: float) -> str:
         second = int(created)
         if second != self._second:
-            self._second, self._prefix = second, self._spell(second)
-        # the milliseconds as LogRecord computes its msecs
-        return f"{self._prefix}{self._separator}{int((created - second) * 1000):03d}{self._suffix}"
+            spelled = self._spell(second).replace("%", "%%")
+            self._second, self._template = second, f"{spelled}{self._separator}%03d{self._suffix}"
+        # %d truncates as LogRecord's int() does for its msecs
+        return self._template % ((created - second) * 1000)
 
 
 def _local_second(second: int) -> str:  # logging.Formatter's default time, without its milliseconds
@@ -85,7 +87,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redact = redact
-        self._stamps = _Stamps(_local_second, ",")
+        self._stamps = _Stamps(_local_second, ",").text
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -123,7 +125,7 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__()
         self._redact = redact
-        self._time = _Stamps(_utc_second, ".", "Z")
+        self._time = _Stamps(_utc_second, ".", "Z").text
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
