@@ -208,11 +208,11 @@ class Lines:
 def configure(level: str, fmt: str, redact: Redactor) -> None:
     """Set up this process's logging; again after uvicorn configured its own loggers (it replaces
     their handlers), which is why it may run more than once."""
+    global _direct
     # What no line of ours shows is not collected for each record (the logging HOWTO's
     # "Optimization"): a completion's access line is on the hot path.
     logging._srcfile = None  # type: ignore[attr-defined]  # the caller's file and line
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    global _direct
     logging.basicConfig(level=level.upper())
     # One INFO line per vendor request (httpx) or migration step (alembic) is noise, and on the
     # hot path a cost; they still speak at debug level.
