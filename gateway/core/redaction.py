@@ -38,9 +38,10 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         lowered = text.casefold()
-        if not any(trigger in lowered for trigger in self._triggers):
-            return text
-        return self._pattern.sub(_replacement, text)
+        for trigger in self._triggers:  # a loop, not any() over a generator: every log line comes here
+            if trigger in lowered:
+                return self._pattern.sub(_replacement, text)
+        return text
 
 
 def _replacement(match: re.Match[str]) -> str:

@@ -42,6 +42,7 @@ NONE = "none"  # the request reached no vendor
 OTHER = "other"  # a value past the bound
 MAX_LABEL_CHARS = 128  # a longer model name is never a label value
 TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+TOKEN_FIELDS = tuple((kind, f"{kind}_tokens") for kind in TOKEN_KINDS)  # a ledger row's field of each
 # Seconds; a completion takes from milliseconds (cached, tiny) to minutes (long streams).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -77,7 +78,7 @@ class Bounded:
         self._seen = set(known)
         self._room = limit
 
-    def __call__(self, value: str, admit: bool = True) -> str:
+    def label(self, value: str, admit: bool = True) -> str:
         if value in self._seen:
             return value
         if admit and self._room > 0 and len(value) <= MAX_LABEL_CHARS:
@@ -103,12 +104,19 @@ class Labels:
             return NONE
         return vendor if vendor in self._models else OTHER
 
+    def pair(self, vendor: str | None, model: str | None, answered: bool) -> tuple[str, str]:
+        """(vendor, model) as labels (see `model`)."""
+        if vendor is None or model is None:
+            return (self.vendor(vendor), NONE)
+        models = self._models.get(vendor)
+        return (vendor, models.label(model, answered)) if models is not None else (OTHER, OTHER)
+
     def model(self, vendor: str | None, model: str | None, answered: bool) -> str:
         """`model` ("vendor/name") as a label; `answered`: its vendor answered it successfully."""
         if vendor is None or model is None:
             return NONE
         models = self._models.get(vendor)
-        return OTHER if models is None else models(model, admit=answered)
+        return OTHER if models is None else models.label(model, answered)
 
 
 class Metrics:
@@ -128,7 +136,10 @@ class Metrics:
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._counts: dict[Any, float] = {}  # counter -> what it has counted since the last flush
         self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
-        self._observed: dict[tuple[Any, tuple[str, ...]], _Observed] = {}  # histogram series -> since the last flush
+        self._observed: dict[Any, _Observed] = {}  # histogram series -> since the last flush
+        # (vendor, model) labels, status, stream -> the request's counter and duration series
+        self._requests: dict[tuple[tuple[str, str], int, bool], tuple[Any, Any]] = {}
+        self._tokens: dict[tuple[str, str], dict[str, Any]] = {}  # (vendor, model) labels -> kind -> series
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
         self._in_flight = 0
         r = {"registry": registry}
@@ -161,32 +172,50 @@ class Metrics:
                                         ("vendor", "deployment"), multiprocess_mode="livemin", **r)
 
     # -- what is counted ------------------------------------------------------------------------
-    def request(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
-                ttft: float | None) -> None:
-        """A completion request ended (its answer sent, or its client gone)."""
-        vendor_label, model_label = self.labels.vendor(vendor), self.labels.model(vendor, model, status == 200)
-        streamed = "true" if stream else "false"
-        self._count(self.requests, (vendor_label, model_label, str(status), streamed))
-        self._observe(self.duration, DURATION_BUCKETS, (vendor_label, model_label, streamed), seconds)
-        if stream and ttft is not None:
-            self._observe(self.ttft, TTFT_BUCKETS, (vendor_label, model_label), ttft)
-
-    def started(self, change: int) -> None:
-        """Completion requests began (+1) or ended (-1)."""
-        self._in_flight += change
+    # On every completion: a label set's series are found with one dict lookup, what is counted is
+    # a dict entry (`_counts`, `_observed`), and a flush is made due once per report.
+    def started(self) -> None:
+        """A completion request began."""
+        self._in_flight += 1
         self._levels[self.in_flight] = self._in_flight
         self._due()
 
+    def ended(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
+              ttft: float | None) -> None:
+        """A completion request ended (its answer sent, or its client gone): no longer in flight, counted."""
+        self._in_flight -= 1
+        self._levels[self.in_flight] = self._in_flight
+        labels = self.labels.pair(vendor, model, status == 200)
+        key = (labels, status, stream)
+        series = self._requests.get(key)
+        if series is None:
+            streamed = "true" if stream else "false"
+            series = self._requests[key] = (self.requests.labels(*labels, str(status), streamed),
+                                            self._child(self.duration, (*labels, streamed)))
+        counted, duration = series
+        counts = self._counts
+        counts[counted] = counts.get(counted, 0.0) + 1
+        self._observe(duration, DURATION_BUCKETS, seconds)
+        if stream and ttft is not None:
+            self._observe(self._child(self.ttft, labels), TTFT_BUCKETS, ttft)
+        self._due()
+
     def row(self, row: Mapping[str, Any]) -> None:
-        vendor = row.get("vendor")
-        answered = row.get("outcome") == "completed"
-        labels = (self.labels.vendor(vendor), self.labels.model(vendor, row.get("model"), answered))
-        for kind in TOKEN_KINDS:
-            count = row.get(f"{kind}_tokens")
-            if count:
-                self._count(self.tokens, (*labels, kind), count)
+        labels = self.labels.pair(row.get("vendor"), row.get("model"), row.get("outcome") == "completed")
+        kinds = self._tokens.get(labels)
+        if kinds is None:
+            kinds = self._tokens[labels] = {}
+        counts = self._counts
+        for kind, field in TOKEN_FIELDS:
+            if count := row.get(field):
+                child = kinds.get(kind)
+                if child is None:  # made when first counted: a series never counted is not shown
+                    child = kinds[kind] = self.tokens.labels(*labels, kind)
+                counts[child] = counts.get(child, 0.0) + count
         if cost := row.get("cost_nanos"):  # the row's price (store/prices.py); none when unpriced
-            self._count(self.cost, labels, cost / NANOS_PER_USD)
+            child = self._child(self.cost, labels)
+            counts[child] = counts.get(child, 0.0) + cost / NANOS_PER_USD
+        self._due()
 
     def retry(self, vendor: str, reason: str) -> None:
         self._count(self.retries, (self.labels.vendor(vendor), reason))
@@ -195,17 +224,19 @@ class Metrics:
         self._count(self.fallbacks, (model, to))  # both are models of the fallback configuration: bounded
 
     def pending(self, rows: int) -> None:
-        self._level(self.ledger_pending, rows)
+        self._levels[self.ledger_pending] = rows
+        self._due()
 
     def dropped(self, rows: int) -> None:
         self._count(self.ledger_dropped, (), rows)
 
     def limited(self, reason: str) -> None:
-        self._count(self.rate_limited, (self._reasons(reason),))
+        self._count(self.rate_limited, (self._reasons.label(reason),))
 
     def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
-        self._level(self.deployment_healthy, 1 if healthy else 0,
-                    (self.labels.vendor(vendor), self._deployments(deployment)))
+        self._levels[self._child(self.deployment_healthy, (self.labels.vendor(vendor), self._deployments.label(deployment)))
+                     ] = 1 if healthy else 0
+        self._due()
 
     # -- writing it -----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -222,6 +253,8 @@ class Metrics:
             series.write()
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """`metric`'s series of `labels`, made once (prometheus-client's `labels()` takes a lock and
+        builds its key on every call); label values are bounded, and so is this."""
         if not labels:
             return metric
         key = (metric, labels)
@@ -235,18 +268,12 @@ class Metrics:
         self._counts[child] = self._counts.get(child, 0.0) + amount
         self._due()
 
-    def _level(self, gauge: Any, value: float, labels: tuple[str, ...] = ()) -> None:
-        self._levels[self._child(gauge, labels)] = value
-        self._due()
-
-    def _observe(self, histogram: Any, buckets: tuple[float, ...], labels: tuple[str, ...], value: float) -> None:
-        key = (histogram, labels)
-        series = self._observed.get(key)
+    def _observe(self, child: Any, buckets: tuple[float, ...], value: float) -> None:
+        series = self._observed.get(child)
         if series is None:
-            series = self._observed[key] = _Observed(self._child(histogram, labels), buckets)
+            series = self._observed[child] = _Observed(child, buckets)
         series.counts[bisect.bisect_left(buckets, value)] += 1  # past the last bound: the +Inf bucket
         series.sum += value
-        self._due()
 
     def _due(self) -> None:
         loop = self._flush_loop

@@ -1,0 +1,113 @@
+"""The access line written without logging's records (http/logs.py `Lines`): the very line logging
+would write, in text and in JSON, scrubbed of secrets, only at the level that shows it, and through
+logging whenever the log is set up otherwise (a test capturing records, say)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.core.redaction import REDACTED, Redactor
+from gateway.http import logs
+
+NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
+CLOCK = 1764600000.0421  # a fixed time of the line, so that both ways of writing it can be compared
+VENDOR_KEY = "vendor-key-0123456789"
+QUOTED_KEY = 'vendor"key\\0123456789'  # a vendor key that JSON escapes
+KEY_SHAPED = "sk-proj-" + "Q" * 24
+FIELDS = {"request_id": "cmpl-1", "account": "acct-a", "key_id": None, "vendor": "fake", "model": "fake/logged",
+          "status": 200, "stream": False, "latency_ms": 1.25, "ttft_ms": None}
+
+
+@contextlib.contextmanager
+def plain_log(level: str, fmt: str) -> Iterator[io.StringIO]:
+    """The log as `gateway serve` has it (the root's one stream handler, set up by `configure`),
+    written to the returned buffer; everything as it was afterwards."""
+    root = logging.getLogger()
+    handlers, old_level, direct = root.handlers, root.level, logs._direct
+    out = io.StringIO()
+    root.handlers = [logging.StreamHandler(out)]
+    root.setLevel(level.upper())  # configure's basicConfig leaves a root with handlers as it is
+    try:
+        logs.configure(level, fmt, Redactor([VENDOR_KEY, QUOTED_KEY]))
+        yield out
+    finally:
+        root.handlers = handlers
+        root.setLevel(old_level)
+        logs._direct = direct
+
+
+def through_logging(message: str, fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line as a LogRecord made at CLOCK, through the root's handler (filter, formatter)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "time", lambda: CLOCK)
+        record = logging.getLogger(NAME).makeRecord(NAME, logging.INFO, "", 0, "%s", (message,), None,
+                                                    extra={logs.FIELDS: fields})
+    logging.getLogger().handlers[0].handle(record)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("message, fields", [
+    ("POST /v5/completions 200", FIELDS),
+    ("POST /v5/completions 502", FIELDS | {"model": f"fake/{KEY_SHAPED}", "outcome": f"quoted {VENDOR_KEY}"}),
+    (f"Authorization: Bearer {KEY_SHAPED}", {}),
+    # what JSON escapes around a secret, and a secret JSON escapes
+    ("POST /v5/completions 200", FIELDS | {"model": f'fake/"{KEY_SHAPED}"'}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": f"quoted {QUOTED_KEY}"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "Authorization:\tBearer abcdefghijklmnop\n"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "x-api-key: [redacted]"}),  # scrubbing changes nothing
+])
+def test_a_line_written_directly_is_the_line_logging_writes(fmt, message, fields, monkeypatch):
+    with plain_log("info", fmt) as out:
+        logs.Lines(NAME, clock=lambda: CLOCK).info(message, dict(fields))
+        direct = out.getvalue()
+        through_logging(message, dict(fields), monkeypatch)
+    assert direct.endswith("\n") and out.getvalue() == direct * 2  # logging wrote the same after it
+    assert not any(secret in direct for secret in (KEY_SHAPED, VENDOR_KEY, QUOTED_KEY, 'key\\\\0123456789'))
+
+
+def test_the_json_line_carries_its_fields_in_order_and_scrubbed():
+    with plain_log("info", "json") as out:
+        logs.Lines(NAME, clock=lambda: CLOCK).info("POST /v5/completions 200", FIELDS | {"model": f"fake/{KEY_SHAPED}"})
+    [line] = out.getvalue().splitlines()
+    entry = json.loads(line)
+    assert list(entry) == ["time", "level", "logger", "message", *FIELDS]
+    assert entry["time"] == "2025-12-01T14:40:00.042Z" and entry["level"] == "info" and entry["logger"] == NAME
+    assert entry["message"] == "POST /v5/completions 200"
+    assert entry["model"] == f"fake/{REDACTED}" and entry["key_id"] is None and entry["stream"] is False
+    assert KEY_SHAPED not in line
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_below_its_level_no_line_is_written(fmt):
+    with plain_log("warning", fmt) as out:
+        lines = logs.Lines(NAME)
+        assert not lines.enabled()
+        lines.info("POST /v5/completions 200", FIELDS)
+    assert out.getvalue() == ""
+
+
+def test_with_other_handlers_the_line_is_a_record_as_before(caplog):
+    with plain_log("info", "json"), caplog.at_level(logging.INFO, logger=NAME):
+        logging.getLogger().addHandler(caplog.handler)  # as caplog's own is on the root logger
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)
+    [record] = [r for r in caplog.records if r.name == NAME]
+    assert record.getMessage() == "POST /v5/completions 200" and getattr(record, logs.FIELDS) == FIELDS
+
+
+class Broken(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError("the log's disk is full")
+
+
+def test_a_failing_stream_is_the_handlers_to_report_not_the_callers(monkeypatch, capsys):
+    with plain_log("info", "json"):
+        logging.getLogger().handlers[0].setStream(Broken())
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)  # does not raise
+    assert "Logging error" in capsys.readouterr().err
