@@ -154,6 +154,23 @@ def test_openai_stream_chunks_read_from_their_json_as_from_the_decoded_value(cal
         assert outcome_of(from_json.read_json, data) == outcome_of(from_value.read, value)
 
 
+@pytest.mark.parametrize("index", [2**64, -(2**63) - 1, 10**30, 1, -1])
+def test_an_index_out_of_range_is_refused_for_the_same_reason_on_both_paths(index):
+    # Found by the property test above: orjson reads an integer past 64 bits as a float, msgspec
+    # as an integer, so the two paths once refused it with different reasons.
+    call = CompletionCall(model="m", prompts=["p"], n=1, stream=True)
+    data = json.dumps({"choices": [{"index": 0, "text": "a", "logprobs": None},
+                                   {"index": index, "text": "b"}]})
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        assert outcome_of(openai.ChunkReader(call).read_json, data)[0] == "failed"
+        return
+    from_json = outcome_of(openai.ChunkReader(call).read_json, data)
+    assert from_json[0] == "failed"
+    assert from_json == outcome_of(openai.ChunkReader(call).read, value)
+
+
 @FAST
 @given(data=maybe(ANTHROPIC_MESSAGE), moved=st.sampled_from(["", " ", "\n "]))
 def test_anthropic_message_reader(data, moved):

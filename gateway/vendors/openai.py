@@ -203,11 +203,14 @@ class ChunkReader:
         if usual.error:
             return self.read(orjson.loads(data))
         bound, logprobs = self._bound, self._logprobs
+        for wire in usual.choices:
+            if not 0 <= wire.index < bound:
+                # Refused; the general reader says why, as it would for the same JSON (an integer
+                # past 64 bits is a float to it), and before any choice's logprobs move on.
+                return self.read(orjson.loads(data))
         choices = []
         for wire in usual.choices:
             index = wire.index
-            if not 0 <= index < bound:
-                read.index(index, "a choice's index", bound)  # refused, with its reason
             finish = wire.finish_reason
             if finish is not None and finish not in read.FINISH_REASONS:
                 finish = "stop"
