@@ -316,6 +316,27 @@ def test_a_client_that_leaves_a_slow_request_cancels_the_vendor_call(client, gat
     assert_responsive(gateway)
 
 
+def test_a_pipelining_client_that_leaves_cancels_the_request_being_answered(client, gateway, ledger_db, hostile):
+    # uvicorn tells only the newest request of a connection that its client left, here the second,
+    # still queued: the first, waiting for its vendor, must hear it too.
+    tags = [f"t-{secrets.token_hex(6)}" for _ in range(2)]
+    requests = b""
+    for tag in tags:
+        body = json.dumps({"model": "hostile/slow", "prompt": PROMPT, "user": tag}).encode()
+        requests += (f"POST /v5/completions HTTP/1.1\r\nhost: gateway\r\nx-api-key: {ledger_db[2]}\r\n"
+                     f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as s:
+        s.sendall(requests)
+        wait_until(lambda: hostile.waiting == 1, message="the vendor to hold the first request")
+    served = hostile.served("slow")
+    wait_until(lambda: served.ended, message="the vendor call to be cancelled")
+    assert served.client_left
+    assert row_of(ledger_db, tags[0])["outcome"] == "client_disconnected"
+    assert Call(client, "hostile/ok").response.status_code == 200  # its admission slot is free again
+    assert "Exception in ASGI application" not in gateway.log()
+    assert_responsive(gateway)
+
+
 def test_sigterm_while_an_estimate_is_counted_writes_its_row_and_exits(upstream, hostile, ledger_db):
     """D2: shutdown waits for the count of a long prompt the vendor failed on (bounded work), not
     for ever, and the row is written before the gateway exits."""

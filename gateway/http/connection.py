@@ -98,6 +98,7 @@ class GatewayConnection(HttpToolsProtocol):
         self._rejected = False  # answered with an error: the client's further input is discarded
         self._pending: GatewayError | None = None  # that answer, while an earlier response is being written
         self._stopping = False  # the server is shutting down
+        self._running: RequestResponseCycle | None = None  # the request whose app runs (or ran last)
 
     # -- connection ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -105,8 +106,14 @@ class GatewayConnection(HttpToolsProtocol):
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.scope["extensions"][DEPARTURE_KEY].client_left()
+        # uvicorn tells only the newest request, which may be a pipelined one still queued behind
+        # the request being answered: that one is told here (its writes stop, a stream's watcher
+        # wakes, a non-streamed request's vendor call is cancelled).
+        running = self._running
+        if running is not None and not running.response_complete:
+            running.disconnected = True
+            running.message_event.set()
+            running.scope["extensions"][DEPARTURE_KEY].client_left()
         self._disarm_head_timer()
         self._unset_keepalive_if_required()
         super().connection_lost(exc)
@@ -216,6 +223,7 @@ class GatewayConnection(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         cycle.scope.setdefault("extensions", {})[DEPARTURE_KEY] = Departure()
+        self._running = cycle
         super()._start_asgi_task(cycle, functools.partial(self._run_app, cycle, app))
 
     async def _run_app(self, cycle: RequestResponseCycle, app: Any, scope: Any, receive: Any, send: Any) -> None:
