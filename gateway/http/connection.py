@@ -49,7 +49,8 @@ _HOOKS: tuple[tuple[Any, str], ...] = (
         "on_body", "on_message_complete", "on_response_complete", "shutdown", "timeout_keep_alive_handler",
         "_start_asgi_task", "_unset_keepalive_if_required", "_unsupported_upgrade_warning",
         "cycle", "parser", "flow", "transport", "server_state", "timeout_keep_alive")),
-    *((RequestResponseCycle, name) for name in ("response_started", "response_complete", "keep_alive", "disconnected")),
+    *((RequestResponseCycle, name) for name in ("response_started", "response_complete", "keep_alive", "disconnected",
+                                                "transport", "message_event", "scope")),
 )
 
 
