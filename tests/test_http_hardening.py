@@ -14,7 +14,9 @@ import sqlite3
 import httpx
 import pytest
 
+from gateway.core.errors import ClientDisconnected
 from gateway.http import connection
+from gateway.http.context import DEPARTURE_KEY, Departure, HandlerRequest
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, postgres_down, postgres_unavailable, provision
 from tests.raw_http import SAFETY, Client, request
@@ -368,9 +370,6 @@ def test_a_response_head_goes_out_with_the_first_piece_of_its_body_in_one_write(
 
 
 def test_a_handler_waiting_for_its_work_hears_at_once_that_its_client_left():
-    from gateway.core.errors import ClientDisconnected
-    from gateway.http.context import DEPARTURE_KEY, Departure, HandlerRequest
-
     async def main() -> list[str]:
         seen = []
 

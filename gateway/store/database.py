@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from importlib import resources
 from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,7 +62,7 @@ def connect(url: str) -> AsyncEngine:
     parsed = engine_url(url)
     if parsed.get_backend_name() == "sqlite":
         _private_file(Path(parsed.database))
-        engine = create_async_engine(parsed, pool_pre_ping=True, connect_args={"cached_statements": 16})
+        engine = create_async_engine(parsed, pool_pre_ping=True, connect_args={"cached_statements": CACHED_STATEMENTS})
         _sqlite_events(engine)
         return engine
     return create_async_engine(
@@ -133,7 +133,7 @@ async def prepare(engine: AsyncEngine, then: Callable[[AsyncConnection], Awaitab
 
 def head_revision() -> str:
     """The newest migration's revision, read off the file names (`NNNN_what.py` holds revision
-    "NNNN"; tests/test_migrations.py checks this against alembic's own view), so that a gateway
+    "NNNN"; tests/test_database.py checks this against alembic's own view), so that a gateway
     whose database is up to date never imports alembic, a good part of a worker's memory."""
     versions = resources.files("gateway.store.migrations").joinpath("versions")
     return max(name[:4] for name in (entry.name for entry in versions.iterdir())
