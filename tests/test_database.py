@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -18,12 +18,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from gateway.store import database
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
-from gateway.store.tables import ledger_rejects, metadata
+from gateway.store.tables import ledger, ledger_rejects, metadata
 from gateway.store.usage import parse_instant
 from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, ledger_rows, run_cli
@@ -155,6 +155,39 @@ def rejected_rows(url: str) -> list[dict]:
             await engine.dispose()
 
     return asyncio.run(read())
+
+
+def test_the_writer_stores_a_row_as_sqlalchemy_would_and_sets_aside_a_naive_time(backend_kind):
+    """The writer hands the driver its values itself (store/ledger.py _fast_insert): what it stores
+    is what SQLAlchemy's own insert of the same row stores, value for value, as the driver reads it
+    back (SQLite keeps times as text, which the usage reports cut into periods)."""
+    at = datetime(2026, 11, 30, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5)))  # not UTC, and no microseconds
+    values = {"started_at": at, "ended_at": at + timedelta(microseconds=7), "end_user": "u", "cost_nanos": 12,
+              "cached_tokens": 4, "fallback_from": "v/other", "deployment": "east", "estimated": True}
+
+    async def write(url: str) -> list:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            writer = Ledger(engine, max_pending=100)
+            writer.start()
+            writer.add(row("by-writer", **values))
+            writer.add(row("naive", started_at=datetime(2026, 11, 30, 12)))  # which zone? refused, not guessed
+            await writer.close()
+            async with database.writing(engine) as connection:
+                await connection.execute(insert(ledger), [row("by-sqlalchemy", **values)])
+            async with engine.connect() as connection:
+                stored = (await connection.exec_driver_sql(
+                    "SELECT * FROM ledger ORDER BY request_id")).fetchall()
+            return [tuple(r) for r in stored]
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url:
+        (by_sqlalchemy, by_writer), rejected = asyncio.run(write(url)), [r["request_id"] for r in rejected_rows(url)]
+    assert by_writer[0] == "by-writer" and by_sqlalchemy[0] == "by-sqlalchemy"
+    assert by_writer[1:] == by_sqlalchemy[1:]
+    assert rejected == ["naive"]
 
 
 def test_past_its_bound_the_buffer_logs_each_further_row_in_full(caplog):
