@@ -158,7 +158,7 @@ def rejected_rows(url: str) -> list[dict]:
 
 
 def test_the_writer_stores_a_row_as_sqlalchemy_would_and_sets_aside_a_naive_time(backend_kind):
-    """The writer hands the driver its values itself (store/ledger.py _fast_insert): what it stores
+    """The writer hands the driver its values itself (store/sqlite_writer.py, store/ledger.py): what it stores
     is what SQLAlchemy's own insert of the same row stores, value for value, as the driver reads it
     back (SQLite keeps times as text, which the usage reports cut into periods)."""
     at = datetime(2026, 11, 30, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5)))  # not UTC, and no microseconds

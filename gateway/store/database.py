@@ -83,17 +83,22 @@ def _private_file(path: Path) -> None:
         pass
 
 
+def sqlite_pragmas(connection: Any) -> None:
+    """Every SQLite connection's settings (the module's docstring says why), the engine's and the
+    ledger writer's own (store/sqlite_writer.py)."""
+    cursor = connection.cursor()
+    for pragma in ("journal_mode=WAL", "synchronous=FULL", f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}", "foreign_keys=ON"):
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
+
+
 def _sqlite_events(engine: AsyncEngine) -> None:
     # The driver's own transaction handling neither wraps DDL in transactions nor lets us choose
     # BEGIN IMMEDIATE; SQLAlchemy's documented recipe: switch it off and emit BEGIN ourselves.
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
         dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=FULL", f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
-                       "foreign_keys=ON"):
-            cursor.execute(f"PRAGMA {pragma}")
-        cursor.close()
+        sqlite_pragmas(dbapi_connection)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:

@@ -18,7 +18,8 @@ Durability, in the order things can go wrong:
   pending row, retrying for up to CLOSE_TIMEOUT seconds; a row still unwritten is logged in full.
 Rows are keyed by request id and inserted with ON CONFLICT DO NOTHING, so a batch retried after an
 uncertain commit is never counted twice; the rows the insert wrote are added to the rollups
-(store/rollups.py) in the same transaction, so the rollups count exactly the rows there are.
+(store/rollups.py) in the same transaction, so the rollups count exactly the rows there are. On
+SQLite, a batch goes through a thread and a connection of the writer's own (store/sqlite_writer.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import contextlib
 import itertools
 import json
 import logging
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -35,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -43,6 +45,7 @@ from gateway.core import observe
 from gateway.store import database, rollups
 from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
 from gateway.store.prices import Prices
+from gateway.store.sqlite_writer import SqliteWriter
 from gateway.store.tables import ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
@@ -79,10 +82,8 @@ class Ledger:
         self._failing_since: float | None = None
         self._failure = ""
         self.rejected_rows = 0  # rows the database refused since start, kept in ledger_rejects
-        dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._insert = (dialect.insert(ledger).on_conflict_do_nothing(index_elements=["request_id"])
-                        .returning(ledger.c.request_id))
-        self._fast_insert = _fast_insert(engine.dialect.name)
+        # On SQLite, a thread and a connection of the writer's own take each batch in one call.
+        self._sqlite = SqliteWriter(engine.url.database) if engine.dialect.name == "sqlite" else None
 
     def meter(self, *, request_id: str, account_id: str, key_id: str) -> Meter:
         return Meter(self, request_id, account_id, key_id, self.prices)
@@ -147,6 +148,8 @@ class Ledger:
         if self._writer is not None:
             await self._writer
         await self._drop_connection()
+        if self._sqlite is not None:
+            await self._sqlite.close()
         self._closed = True
         while self._pending:
             _lost(f"shutdown: the database did not take it within {self.CLOSE_TIMEOUT:.0f}s", self._pending.popleft())
@@ -235,32 +238,20 @@ class Ledger:
                 _lost(f"refused ({why}); ledger_rejects failed too ({_reason(exc)})", row)
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> None:
-        async def write(connection: AsyncConnection) -> None:
-            await rollups.add(connection, await self._written(connection, rows))
+        if self._sqlite is not None:
+            async with asyncio.timeout(self.WRITE_TIMEOUT):
+                await self._sqlite.write(rows)
+            return
 
-        async def write_exactly(connection: AsyncConnection) -> None:
-            written = {row.request_id for row in await connection.execute(self._insert, rows)}
+        async def write(connection: AsyncConnection) -> None:
+            # One statement of arrays, one per column, whatever the batch's size (SQLAlchemy's
+            # per-value processing and a statement of every batch size were most of the writer's
+            # time), which returns the ids it wrote: only those count in the rollups.
+            columns = tuple(zip(*(tuple(map(row.get, _NAMES)) for row in rows), strict=True))
+            written = {request_id for request_id, in await connection.exec_driver_sql(_PG_INSERT, columns)}
             await rollups.add(connection, (row for row in rows if row["request_id"] in written))
 
-        try:
-            await self._transaction(write)
-        except _AlreadyThere:
-            await self._transaction(write_exactly)
-
-    async def _written(self, connection: AsyncConnection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Insert `rows` as the driver's own statement (SQLAlchemy's per-value processing and a
-        statement of every batch size to parse were most of the writer's time); the rows written.
-        On SQLite, when a row was already there (a batch retried after an uncertain commit), raises
-        _AlreadyThere: the transaction is then redone with RETURNING, which says which rows."""
-        sql, values = self._fast_insert
-        if connection.dialect.name == "postgresql":
-            columns = list(zip(*map(values, rows), strict=True))
-            written = {request_id for request_id, in await connection.exec_driver_sql(sql, tuple(columns))}
-            return [row for row in rows if row["request_id"] in written]
-        result = await connection.exec_driver_sql(sql, [values(row) for row in rows])
-        if result.rowcount != len(rows):
-            raise _AlreadyThere
-        return rows
+        await self._transaction(write)
 
     async def _insert_into(self, table: Any, rows: list[dict[str, Any]]) -> None:
         await self._transaction(lambda connection: connection.execute(insert(table), rows))
@@ -275,8 +266,7 @@ class Ledger:
             async with asyncio.timeout(self.WRITE_TIMEOUT), self._connection.begin():
                 await work(self._connection)
         except Exception as exc:
-            # The connection may be broken: the next attempt opens a new one.
-            if not _refused(exc) and not isinstance(exc, _AlreadyThere):
+            if not _refused(exc):  # the connection may be broken: the next attempt opens a new one
                 await self._drop_connection()
             raise
 
@@ -297,38 +287,16 @@ class Ledger:
         self._failure = reason
 
 
-class _AlreadyThere(Exception):
-    """Some of a batch's rows were in the ledger already: which ones, only RETURNING tells."""
-
-
-def _fast_insert(dialect_name: str) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
-    """The ledger's INSERT as the driver's SQL, and a row's values as the driver takes them.
-    PostgreSQL: one statement of arrays, one per column (unnest), whatever the batch's size, which
-    returns the ids it wrote. SQLite: one row's INSERT, run for every row (executemany), whose
-    count of rows written tells whether every row was."""
-    names = [column.name for column in ledger.columns]
-    listed = ", ".join(names)
-    if dialect_name == "postgresql":
-        types = [column.type.compile(dialect=postgresql.dialect()) for column in ledger.columns]
-        arrays = ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(types, 1))
-        sql = (f"INSERT INTO ledger ({listed}) SELECT * FROM unnest({arrays}) "
-               "ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
-        return sql, lambda row: tuple(map(row.get, names))
-    sql = f"INSERT INTO ledger ({listed}) VALUES ({', '.join('?' * len(names))}) ON CONFLICT (request_id) DO NOTHING"
-    at = [names.index("started_at"), names.index("ended_at")]
-
-    def values(row: dict[str, Any]) -> tuple[Any, ...]:
-        found = list(map(row.get, names))  # a column the row leaves out is NULL
-        for i in at:  # UTCDateTime's text on SQLite (store/tables.py); _invalid() refused naive ones
-            found[i] = found[i].astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-        return tuple(found)
-
-    return sql, values
+_NAMES = [column.name for column in ledger.columns]
+_PG_INSERT = (f"INSERT INTO ledger ({', '.join(_NAMES)}) SELECT * FROM unnest("
+              + ", ".join(f"${i}::{column.type.compile(dialect=postgresql.dialect())}[]"
+                          for i, column in enumerate(ledger.columns, 1))
+              + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
 
 
 def _refused(exc: Exception) -> bool:
     """A row's own fault (bad data, broken constraint), as opposed to a database that is away."""
-    if isinstance(exc, DataError | IntegrityError):
+    if isinstance(exc, DataError | IntegrityError | sqlite3.DataError | sqlite3.IntegrityError):
         return True
     return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)  # failed binding a value
 

@@ -123,6 +123,13 @@ def _add_to(sums: dict[tuple[Any, ...], tuple[int, ...]], key: tuple[Any, ...], 
 
 async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> None:
     """Add ledger rows, just inserted in the connection's transaction, to every rollup."""
+    for sql, params in statements(rows, connection.dialect.name):
+        await connection.exec_driver_sql(sql, params)
+
+
+def statements(rows: Iterable[dict[str, Any]], dialect: str) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """What adds ledger rows to every rollup: per rollup, its upsert as the driver's SQL and one
+    tuple of values per rollup row (none without rows)."""
     # Each row is summed once, into the finest rollup; every other is summed from those sums.
     finest: dict[tuple[Any, ...], tuple[int, ...]] = {}
     for row in rows:
@@ -130,10 +137,10 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
         _add_to(finest, (row["account_id"], floor(row["started_at"], "hour"), row["model"], row["key_id"],
                          row["outcome"], user is not None, user or ""), measures(row))
     if not finest:
-        return
-    dialect = connection.dialect.name
+        return []
     hours = {key[1] for key in finest}  # a batch has a few: each is floored once per grain
     positions = {name: i for i, name in enumerate(FINEST.dimensions)}
+    found = []
     for cube in CUBES:
         period = {hour: floor(hour, cube.grain) for hour in hours}
         kept = [positions[name] for name in cube.dimensions[2:]]
@@ -144,8 +151,8 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
             _add_to(sums, (key[0], period[key[1]], *pick(key)), values)
         sql, period_value = _upsert(cube, dialect)
         # In key order: concurrent writers then lock shared rollup rows in the same order.
-        params = [(key[0], period_value(key[1]), *key[2:], *sums[key]) for key in sorted(sums)]
-        await connection.exec_driver_sql(sql, params)
+        found.append((sql, [(key[0], period_value(key[1]), *key[2:], *sums[key]) for key in sorted(sums)]))
+    return found
 
 
 @functools.lru_cache(maxsize=1024)  # a batch has a few periods, repeated
