@@ -147,9 +147,9 @@ class Settings(Frozen):
     # Response validation against openapi.json: on in tests, off in production (it costs much of
     # the throughput, and turns every stream into a buffered body).
     validate_responses: bool = False
-    # Which library the vendor HTTP clients use: aiohttp directly, or httpx's own pool
-    # (vendors/transport.py; bench/ compares them).
-    http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # Which HTTP client the vendor calls use: the gateway's own HTTP/1.1 client, aiohttp's, or
+    # httpx's own pool (vendors/transport.py; bench/ compares them).
+    http_transport: Literal["builtin", "aiohttp", "httpx"] = "builtin"
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"],
                          BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)] = "info"
     # Accounts, keys and the usage ledger. SQLite (a file, created on first start) suits one

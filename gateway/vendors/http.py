@@ -18,7 +18,8 @@ from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorF
 from gateway.core.streams import Watch
 from gateway.vendors.balancer import Balancer, Member, Ticket
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
-from gateway.vendors.transport import AiohttpClient, Answer, Client, TransportError
+from gateway.vendors.transport import Answer, Client, TransportError
+from gateway.vendors.transport_http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 
 if TYPE_CHECKING:
@@ -93,10 +94,15 @@ class HttpAdapter:
 
 def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
                   headers: Mapping[str, str]) -> Client:
-    """One client per deployment for the process's life. `transport` picks the library:
-    "aiohttp" (aiohttp's pool, directly), "httpx" (httpx's own pool; bench/ measures both), or an
-    httpx transport of the caller's."""
+    """One client per deployment for the process's life. `transport` picks it: "builtin" (the
+    gateway's own HTTP/1.1 client, vendors/transport_http1.py), "aiohttp" (aiohttp's pool,
+    directly), "httpx" (httpx's own pool; bench/ measures them), or an httpx transport of the
+    caller's."""
+    if transport == "builtin":
+        return Http1Client(headers, config.timeouts)
     if transport == "aiohttp":
+        from gateway.vendors.transport_aiohttp import AiohttpClient  # only a gateway that asked for it imports aiohttp
+
         return AiohttpClient(headers, config.timeouts)
     from gateway.vendors.transport_httpx import HttpxClient  # only a gateway that asked for it imports httpx
 
