@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import statistics
 import subprocess
@@ -84,6 +85,8 @@ async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float,
 
 # -- in-process ----------------------------------------------------------------------------------
 def in_process(requests: int, rounds: int, callgrind: bool) -> None:
+    # Counting instructions, str hashes are the same in every run (sets and dicts then are too).
+    env = {**os.environ, "PYTHONHASHSEED": "0"} if callgrind else None
     with sqlite_database() as db:
         results: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for _ in range(rounds):
@@ -91,7 +94,7 @@ def in_process(requests: int, rounds: int, callgrind: bool) -> None:
                 command = [sys.executable, "-m", "bench.observability", "--variant", name, "--requests", str(requests),
                            "--db", db.url, "--key", db.key] + (["--callgrind"] if callgrind else [])
                 done = subprocess.run((inprocess.VALGRIND if callgrind else []) + command, capture_output=True,
-                                      text=True, check=True)
+                                      text=True, check=True, env=env)
                 if callgrind:
                     results[name].append(inprocess.collected(done.stderr) / requests)
                 else:
@@ -104,6 +107,16 @@ def in_process(requests: int, rounds: int, callgrind: bool) -> None:
         median = statistics.median(values)
         print(f"{name:<14}{median:>10.0f}{median / base:>8.3f}{median - base:>9.0f}   "
               + " ".join(f"{v:.0f}" for v in values))
+
+
+def counted(on: bool) -> None:
+    """Instructions counted from now on (or no longer), the heap left by the warm-up frozen first:
+    a full collection of it falling in one run and not in another moved a variant's count by
+    several per cent (what a request allocates is still collected, and counted)."""
+    if on:
+        gc.collect()
+        gc.freeze()
+    inprocess.callgrind(on)
 
 
 def main() -> int:
@@ -120,8 +133,7 @@ def main() -> int:
     if args.variant:
         with contextlib.redirect_stderr(open(os.devnull, "w")):  # the variant's own log lines
             env = {"GATEWAY_DATABASE_URL": args.db, **VARIANTS[args.variant]}
-            print(asyncio.run(inprocess.drive(env, args.requests, args.key,
-                                              inprocess.callgrind if args.callgrind else None)))
+            print(asyncio.run(inprocess.drive(env, args.requests, args.key, counted if args.callgrind else None)))
         return 0
     if args.in_process:
         in_process(args.requests, args.rounds, args.callgrind)

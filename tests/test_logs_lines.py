@@ -62,6 +62,9 @@ def through_logging(message: str, fields: dict, monkeypatch: pytest.MonkeyPatch)
     ("POST /v5/completions 200", FIELDS | {"outcome": f"quoted {QUOTED_KEY}"}),
     ("POST /v5/completions 200", FIELDS | {"outcome": "Authorization:\tBearer abcdefghijklmnop\n"}),
     ("POST /v5/completions 200", FIELDS | {"outcome": "x-api-key: [redacted]"}),  # scrubbing changes nothing
+    # fields named as a line's own keys: the line's dict, not the fields spliced after its head
+    ("POST /v5/completions 200", FIELDS | {"message": "inner", "time": 1}),
+    ("POST /v5/completions 200", {"level": "x"}),
 ])
 def test_a_line_written_directly_is_the_line_logging_writes(fmt, message, fields, monkeypatch):
     with plain_log("info", fmt) as out:
@@ -111,3 +114,44 @@ def test_a_failing_stream_is_the_handlers_to_report_not_the_callers(monkeypatch,
         logging.getLogger().handlers[0].setStream(Broken())
         logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)  # does not raise
     assert "Logging error" in capsys.readouterr().err
+
+
+def test_a_string_found_clean_once_is_still_scrubbed_where_a_secret_comes_with_it():
+    with plain_log("info", "json") as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        lines.info("POST /v5/completions 200", dict(FIELDS))  # its strings are now known to be clean
+        lines.info("POST /v5/completions 200", FIELDS | {"model": f"fake/{KEY_SHAPED}"})
+        lines.info("POST /v5/completions 200", dict(FIELDS))
+    first, secret, again = map(json.loads, out.getvalue().splitlines())
+    assert first == again and first["model"] == "fake/logged"
+    assert secret["model"] == f"fake/{REDACTED}" and secret["account"] == "acct-a" and KEY_SHAPED not in out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_only_the_fields_named_verbatim_are_left_unscrubbed(fmt):
+    with plain_log("info", fmt) as out:
+        logs.Lines(NAME, clock=lambda: CLOCK, verbatim=("request_id",)).info(
+            "POST /v5/completions 200", FIELDS | {"request_id": "cmpl-sk-notakey00", "account": KEY_SHAPED})
+    line = out.getvalue()
+    assert "cmpl-sk-notakey00" in line and KEY_SHAPED not in line and REDACTED in line
+
+
+def test_the_strings_remembered_clean_are_bounded(monkeypatch):
+    monkeypatch.setattr(logs, "CLEAN_STRINGS", 8)
+    with plain_log("info", "json") as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(50):
+            lines.info("POST /v5/completions 200", FIELDS | {"model": f"fake/m{n}"})
+        formatter = logs._direct.formatter
+        assert 0 < len(formatter._clean) <= 8
+        long = "fake/" + "x" * logs.CLEAN_CHARS
+        lines.info("POST /v5/completions 200", FIELDS | {"model": long})
+        assert long not in formatter._clean  # long texts are scanned every time, never kept
+    assert len(out.getvalue().splitlines()) == 51
+
+
+@pytest.mark.parametrize("created", [CLOCK, 1764600000.0, 1764600000.9999999, 1764600000.5005, 1764600000 + 0.001])
+def test_a_lines_milliseconds_are_what_logging_spells(created):
+    record = logging.makeLogRecord({"created": created, "msecs": int((created - int(created)) * 1000) + 0.0})
+    spelled = logging.Formatter().formatTime(record)  # "%s,%03d" of the record's msecs
+    assert logs.TextFormatter(Redactor())._stamps(created) == spelled

@@ -10,17 +10,20 @@ scrubbed one by one, before they are encoded, so a scrubbed value never breaks t
 A completion's access line is written on every request: `Lines` writes it without a LogRecord, its
 handler's filter and its formatter's lookups, as the same line logging would write (the same
 formatter spells it), whenever the log is as `configure` set it up; otherwise through logging.
-Such a line is scrubbed whole first, one scan: each of its strings (the message, the fields'
-values) stands in it as it is, between a separator and a space or quote that no secret's pattern
-reaches across, so a line that scrubbing leaves alone has nothing secret in any of them. Only a
-line that scrubbing would change has its strings scrubbed one by one, as a record's would be.
+Its strings (the message, the fields' string values) are scrubbed before the line is spelled, as
+a record's are, but in one scan: they are joined by newlines, which no secret's pattern needs to
+reach across, so when scrubbing the joined text leaves it alone, scrubbing each would have too;
+only otherwise is each scrubbed alone. Strings a scan found clean are remembered (a bounded set:
+the next line's account, vendor, model and message are mostly the same), and the fields a `Lines`
+names `verbatim` (ids the gateway made, numbers, fixed words) are not scanned at all. A JSON line's
+fields are encoded as one object, spliced after the line's own keys.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,24 +56,27 @@ def scrubbed(fields: dict[str, Any], redact: Redactor) -> dict[str, Any]:
     return {key: redact(value) if isinstance(value, str) else value for key, value in fields.items()}
 
 
+# Milliseconds as a line spells them ("%03d" of what LogRecord's int() truncation gives); the last
+# is for a float product that rounds up to 1000.
+_MILLIS = tuple(f"{ms:03d}" for ms in range(1001))
+
+
 class _Stamps:
     """A line's time as text. The whole second's part is spelled once per second (most lines share
-    it), into a template that only the milliseconds fill."""
+    it), then only the milliseconds are added, from a table."""
 
-    __slots__ = ("_spell", "_separator", "_suffix", "_second", "_template")
+    __slots__ = ("_spell", "_separator", "_suffix", "_second", "_head")
 
     def __init__(self, spell: Callable[[int], str], separator: str, suffix: str = "") -> None:
         self._spell, self._separator, self._suffix = spell, separator, suffix
         self._second = -1
-        self._template = ""
+        self._head = ""
 
     def text(self, created: float) -> str:
         second = int(created)
         if second != self._second:
-            spelled = self._spell(second).replace("%", "%%")
-            self._second, self._template = second, f"{spelled}{self._separator}%03d{self._suffix}"
-        # %d truncates as LogRecord's int() does for its msecs
-        return self._template % ((created - second) * 1000)
+            self._second, self._head = second, self._spell(second) + self._separator
+        return self._head + _MILLIS[int((created - second) * 1000)] + self._suffix
 
 
 def _local_second(second: int) -> str:  # logging.Formatter's default time, without its milliseconds
@@ -87,6 +93,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redact = redact
+        self._clean: set[str] = set()
         self._stamps = _Stamps(_local_second, ",").text
 
     def format(self, record: logging.LogRecord) -> str:
@@ -104,19 +111,19 @@ class TextFormatter(logging.Formatter):
     def formatException(self, ei: Any) -> str:
         return self._redact(super().formatException(ei))
 
-    def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any]) -> str:
-        """What `format` gives for a record of these, `message` not yet scrubbed and no exception."""
-        head = f"{self._stamps(created)} {levelname} {name}: "
-        line = head + message + (_key_values(fields) if fields else "")
-        # Every string of the line is in it as it is, so when scrubbing the whole line leaves it
-        # alone, scrubbing each would have too (see the module's docstring).
-        if self._redact(line) == line:
-            return line
-        return head + self._redact(message) + (_key_values(scrubbed(fields, self._redact)) if fields else "")
+    def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
+             verbatim: frozenset[str] = frozenset()) -> str:
+        """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
+        the `verbatim` fields are not scrubbed."""
+        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        return f"{self._stamps(created)} {levelname} {name}: {message}" + (_key_values(fields) if fields else "")
 
 
 def _key_values(fields: dict[str, Any]) -> str:
     return " " + " ".join([f"{key}={'' if value is None else value}" for key, value in fields.items()])
+
+
+_HEAD_KEYS = frozenset(("time", "level", "logger", "message"))  # a line's own keys, before its fields'
 
 
 class JsonFormatter(logging.Formatter):
@@ -125,6 +132,8 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__()
         self._redact = redact
+        self._clean: set[str] = set()
+        self._heads: dict[tuple[str, str], str | None] = {}  # (level, logger) -> what follows a line's time
         self._time = _Stamps(_utc_second, ".", "Z").text
 
     def format(self, record: logging.LogRecord) -> str:
@@ -143,21 +152,57 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self._redact(record.exc_text)
         return orjson.dumps(entry, default=str).decode()
 
-    def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any]) -> str:
-        """What `format` gives for a record of these, `message` not yet scrubbed and no exception."""
-        entry = {"time": self._time(created), "level": levelname.lower(), "logger": name, "message": message}
-        if fields:
-            entry |= fields
-        line = orjson.dumps(entry, default=str).decode()
-        # Every string is in the line as it is unless JSON escaped a character of it, which leaves a
-        # backslash: without one, when scrubbing the whole line leaves it alone, scrubbing each
-        # string would have too (see the module's docstring).
-        if "\\" not in line and self._redact(line) == line:
-            return line
-        entry["message"] = self._redact(message)
-        if fields:
-            entry |= scrubbed(fields, self._redact)
-        return orjson.dumps(entry, default=str).decode()
+    def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
+             verbatim: frozenset[str] = frozenset()) -> str:
+        """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
+        the `verbatim` fields are not scrubbed."""
+        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        head = self._heads.get((levelname, name))
+        if head is None:
+            head = self._heads[(levelname, name)] = (f'"level":{orjson.dumps(levelname.lower()).decode()},'
+                                                    f'"logger":{orjson.dumps(name).decode()},"message":')
+        if not fields or not _HEAD_KEYS.isdisjoint(fields):  # as format spells it: one dict
+            entry = {"time": self._time(created), "level": levelname.lower(), "logger": name, "message": message}
+            return orjson.dumps(entry | fields, default=str).decode()
+        # The same, without building the line's dict: the fields' object spliced after its head.
+        return (f'{{"time":"{self._time(created)}",{head}{orjson.dumps(message).decode()},'
+                f'{orjson.dumps(fields, default=str).decode()[1:]}')
+
+
+# Strings a redactor left as they were, remembered so that the next line holding them (the same
+# account, vendor, model, message) need not scan them again; bounded: emptied when full, and only
+# short strings are kept.
+CLEAN_STRINGS = 4096
+CLEAN_CHARS = 256
+
+
+def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str], redact: Redactor,
+                   clean: set[str]) -> tuple[str, dict[str, Any]]:
+    """`message` and the strings of `fields` scrubbed, but for the `verbatim` fields' and the strings
+    in `clean` (scrubbing left them as they are before; `clean` learns those it scanned): one scan
+    of the rest when nothing is secret (see the module's docstring), else each string alone."""
+    unknown = None if message in clean else [message]
+    for key in fields.keys() - verbatim if verbatim else fields:
+        value = fields[key]
+        if value.__class__ is str:
+            if value in clean:
+                continue
+        elif not isinstance(value, str):  # a number, None; or a subclass of str, never remembered
+            continue
+        if unknown is None:
+            unknown = [value]
+        else:
+            unknown.append(value)
+    if unknown is None:
+        return message, fields
+    joined = "\n".join(unknown)
+    if redact(joined) == joined:
+        if len(clean) + len(unknown) > CLEAN_STRINGS:
+            clean.clear()
+        clean.update([text for text in unknown if len(text) <= CLEAN_CHARS and text.__class__ is str])
+        return message, fields
+    return redact(message), {key: redact(value) if isinstance(value, str) and key not in verbatim else value
+                             for key, value in fields.items()}
 
 
 class _Direct:
@@ -177,11 +222,14 @@ _direct: _Direct | None = None
 class Lines:
     """Structured lines of one logger (the access log's), each a message and its fields, written as
     logging would write them (see the module's docstring). The logger's level decides, as for any
-    line; a log set up otherwise (other handlers, as tests capturing records add) gets a record."""
+    line; a log set up otherwise (other handlers, as tests capturing records add) gets a record.
+    The `verbatim` fields hold the writer's own values (ids it made, numbers, fixed words): they
+    are never scrubbed; every other field's string is."""
 
-    def __init__(self, name: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, name: str, clock: Callable[[], float] = time.time, verbatim: Collection[str] = ()) -> None:
         self.logger = logging.getLogger(name)
         self._clock = clock
+        self._verbatim = frozenset(verbatim)
 
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
@@ -196,7 +244,8 @@ class Lines:
             return
         handler = direct.handler
         try:
-            line = direct.formatter.line(self._clock(), "INFO", logger.name, message, fields) + handler.terminator
+            line = direct.formatter.line(self._clock(), "INFO", logger.name, message, fields,
+                                         self._verbatim) + handler.terminator
             with handler.lock:  # as Handler.handle: lines written from other threads do not interleave
                 stream = handler.stream
                 stream.write(line)

@@ -33,7 +33,10 @@ COMPLETIONS = "/v5/completions"
 # The scope key of a completion's `_Slot`, where the handler leaves its meter (`attach`). The layers
 # between pass copies of the scope down, so the slot is an object they all share.
 _METER = "gateway.meter"
-access = logs.Lines("gateway.access")
+# The fields of the access line that hold the gateway's own values (ids it made, numbers, fixed words):
+# never scrubbed. The others (account, vendor, model, fallback_from) are.
+access = logs.Lines("gateway.access", verbatim=("request_id", "key_id", "status", "stream", "latency_ms", "ttft_ms",
+                                                "prompt_tokens", "completion_tokens", "outcome"))
 
 
 @dataclass(frozen=True, slots=True)
