@@ -266,6 +266,14 @@ async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], second
         base = statistics.median(samples[name.rpartition("key ")[0] + "key without limits"])
         rounds_text = ", ".join(f"{v:.0f}" for v in values)
         print(f"{name:<40}{cpu:>8.0f} µs CPU (best {best:.0f})   (+{cpu - base:.0f} µs)   rounds: {rounds_text}")
+    # Each round against the round of the key without limits just before it (the same gateway):
+    # the machine's other work changes slowly, so neighbouring rounds share most of it.
+    for name, values in samples.items():
+        baseline = samples[name.rpartition("key ")[0] + "key without limits"]
+        if values is not baseline:
+            paired = [v - b for v, b in zip(values, baseline)]
+            print(f"   {name}, round by round: median +{statistics.median(paired):.0f} µs   "
+                  f"({', '.join(f'{d:+.0f}' for d in paired)})")
     # What the rounds' CPU goes with: a wait mid-request (voluntary) costs its wake-up and colder
     # caches after; a preemption (involuntary) is other work on the machine taking the core.
     print("   per request, each round: context switches voluntary / involuntary, requests/s")
