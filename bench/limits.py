@@ -217,6 +217,20 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def switches(pid: int) -> tuple[int, int]:
+    """A process's context switches so far, its workers' included: (voluntary: it waited, for
+    Redis, a vendor or a client; involuntary: it was preempted, by another process wanting its core)."""
+    voluntary = involuntary = 0
+    for p in [pid, *_children(pid)]:
+        with open(f"/proc/{p}/status") as status:
+            for line in status:
+                if line.startswith("voluntary_ctxt_switches"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    involuntary += int(line.split()[1])
+    return voluntary, involuntary
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as file:
@@ -229,40 +243,84 @@ async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], second
     """`targets`: name -> (gateway, key); a name "<gateway>: key ..." is compared with its gateway's
     "<gateway>: key without limits"."""
     samples: dict[str, list[float]] = {name: [] for name in targets}
+    waits: dict[str, list[tuple[float, float, float]]] = {name: [] for name in targets}
     async with aiohttp.ClientSession() as session:
         for gateway, key in targets.values():
             await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, 0.5, Sample())
         for _ in range(rounds):
             for name, (gateway, key) in targets.items():
                 sample = Sample()
-                before = cpu_seconds(gateway.proc.pid)
+                before, switched = cpu_seconds(gateway.proc.pid), switches(gateway.proc.pid)
                 await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, seconds,
                                   sample)
                 used = cpu_seconds(gateway.proc.pid) - before
+                voluntary, involuntary = (b - a for a, b in zip(switched, switches(gateway.proc.pid)))
                 if sample.errors:
                     raise RuntimeError(f"{name}: {sample.errors} errors")
-                samples[name].append(used / len(sample.latencies) * 1e6)
+                answered = len(sample.latencies)
+                samples[name].append(used / answered * 1e6)
+                waits[name].append((voluntary / answered, involuntary / answered, answered / sample.seconds))
     print(f"\n2. gateway CPU per request at concurrency 1 ({rounds} rounds x {seconds}s, median; best):")
     for name, values in samples.items():
         cpu, best = statistics.median(values), min(values)
         base = statistics.median(samples[name.rpartition("key ")[0] + "key without limits"])
         rounds_text = ", ".join(f"{v:.0f}" for v in values)
         print(f"{name:<40}{cpu:>8.0f} µs CPU (best {best:.0f})   (+{cpu - base:.0f} µs)   rounds: {rounds_text}")
+    # Each round against the round of the key without limits just before it (the same gateway):
+    # the machine's other work changes slowly, so neighbouring rounds share most of it.
+    for name, values in samples.items():
+        baseline = samples[name.rpartition("key ")[0] + "key without limits"]
+        if values is not baseline:
+            paired = [v - b for v, b in zip(values, baseline)]
+            print(f"   {name}, round by round: median +{statistics.median(paired):.0f} µs   "
+                  f"({', '.join(f'{d:+.0f}' for d in paired)})")
+    # What the rounds' CPU goes with: a wait mid-request (voluntary) costs its wake-up and colder
+    # caches after; a preemption (involuntary) is other work on the machine taking the core.
+    print("   per request, each round: context switches voluntary / involuntary, requests/s")
+    for name, rows in waits.items():
+        print(f"   {name:<37}" + "   ".join(f"{v:.2f} / {i:.2f}, {r:.0f}/s" for v, i, r in rows))
 
 
-async def throughput(targets: dict[str, tuple[str, str]], seconds: float, rounds: int) -> None:
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (all cores, /proc/stat), idle left out."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+async def throughput(targets: dict[str, tuple[GatewayProcess, str]], vendor: subprocess.Popen, seconds: float,
+                     rounds: int) -> None:
     samples = {name: Sample() for name in targets}
+    # Where the machine's cores went during each target's rounds: its gateway (workers included),
+    # the fake vendor, this load generator, and everything else (other work on the machine).
+    cores = {name: [0.0, 0.0, 0.0, 0.0] for name in targets}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        for url, key in targets.values():
-            await closed_loop(session, url, BODY, {"x-api-key": key}, 8, 0.5, Sample())
+        for gateway, key in targets.values():
+            await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 8, 0.5, Sample())
         for _ in range(rounds):
-            for name, (url, key) in targets.items():
-                await closed_loop(session, url, BODY, {"x-api-key": key}, 32, seconds, samples[name])
+            for name, (gateway, key) in targets.items():
+                before = (cpu_seconds(gateway.proc.pid), cpu_seconds(vendor.pid), time.process_time(),
+                          machine_cpu_seconds())
+                await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 32, seconds,
+                                  samples[name])
+                after = (cpu_seconds(gateway.proc.pid), cpu_seconds(vendor.pid), time.process_time(),
+                         machine_cpu_seconds())
+                used = [b - a for a, b in zip(before, after)]
+                used[3] -= sum(used[:3])  # the rest of the machine
+                for i, value in enumerate(used):
+                    cores[name][i] += value
     print(f"\n3. requests/s at concurrency 32 ({rounds} rounds x {seconds}s, round-robin):")
     for name, s in samples.items():
         print(f"{name:<22}{s.rps:>8.0f} req/s  p50 {s.pct(0.5):.1f} ms  p99 {s.pct(0.99):.1f} ms  errors {s.errors}")
     one, two = (samples[n].rps for n in targets)
     print(f"  --workers 2 / --workers 1: {two / one:.2f}x")
+    print(f"  cores busy (of {os.cpu_count()}) during the rounds: gateway, fake vendor, load generator, the rest")
+    for name, (gateway_cpu, vendor_cpu, client_cpu, rest) in cores.items():
+        wall = samples[name].seconds
+        print(f"  {name:<20}{gateway_cpu / wall:.2f}, {vendor_cpu / wall:.2f}, {client_cpu / wall:.2f}, "
+              f"{rest / wall:.2f}   (gateway {gateway_cpu / len(samples[name].latencies) * 1e6:.0f} µs CPU "
+              "per request)")
 
 
 def main() -> int:
@@ -289,7 +347,8 @@ def main() -> int:
         with contextlib.redirect_stderr(open(os.devnull, "w")):  # its log; valgrind's summary is not Python's
             print(gateway_variant(args.db, args.key, args.redis, args.prefix, args.requests, args.callgrind))
         return 0
-    print(f"cpus: {os.cpu_count()}; redis: {args.redis}; vendor: tests/fakes/openai_upstream.py")
+    print(f"cpus: {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}; redis: {args.redis}; "
+          "vendor: tests/fakes/openai_upstream.py")
     if args.callgrind:
         part_limiter_callgrind(args.redis, args.requests, args.rounds)
     else:
@@ -321,13 +380,13 @@ def main() -> int:
                 asyncio.run(per_request_cpu(targets, args.seconds, args.rounds))
             one, two = GatewayProcess({**env, "GATEWAY_WORKERS": "1"}), GatewayProcess({**env, "GATEWAY_WORKERS": "2"})
             with one, two:
-                asyncio.run(throughput({"--workers 1": (f"{one.url}/v5/completions", db.key),
-                                        "--workers 2": (f"{two.url}/v5/completions", db.key)},
+                asyncio.run(throughput({"--workers 1": (one, db.key), "--workers 2": (two, db.key)}, vendor,
                                        args.seconds, args.rounds))
     finally:
         vendor.terminate()
         vendor.wait()
         remove_redis_keys(prefix, args.redis)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     print(json.dumps({"command": " ".join(["python -m bench.limits", *sys.argv[1:]])}))
     return 0
 

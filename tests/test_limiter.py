@@ -38,12 +38,14 @@ async def admit(limiter: Limiter, request_id: str, completion_tokens: int = 16):
 
 
 def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
-    """A request's slot is free for the very next claim, made before anything was awaited."""
+    """A request's slot is free for the very next claim, made before anything was awaited: also
+    on a Redis that has never seen the scripts (the settlement's must not be loaded only once it
+    is found missing, after the next claim has gone out), and again once it knows them."""
     prefix = redis_prefix()
     limits = Limits(concurrent=1, tpm=100)
 
-    async def scenario():
-        counters = RedisCounters(redis_url(), prefix)
+    async def scenario(url: str):
+        counters = RedisCounters(url, prefix)
         limited = limiter({KEY_A: limits}, counters)
         try:
             first = await admit(limited, "cmpl-1")
@@ -55,10 +57,10 @@ def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
         finally:
             await limited.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        remove_redis_keys(prefix)
+    with RedisServer() as store:  # a Redis of its own: the machine's may know the scripts already
+        asyncio.run(scenario(store.url))
+        remove_redis_keys(prefix, store.url)
+        asyncio.run(scenario(store.url))
 
 
 class Flaky:

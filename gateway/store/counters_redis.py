@@ -45,13 +45,17 @@ _COMMON = """
 -- integers go to Redis as digits: Lua would write 1e+15, or -0, which HINCRBY refuses
 local function int(x) return string.format('%d', x) end
 local function num(x) return string.format('%.17g', x) end
-local function level(key, lf, tf, cap, now)
-  local v = redis.call('HMGET', key, lf, tf)
-  local l, t = tonumber(v[1]), tonumber(v[2])
+-- a bucket's level at `now` from its stored level and time (none stored: a full bucket)
+local function refilled(l, t, cap, now)
+  l, t = tonumber(l), tonumber(t)
   if l == nil then return cap end
   l = l + math.max(now - t, 0) * cap / REFILL
   if l > cap then l = cap end
   return l
+end
+local function level(key, lf, tf, cap, now)
+  local v = redis.call('HMGET', key, lf, tf)
+  return refilled(v[1], v[2], cap, now)
 end
 -- the arguments that change with every request come as one string of numbers: one to write, not many
 local function numbers(text)
@@ -108,26 +112,31 @@ for s, sub in ipairs(subjects) do
     end
     if #expired > 0 then redis.call('ZREMRANGEBYSCORE', sub.leases, '-inf', now) end
   end
+  if sub.rpm or sub.tpm then  -- both buckets in one read
+    local v = redis.call('HMGET', sub.rate, 'rl', 'rt', 'tl', 'tt')
+    if sub.rpm then sub.rl = refilled(v[1], v[2], sub.rpm, now) end
+    if sub.tpm then sub.tl = refilled(v[3], v[4], sub.tpm, now) end
+  end
   if sub.rpm then
-    sub.rl = level(sub.rate, 'rl', 'rt', sub.rpm, now)
     if sub.rl < 1 then refuse(s, 'rpm', sub.rpm, (1 - sub.rl) * REFILL / sub.rpm, 0, 0, 1) end
   end
   if sub.tpm then
-    sub.tl = level(sub.rate, 'tl', 'tt', sub.tpm, now)
     if E > sub.tpm then refuse(s, 'tpm_too_large', sub.tpm, -1, 0, 0, E)
     elseif sub.tl < E then refuse(s, 'tpm', sub.tpm, (E - sub.tl) * REFILL / sub.tpm, 0, 0, E) end
   end
   if sub.conc and redis.call('ZCARD', sub.leases) >= sub.conc then refuse(s, 'concurrent', sub.conc, RETRY, 0, 0, 1) end
   for _, b in ipairs(sub.budgets) do
-    if redis.call('EXISTS', b.key) == 0 then
+    -- a counter is written whole (used and reserved) when it is seeded: no `used`, no counter
+    local v = redis.call('HMGET', b.key, 'used', 'reserved')
+    local used, reserved = tonumber(v[1]), tonumber(v[2])
+    if used == nil then
       if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
         redis.call('HSET', b.key, 'used', int(b.seed), 'reserved', 0)
         redis.call('PEXPIREAT', b.key, math.ceil(b.expire * 1000))
+        used, reserved = b.seed, 0
       end
     end
-    if redis.call('EXISTS', b.key) == 1 then
-      local v = redis.call('HMGET', b.key, 'used', 'reserved')
-      local used, reserved = tonumber(v[1]), tonumber(v[2])
+    if used ~= nil then
       if used + b.reserve > b.limit then refuse(s, 'budget', b.limit, -1, used, reserved, b.reserve, b.index)
       elseif used + reserved + b.reserve > b.limit then
         refuse(s, 'budget_in_flight', b.limit, RETRY, used, reserved, b.reserve, b.index)
@@ -140,12 +149,16 @@ if #unseeded > 0 then return 'seed ' .. table.concat(unseeded, ' ') end
 -- levels after it ('' for no such limit), then each refusal's 8 fields
 local out = {'ok'}
 if #refusals > 0 then out[1] = 'refused' end
+local nowtext = num(now)
 for s, sub in ipairs(subjects) do
   local taken = #refusals == 0
   local rl, tl = sub.rl, sub.tl
   if taken then
-    if rl then rl = rl - 1 redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', num(now)) end
-    if tl then tl = tl - E redis.call('HSET', sub.rate, 'tl', num(tl), 'tt', num(now)) end
+    if rl then rl = rl - 1 end
+    if tl then tl = tl - E end
+    if rl and tl then redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', nowtext, 'tl', num(tl), 'tt', nowtext)
+    elseif rl then redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', nowtext)
+    elseif tl then redis.call('HSET', sub.rate, 'tl', num(tl), 'tt', nowtext) end
     if rl or tl then
       local levels = {}
       if rl then levels[#levels + 1] = {rl, sub.rpm} end

@@ -145,6 +145,7 @@ class Redis:
         self._connection: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
         self._watchdog: asyncio.Future[None] | None = None
+        self._scripts: list[Script] = []  # loaded on every connection before anything else is sent
 
     async def _open(self) -> _Connection:
         connection = self._connection
@@ -166,15 +167,31 @@ class Redis:
                 self._connection = connection
                 if self._watchdog is None:
                     self._watchdog = asyncio.ensure_future(self._watch())
+                # Written together, before any await lets another caller write on this connection
+                # (`send` does not wait for connecting): they precede every command on it.
+                setup = []
                 if self._password is not None:
                     auth = (self._user, self._password) if self._user else (self._password,)
-                    self._check(await self._send(connection, "AUTH", *auth))
+                    setup.append(self._send(connection, "AUTH", *auth))
                 if self._db:
-                    self._check(await self._send(connection, "SELECT", self._db))
+                    setup.append(self._send(connection, "SELECT", self._db))
+                setup += self._loading(connection)
+                for reply in setup:
+                    self._check(await reply)
         except (OSError, TimeoutError) as exc:
             raise RedisUnavailable(f"cannot reach Redis at {self._host}:{self._port}: "
                                    f"{type(exc).__name__}: {exc}") from None
         return connection
+
+    def _loading(self, connection: _Connection) -> list[asyncio.Future[Reply]]:
+        """Every script, written to be loaded. A Redis that restarted has forgotten them; were one
+        found missing only when called, the calls written meanwhile would overtake it (a settlement
+        sent again after the next claim: a slot that is free, refused)."""
+        return [self._send(connection, "SCRIPT", "LOAD", script.source) for script in self._scripts]
+
+    async def _load(self, connection: _Connection) -> None:
+        for load in self._loading(connection):
+            self._check(await load)
 
     @staticmethod
     def _send(connection: _Connection, *args: Any) -> asyncio.Future[Reply]:
@@ -241,7 +258,8 @@ class Redis:
 
 
 class Script:
-    """A Lua script called by its SHA (loaded again after a Redis restart forgot it).
+    """A Lua script called by its SHA, loaded with its client's every connection (and again
+    should Redis answer that it forgot it: SCRIPT FLUSH).
 
     Its callers write the whole command themselves, most of it kept from one call to the next:
     `head(count)` and then `count` bulk strings (`bulk`), the number of keys first."""
@@ -249,8 +267,9 @@ class Script:
     def __init__(self, client: Redis, source: str) -> None:
         import hashlib
 
-        self._client, self._source = client, source
+        self._client, self.source = client, source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        client._scripts.append(self)
 
     def head(self, count: int) -> bytes:
         return b"*%d\r\n" % (count + 2) + bulk("EVALSHA") + bulk(self.sha)
@@ -265,7 +284,7 @@ class Script:
             return reply
         if not str(reply).startswith("NOSCRIPT"):
             raise reply
-        await client.call("SCRIPT", "LOAD", self._source)
+        await client._load(connection)  # (flushed while connected): every script, not this one alone
         return await client.execute(command)
 
     def start(self, command: bytes, done: Callable[[BaseException | None], None]) -> None:
