@@ -65,7 +65,10 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, routes,
                                                                            response_headers(spec)))
     app.add_api(
-        spec_path(),
+        # The parsed document, not its path: from a path Connexion renders the file as a Jinja2
+        # template and parses it as YAML, which yields the same dict for our JSON document
+        # (tests/test_connexion_hooks.py) at a cost: the garbage of it stayed in the process's memory.
+        spec,
         resolver=Resolver(function_resolver=resolve),
         validator_map=validation.validator_map(settings.max_body_bytes, settings.body_timeout),
         security_map=SECURITY_MAP,
