@@ -185,7 +185,8 @@ def test_a_big_body_is_read_whole_while_reading_pauses_past_the_buffer_bound():
     body = bytes(range(256)) * (size // 256)
 
     async def run() -> None:
-        async with vendor(lambda request: b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size + body) as (fake, url):
+        head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size
+        async with vendor(lambda request: head + body) as (fake, url):
             answer = await client().send(url, b"{}")
             for _ in range(100_000):  # until the vendor's bytes, which nobody reads yet, pause reading
                 if answer._connection._paused:

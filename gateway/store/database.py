@@ -12,6 +12,7 @@ process and of the machine, and readers (key lookups, usage reports) never wait 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -104,6 +105,12 @@ def _sqlite_events(engine: AsyncEngine) -> None:
     def _on_begin(connection: Connection) -> None:
         immediate = connection.get_execution_options().get(_IMMEDIATE)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def dialect(name: str) -> Any:
+    """SQLAlchemy's dialect `name` ("sqlite", "postgresql", or a driver's: "postgresql.asyncpg"),
+    imported when first asked for: a gateway on SQLite never loads PostgreSQL's (MiBs of memory)."""
+    return importlib.import_module(f"sqlalchemy.dialects.{name}")
 
 
 async def write_connection(engine: AsyncEngine) -> AsyncConnection:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -37,7 +38,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -248,7 +248,7 @@ class Ledger:
             # per-value processing and a statement of every batch size were most of the writer's
             # time), which returns the ids it wrote: only those count in the rollups.
             columns = tuple(zip(*(tuple(map(row.get, _NAMES)) for row in rows), strict=True))
-            written = {request_id for request_id, in await connection.exec_driver_sql(_PG_INSERT, columns)}
+            written = {request_id for request_id, in await connection.exec_driver_sql(_pg_insert(), columns)}
             await rollups.add(connection, (row for row in rows if row["request_id"] in written))
 
         await self._transaction(write)
@@ -288,10 +288,15 @@ class Ledger:
 
 
 _NAMES = [column.name for column in ledger.columns]
-_PG_INSERT = (f"INSERT INTO ledger ({', '.join(_NAMES)}) SELECT * FROM unnest("
-              + ", ".join(f"${i}::{column.type.compile(dialect=postgresql.dialect())}[]"
-                          for i, column in enumerate(ledger.columns, 1))
-              + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
+
+
+@functools.cache
+def _pg_insert() -> str:
+    """The ledger's INSERT on PostgreSQL: an array per column (built once; SQLite's writer never asks)."""
+    types = [column.type.compile(dialect=database.dialect("postgresql").dialect()) for column in ledger.columns]
+    arrays = ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(types, 1))
+    return (f"INSERT INTO ledger ({', '.join(_NAMES)}) SELECT * FROM unnest({arrays}) "
+            "ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
 
 
 def _refused(exc: Exception) -> bool:

@@ -38,11 +38,9 @@ from sqlalchemy import (
     select,
     type_coerce,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import asyncpg
-from sqlalchemy.dialects.sqlite import aiosqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.store import database
 from gateway.store.meter import REFUSED
 from gateway.store.tables import ROLLUP_MEASURES, ROLLUPS, UTCDateTime, ledger, rollup_tables
 
@@ -169,11 +167,12 @@ def _upsert(cube: Cube, dialect_name: str) -> tuple[str, Callable[[datetime], An
     per-row parameter processing was most of the writer's time (bench/usage_scale.py)."""
     found = _UPSERTS.get((cube.table.name, dialect_name))
     if found is None:
-        dialect = postgresql if dialect_name == "postgresql" else sqlite
+        dialect = database.dialect(dialect_name)
         insert = dialect.insert(cube.table)
         statement = insert.on_conflict_do_update(
             index_elements=list(cube.dimensions), set_={m: cube.table.c[m] + insert.excluded[m] for m in ROLLUP_MEASURES})
-        driver = asyncpg.dialect() if dialect_name == "postgresql" else aiosqlite.dialect()
+        driver_name = "postgresql.asyncpg" if dialect_name == "postgresql" else "sqlite.aiosqlite"
+        driver = database.dialect(driver_name).dialect()
         compiled = statement.compile(dialect=driver, column_keys=[c.name for c in cube.table.columns])
         assert list(compiled.positiontup or ()) == [c.name for c in cube.table.columns]
         found = str(compiled), (_sqlite_period if dialect_name == "sqlite" else _as_is)
