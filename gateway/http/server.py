@@ -2,7 +2,8 @@
 keep-alive limits, errors the server writes itself, shutdown), in this process or in `workers`
 processes serving one port.
 
-With several workers this process only supervises: it binds the listening socket, starts each
+With several workers this process only supervises: it binds a listening socket per worker, all on
+the one port (`_listen`: the kernel spreads connections over them), starts each
 worker (`serve_worker`, the one place where a worker process starts: each builds its own app,
 vendors, database pool, ledger writer and limits), passes SIGTERM and SIGINT on to all of them
 and exits when they have drained (0 when every one exited 0). A worker that dies after it was
@@ -98,16 +99,17 @@ def _worker_main(factory: Callable[[], Any], settings: Settings, redact: Redacto
 
 def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor) -> int:
     logs.configure(settings.log_level, settings.log_format, redact)
-    sock = _listen(settings.host, settings.port)
+    sockets = _listen(settings.host, settings.port, settings.workers)
     context = multiprocessing.get_context("spawn")
     workers: list[tuple[BaseProcess, Any]] = []
     stopping = False
     code = 0
 
-    def start() -> tuple[BaseProcess, Any]:
+    def start(index: int) -> tuple[BaseProcess, Any]:
         ready = context.Event()
-        process = context.Process(target=_worker_main, args=(factory, settings, redact, sock, ready, os.getpid()),
-                                  name=f"gateway-worker-{len(workers)}")
+        process = context.Process(target=_worker_main,
+                                  args=(factory, settings, redact, sockets[index], ready, os.getpid()),
+                                  name=f"gateway-worker-{index}")
         process.start()
         return process, ready
 
@@ -120,8 +122,8 @@ def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for _ in range(settings.workers):
-        workers.append(start())
+    for index in range(settings.workers):
+        workers.append(start(index))
     log.info("gateway serving http://%s:%s with %d workers (pids %s)", settings.host, settings.port,
              settings.workers, ", ".join(str(p.pid) for p, _ in workers))
     running = {p.sentinel for p, _ in workers}
@@ -140,14 +142,15 @@ def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor)
                 continue
             if ready.is_set():
                 log.warning("worker %s (pid %s) died with %s; starting another", index, process.pid, process.exitcode)
-                workers[index] = start()
+                workers[index] = start(index)  # on the same socket: what waits to be accepted is kept
                 running.add(workers[index][0].sentinel)
             else:
                 log.error("worker %s (pid %s) failed to start (exit %s); stopping the gateway", index, process.pid,
                           process.exitcode)
                 code = STARTUP_FAILED
                 stop()
-    sock.close()
+    for sock in sockets:
+        sock.close()
     return code
 
 
@@ -159,11 +162,28 @@ def _exited(process: BaseProcess) -> None:
         metrics.process_exited(process.pid)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, workers: int) -> list[socket.socket]:
+    """A listening socket per worker, all on one port (SO_REUSEPORT), so that the kernel spreads
+    new connections evenly over the workers. From one shared socket, whichever worker woke first
+    accepted every connection of a burst, and kept-alive clients then loaded that worker alone
+    (32 connections opened at once: one worker served them all). Where the option is missing,
+    the workers share one socket."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    reuse_port = hasattr(socket, "SO_REUSEPORT")
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(workers if reuse_port else 1):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            port = sock.getsockname()[1]  # port 0: the others take the port the first was given
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets * workers if len(sockets) == 1 else sockets

@@ -1,0 +1,62 @@
+"""`gateway serve --workers 2`: connections opened at once are spread over the workers (each has a
+socket of its own on the one port, SO_REUSEPORT), so that kept-alive clients load every worker.
+From one shared socket, the worker that woke first accepted a whole burst."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import ExitStack
+from pathlib import Path
+
+from tests.gateway_process import GatewayProcess
+from tests.support import gateway_env
+
+CONNECTIONS = 24  # all on one worker by chance: 2 in 2**24
+
+
+def established_on(port: int) -> set[str]:
+    """The inodes of the machine's established TCP sockets whose local port is `port`."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] == "01":
+            found.add(fields[9])
+    return found
+
+
+def sockets_of(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_connections_opened_at_once_are_served_by_both_workers(upstream, database):
+    with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_WORKERS="2")) as gateway, ExitStack() as stack:
+        port = int(gateway.url.rsplit(":", 1)[1])
+        # Every connection is made (the kernel completes them) before any worker accepts one: a
+        # burst, as a pool or a load balancer opens them.
+        connections = [stack.enter_context(socket.create_connection(("127.0.0.1", port))) for _ in range(CONNECTIONS)]
+        body = json.dumps({"model": "fake/m", "prompt": "x", "max_tokens": 1}).encode()
+        request = (f"POST /v5/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: {database.key}\r\n"
+                   f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
+        for connection in connections:
+            connection.sendall(request)
+        for connection in connections:  # answered, and kept open
+            connection.settimeout(30)
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200 ")
+        open_here = established_on(port)
+        held = {pid: len(sockets_of(pid) & open_here) for pid in children_of(gateway.proc.pid)}
+        serving = [count for count in held.values() if count]
+        assert len(serving) == 2 and sum(serving) == CONNECTIONS, held
