@@ -169,7 +169,13 @@ def _listen(host: str, port: int, workers: int) -> list[socket.socket]:
     (32 connections opened at once: one worker served them all). Where the option is missing,
     the workers share one socket."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    reuse_port = hasattr(socket, "SO_REUSEPORT")
+    reuse_port = hasattr(socket, "SO_REUSEPORT") and workers > 1
+    if reuse_port and port:
+        # A port another process listens on is refused, as without the option: a second gateway
+        # started on the same port must fail ("address in use"), not silently share its traffic.
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
     sockets: list[socket.socket] = []
     try:
         for _ in range(workers if reuse_port else 1):
