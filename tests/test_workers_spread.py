@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -60,3 +62,11 @@ def test_connections_opened_at_once_are_served_by_both_workers(upstream, databas
         held = {pid: len(sockets_of(pid) & open_here) for pid in children_of(gateway.proc.pid)}
         serving = [count for count in held.values() if count]
         assert len(serving) == 2 and sum(serving) == CONNECTIONS, held
+
+
+def test_a_second_gateway_on_the_same_port_is_refused_not_given_half_the_traffic(upstream, database):
+    env = gateway_env(upstream.url, database.url, GATEWAY_WORKERS="2")
+    with GatewayProcess(env) as first:
+        second = subprocess.run([sys.executable, "-m", "gateway", "serve"], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, **env, "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(first.port)})
+        assert second.returncode != 0 and "in use" in second.stderr, second.stderr[-2000:]
