@@ -12,7 +12,7 @@ import pytest
 
 from gateway.core.vendor_config import Timeouts
 from gateway.vendors.transport import TransportError
-from gateway.vendors.transport_http1 import MAX_BUFFERED, MAX_HEAD_BYTES, Http1Client
+from gateway.vendors.transport_http1 import MAX_BUFFERED, MAX_HEAD_BYTES, MAX_HEADERS, Http1Client
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}"
 
@@ -133,6 +133,19 @@ def test_a_head_past_its_bound_is_refused():
     async def run() -> None:
         async with vendor(lambda request: huge) as (fake, url):
             with pytest.raises(TransportError, match="head of more than"):
+                await client().send(url, b"{}")
+
+    asyncio.run(run())
+
+
+def test_header_lines_past_their_bound_are_refused_however_small():
+    # Repeats of one name are joined as they come: their number, not only their bytes, is bounded.
+    many = b"HTTP/1.1 200 OK\r\n" + b"a: b\r\n" * (MAX_HEADERS + 1) + b"content-length: 0\r\n\r\n"
+    assert len(many) < MAX_HEAD_BYTES
+
+    async def run() -> None:
+        async with vendor(lambda request: many) as (fake, url):
+            with pytest.raises(TransportError, match="header lines"):
                 await client().send(url, b"{}")
 
     asyncio.run(run())

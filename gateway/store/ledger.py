@@ -148,8 +148,10 @@ class Ledger:
         if self._writer is not None:
             await self._writer
         await self._drop_connection()
-        if self._sqlite is not None:
-            await self._sqlite.close()
+        if self._sqlite is not None:  # (its thread may be stuck in a write that hung: not waited for long)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.PROBE_TIMEOUT):
+                    await self._sqlite.close()
         self._closed = True
         while self._pending:
             _lost(f"shutdown: the database did not take it within {self.CLOSE_TIMEOUT:.0f}s", self._pending.popleft())

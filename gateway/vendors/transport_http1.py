@@ -36,6 +36,7 @@ from gateway.core.vendor_config import Timeouts
 from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, described, tls
 
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers
+MAX_HEADERS = 256  # header lines of an answer (repeats of one name are joined: their count bounds the copying)
 MAX_BUFFERED = 256 << 10  # read from the vendor, not yet taken: reading pauses above it
 RESUME_BELOW = 64 << 10
 # Seconds a connection waits in the pool to be used again (aiohttp's default): past it, it is closed
@@ -170,6 +171,7 @@ class _Connection(asyncio.Protocol):
         self._asked = False  # a request was sent whose answer has not ended
         self._received = False  # any byte of that answer
         self._head_bytes = 0
+        self._header_lines = 0
         self._head_done = False
         self._ended = False
         self._until_close = False  # a body without length: it ends when the vendor closes
@@ -189,7 +191,8 @@ class _Connection(asyncio.Protocol):
         return self._ended and self._keep_alive and not self._pieces and self.usable()
 
     def request(self, data: bytes) -> None:
-        self._asked, self._received, self._head_bytes, self._head_done, self._ended = True, False, 0, False, False
+        self._asked, self._received, self._head_done, self._ended = True, False, False, False
+        self._head_bytes = self._header_lines = 0
         self._until_close = self._keep_alive = False
         self.status, self.headers = 0, {}
         assert self._transport is not None
@@ -293,6 +296,9 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count(len(name) + len(value))
+        self._header_lines += 1
+        if self._header_lines > MAX_HEADERS:
+            self._refuse(f"{self._address} sent an answer of more than {MAX_HEADERS} header lines")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
@@ -300,7 +306,7 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
-            self._head_bytes, self.headers = 0, {}
+            self._head_bytes, self._header_lines, self.headers = 0, 0, {}
             return
         self.status = status
         self._head_done = True
