@@ -46,7 +46,7 @@ from gateway.store import database, rollups
 from gateway.store.meter import ESTIMATE_TIMEOUT, Estimate, Meter, counted
 from gateway.store.prices import Prices
 from gateway.store.sqlite_writer import SqliteWriter
-from gateway.store.tables import ledger, ledger_rejects
+from gateway.store.tables import LEDGER_COLUMNS, ledger, ledger_rejects
 
 log = logging.getLogger("gateway.ledger")
 
@@ -249,7 +249,7 @@ class Ledger:
             # One statement of arrays, one per column, whatever the batch's size (SQLAlchemy's
             # per-value processing and a statement of every batch size were most of the writer's
             # time), which returns the ids it wrote: only those count in the rollups.
-            columns = tuple(zip(*(tuple(map(row.get, _NAMES)) for row in rows), strict=True))
+            columns = tuple(zip(*(tuple(map(row.get, LEDGER_COLUMNS)) for row in rows), strict=True))
             written = {request_id for request_id, in await connection.exec_driver_sql(_pg_insert(), columns)}
             await rollups.add(connection, (row for row in rows if row["request_id"] in written))
 
@@ -289,15 +289,12 @@ class Ledger:
         self._failure = reason
 
 
-_NAMES = [column.name for column in ledger.columns]
-
-
 @functools.cache
 def _pg_insert() -> str:
     """The ledger's INSERT on PostgreSQL: an array per column (built once; SQLite's writer never asks)."""
     types = [column.type.compile(dialect=database.dialect("postgresql").dialect()) for column in ledger.columns]
     arrays = ", ".join(f"${i}::{kind}[]" for i, kind in enumerate(types, 1))
-    return (f"INSERT INTO ledger ({', '.join(_NAMES)}) SELECT * FROM unnest({arrays}) "
+    return (f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) SELECT * FROM unnest({arrays}) "
             "ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
 
 

@@ -24,18 +24,17 @@ from datetime import UTC
 from typing import Any
 
 from gateway.store import database, rollups
-from gateway.store.tables import ledger
+from gateway.store.tables import LEDGER_COLUMNS
 
-_NAMES = [column.name for column in ledger.columns]
-_AT = [_NAMES.index("started_at"), _NAMES.index("ended_at")]
-_INSERT = (f"INSERT INTO ledger ({', '.join(_NAMES)}) VALUES ({', '.join('?' * len(_NAMES))}) "
+_AT = [LEDGER_COLUMNS.index("started_at"), LEDGER_COLUMNS.index("ended_at")]
+_INSERT = (f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join('?' * len(LEDGER_COLUMNS))}) "
            "ON CONFLICT (request_id) DO NOTHING")
 
 
 def values(row: dict[str, Any]) -> tuple[Any, ...]:
     """A ledger row as sqlite3 takes it: a column the row leaves out is NULL, and a time is
     UTCDateTime's text on SQLite (store/tables.py; the ledger refused naive times before)."""
-    found = list(map(row.get, _NAMES))
+    found = list(map(row.get, LEDGER_COLUMNS))
     for i in _AT:
         found[i] = found[i].astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
     return tuple(found)

@@ -112,6 +112,10 @@ ledger = Table(
     Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period
 )
 
+# The ledger's columns in the table's order: what its writers' own INSERTs list (store/ledger.py,
+# store/sqlite_writer.py).
+LEDGER_COLUMNS = tuple(column.name for column in ledger.columns)
+
 # Ledger rows the database refused for what they hold (not for being away): kept whole, as JSON, so
 # that one bad row never blocks the rows behind it and nothing billed is silently lost.
 ledger_rejects = Table(
