@@ -17,6 +17,7 @@ from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream, limiting, observability
 from gateway.http.context import HandlerRequest
 from gateway.planner import fallbacks
+from gateway.planner import plan as planning
 from gateway.planner.plan import Plan
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
@@ -37,18 +38,26 @@ async def create(request: HandlerRequest) -> Response:
     services.admission.enter()
     grant = limiting.NO_LIMITS
     heard = generated.set(meter.generated)  # the vendor call's task inherits it
+    settings = services.settings
     try:
-        # Limits of the key and the account (http/limiting.py): a refusal raises, with its ledger row.
-        grant = await limiting.admit(services.limiter, key_id=caller.key_id, account=account,
-                                     request=completion_request, request_id=request_id, meter=meter)
-        settings = services.settings
+        # Limits of the key and the account (http/limiting.py) are asked for first, and the request
+        # is planned while a shared store answers. A refusal raises, with its ledger row, and it is
+        # the answer even to a request with a mistake of its own, as when nothing overlapped.
+        check = limiting.check(services.limiter, key_id=caller.key_id, account=account,
+                               request=completion_request, request_id=request_id, meter=meter)
+        try:
+            plan = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
+        except Exception:
+            grant = await check.grant()
+            raise
+        grant = await check.grant()
         chains = limiting.fallbacks(grant, settings.fallbacks, completion_request.model)
         started = await request.unless_client_leaves(fallbacks.start(
-            completion_request, services.registry, chains, settings.max_vendor_calls, on_attempt=meter.trying))
+            plan, completion_request, services.registry, chains, settings.max_vendor_calls, on_attempt=meter.trying))
     except BaseException as exc:
         services.admission.leave()
         meter.fail(exc)
-        if isinstance(exc, GatewayError) and grant.windows:
+        if isinstance(exc, (GatewayError, ValidationFailed)) and grant.windows:  # the planner's 422s too
             exc.extra_headers = limiting.headers(grant) | (exc.extra_headers or {})
         raise
     finally:

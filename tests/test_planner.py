@@ -140,7 +140,9 @@ def test_the_attempt_records_the_clients_user_even_when_the_vendor_does_not_take
 
 def start(registry: Registry, chain: dict[str, list[str]], **body: Any) -> tuple[fallbacks.Started, list[Attempt]]:
     attempts: list[Attempt] = []
-    started = asyncio.run(fallbacks.start(request(**body), registry, chain, 64, attempts.append))
+    asked = request(**body)
+    plan = planning.plan(asked, registry, 64)
+    started = asyncio.run(fallbacks.start(plan, asked, registry, chain, 64, attempts.append))
     return started, attempts
 
 

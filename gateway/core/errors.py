@@ -264,6 +264,7 @@ class ValidationFailed(Exception):
     def __init__(self, detail: list[dict[str, Any]]) -> None:
         super().__init__(detail[0]["msg"] if detail else "invalid request body")
         self.detail = detail
+        self.extra_headers: dict[str, str] | None = None  # as GatewayError's (x-ratelimit-*: the planner's 422s)
 
     def body(self) -> dict[str, Any]:
         return {"detail": self.detail, "error": {
@@ -275,7 +276,7 @@ class ValidationFailed(Exception):
         }}
 
     def headers(self) -> dict[str, str]:
-        return {"x-should-retry": "false"}  # the same request fails the same way
+        return {"x-should-retry": "false"} | (self.extra_headers or {})  # the same request fails the same way
 
     def message(self) -> str:
         """Every failing field and why, e.g. "invalid request: temperature: 3 is greater than the

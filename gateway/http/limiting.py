@@ -27,12 +27,12 @@ from gateway.core.errors import (
 from gateway.store import counters
 from gateway.store.counters import RPM
 from gateway.store import limiter as limits_on_path
-from gateway.store.limiter import NO_LIMITS, Grant, Limiter
+from gateway.store.limiter import NO_LIMITS, Asking, Grant, Limiter
 from gateway.store.limits import Budget, Subject, Unit
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
-__all__ = ["NO_LIMITS", "admit", "fallbacks", "headers"]
+__all__ = ["NO_LIMITS", "Check", "check", "fallbacks", "headers"]
 
 
 def estimate(request: CompletionRequest) -> tuple[int, int]:
@@ -45,20 +45,39 @@ def estimate(request: CompletionRequest) -> tuple[int, int]:
     return sum(rough_tokens(len(p)) for p in prompts), max_tokens * choices * len(prompts)
 
 
-async def admit(limiter: Limiter, *, key_id: str, account: str, request: CompletionRequest, request_id: str,
-                meter: Meter) -> Grant:
-    """The request's grant, or the error that refuses it (its ledger row written)."""
+def check(limiter: Limiter, *, key_id: str, account: str, request: CompletionRequest, request_id: str,
+          meter: Meter) -> Check:
+    """The limits' verdict on the request, asked for now and awaited with `Check.grant()`."""
     if not limiter.table.subjects:
-        return NO_LIMITS
+        return Check(NO_LIMITS, key_id, request, meter)
     prompt, completion = estimate(request)
-    grant = await limiter.admit(key_id=key_id, account=account, model=request.model, prompt_tokens=prompt,
-                                completion_tokens=completion, request_id=request_id)
-    if grant.refusal is not None:
-        meter.refused(request.model, bool(_value(request.stream, False)), _value(request.user, None))
-        observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
-        raise _error(grant, key_id, request.model)
-    meter.on_close = grant.settle
-    return grant
+    return Check(limiter.ask(key_id=key_id, account=account, model=request.model, prompt_tokens=prompt,
+                             completion_tokens=completion, request_id=request_id), key_id, request, meter)
+
+
+class Check:
+    """A request's limits check, begun before the request is planned and awaited before any vendor
+    is called: a shared store works on it meanwhile (the round trip to Redis and the planning
+    overlap). Awaited once, on every way a request takes (until then it may hold a claim)."""
+
+    __slots__ = ("_asked", "_key_id", "_request", "_meter")
+
+    def __init__(self, asked: Grant | Asking, key_id: str, request: CompletionRequest, meter: Meter) -> None:
+        self._asked, self._key_id, self._request, self._meter = asked, key_id, request, meter
+
+    async def grant(self) -> Grant:
+        """The request's grant, or the error that refuses it (its ledger row written)."""
+        asked = self._asked
+        grant = asked if asked.__class__ is Grant else await asked.grant()  # type: ignore[union-attr]
+        if grant is NO_LIMITS:
+            return grant
+        request = self._request
+        if grant.refusal is not None:
+            self._meter.refused(request.model, bool(_value(request.stream, False)), _value(request.user, None))
+            observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
+            raise _error(grant, self._key_id, request.model)
+        self._meter.on_close = grant.settle
+        return grant
 
 
 def fallbacks(grant: Grant, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:

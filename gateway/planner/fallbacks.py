@@ -41,23 +41,22 @@ def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
     return [model, *fallbacks.get(model, ())]
 
 
-async def start(request: CompletionRequest, registry: Registry, fallbacks: Mapping[str, Sequence[str]],
-                max_vendor_calls: int, on_attempt: Callable[[Attempt], None]) -> Started:
-    """Plan and start `request`, falling back along its model's chain. `on_attempt` hears of each
-    model tried before its vendor is called (the ledger's row names the one that answered, or the
-    last one tried)."""
+async def start(plan: planning.Plan, request: CompletionRequest, registry: Registry,
+                fallbacks: Mapping[str, Sequence[str]], max_vendor_calls: int,
+                on_attempt: Callable[[Attempt], None]) -> Started:
+    """Start `request`, planned as `plan` on its own model (planning.plan: a request that cannot
+    be served as the client wrote it is the client's mistake, no fallback), falling back along
+    its model's chain. `on_attempt` hears of each model tried before its vendor is called (the
+    ledger's row names the one that answered, or the last one tried)."""
     models = chain(request.model, fallbacks)
     first_error: GatewayError | None = None
-    for model in models:
-        try:
-            plan = planning.plan(request if model == request.model else request.model_copy(update={"model": model}),
-                                 registry, max_vendor_calls)
-        except GatewayError:
-            if first_error is None:
-                raise  # the request as the client wrote it cannot be served: its mistake, no fallback
-            log.info("fallback %s cannot serve this request; skipped", model)
-            continue
-        if first_error is not None:
+    for number, model in enumerate(models):
+        if number:
+            try:
+                plan = planning.plan(request.model_copy(update={"model": model}), registry, max_vendor_calls)
+            except GatewayError:
+                log.info("fallback %s cannot serve this request; skipped", model)
+                continue
             observe.current().fallback(request.model, model)
         on_attempt(plan.attempt())
         try:

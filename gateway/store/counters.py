@@ -19,7 +19,7 @@ Time is the caller's clock (seconds), so tests move it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -143,7 +143,9 @@ async def settled(counters: Counters, claim: Claim, tokens: int, spent: Mapping[
 
 
 class Counters(Protocol):
-    async def acquire(self, claim: Claim, now: float) -> Verdict: ...
+    def acquire(self, claim: Claim, now: float) -> Awaitable[Verdict]:
+        """Checks and takes `claim` (atomically), or refuses it. A shared store is asked at once,
+        when this is called, and awaiting gives its verdict: the caller works meanwhile."""
 
     def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float, done: Settled) -> None:
         """The request ended having used `tokens`, and `spent` per budget counter. Begun at once,

@@ -16,7 +16,7 @@ period. The time is an argument, the caller's clock. The keys of one claim must 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.store.counters import (
@@ -311,14 +311,18 @@ class RedisCounters:
         self._wires[charge.subject] = wire
         return wire
 
-    async def acquire(self, claim: Claim, now: float) -> Verdict:
+    def acquire(self, claim: Claim, now: float) -> Awaitable[Verdict]:
+        """Written to Redis now (when connected): the verdict is awaited later (Counters.acquire)."""
         calls = self._calls_of(claim)
         numbers = f"{round(now * 1e6)} {claim.tokens}"
         for charge in claim.charges:
             for b in charge.budgets:
                 numbers += f" {b.reserve} {'-' if b.seed is None else b.seed}"
-        reply = await self._acquire(calls.acquire_head + _request(claim.request_id, numbers) + calls.acquire_tail)
-        fields = reply.split(" ")
+        return self._verdict(claim, self._acquire.ask(calls.acquire_head + _request(claim.request_id, numbers)
+                                                      + calls.acquire_tail))
+
+    async def _verdict(self, claim: Claim, asked: Awaitable[str]) -> Verdict:
+        fields = (await asked).split(" ")
         if fields[0] == "seed":
             budgets = [b for charge in claim.charges for b in charge.budgets]
             return Verdict(unseeded=[budgets[int(i) - 1] for i in fields[1:]])

@@ -1,5 +1,6 @@
-"""Limits on the request path: `Limiter.admit` before a request reaches a vendor, `Grant.settle`
-when it has ended (completed, failed, cut short or left), with its ledger row.
+"""Limits on the request path: `Limiter.ask` before a request reaches a vendor (a shared store is
+asked at once; its verdict, `Asking.grant()`, is awaited once the request is planned), and
+`Grant.settle` when it has ended (completed, failed, cut short or left), with its ledger row.
 
 What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
 prompts' tokens plus `max_tokens` x choices (OpenAI's rule), which a per-minute token limit and a
@@ -23,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +32,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
-from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Window, settled, settles
-from gateway.store.limits import ACCOUNT, KEY, Limits, LimitsTable, Period, Subject, Unit
+from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
+from gateway.store.limits import KEY, Limits, LimitsTable, Period, Subject, Unit
+from gateway.store.limits_plan import Plan, Plans
 from gateway.store.prices import Prices
 from gateway.store.tables import ledger
 
@@ -49,7 +51,7 @@ MAX_UNSETTLED = 100_000  # settlements kept while the store is away; beyond, the
 
 @dataclass(slots=True)
 class Grant:
-    """What `admit` decided. A request that is let through settles its grant once, when it ends."""
+    """What the limits decided. A request that is let through settles its grant once, when it ends."""
 
     limiter: Limiter | None = None
     claim: Claim | None = None
@@ -71,46 +73,24 @@ class Grant:
 
 
 NO_LIMITS = Grant()
+
+
+@dataclass(slots=True, eq=False)
+class Asking:
+    """A claim the store has been asked to take (`Limiter.ask`): its verdict is on its way, and
+    `grant()` awaits it. Awaited once, always (until then the claim may hold a slot)."""
+
+    limiter: Limiter
+    plan: Plan
+    claim: Claim
+    periods: list[Period]
+    now: float
+    verdict: Awaitable[Verdict]
+
+    async def grant(self) -> Grant:
+        return await self.limiter._granted(self)
+
 Settlement = tuple[Claim, int, dict[str, int]]  # a claim, the tokens its request used, and what it spent per budget
-MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
-MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
-_UNKNOWN: Any = object()
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What the limits of a key and of its account ask of each of their requests, worked out once
-    per copy of the table rather than on every request."""
-
-    found: tuple[tuple[Subject, Limits], ...]  # the subjects with limits, the key first
-    counted: tuple[tuple[Subject, Limits], ...]  # those of them with limits that need counters
-    settles: bool  # whether a request's end changes a counter (a second call to the store)
-    listed: bool  # whether an allow-list applies
-    models: dict[str, Subject | None] = field(default_factory=dict)  # model -> the subject refusing it, or None
-    # What the store made of the last claim (Claim.prepared), and its budgets' periods: a claim in
-    # the same periods is the same call to the store but for the request's own numbers.
-    prepared: tuple[list[Period], object] | None = None
-
-    @classmethod
-    def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> _Plan | None:
-        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
-                      if (limits := table.get(s)) is not None)
-        if not found:
-            return None
-        counted = tuple((s, limits) for s, limits in found if limits.counted)
-        return cls(found, counted, any(settles(limits) for _, limits in counted),
-                   any(limits.models is not None for _, limits in found))
-
-    def refusing(self, model: str) -> Subject | None:
-        """The subject whose allow-list refuses `model` (the key's first), or None."""
-        refusing = self.models.get(model, _UNKNOWN)
-        if refusing is _UNKNOWN:
-            refusing = next((s for s, limits in self.found if not limits.allows(model)), None)
-            if len(self.models) < MAX_MODELS:
-                self.models[model] = refusing
-        return refusing
-
-
 class Limiter:
     def __init__(self, table: LimitsTable, counters: Counters | None, engine: AsyncEngine, *, policy: str = "open",
                  workers: int = 1, clock: Callable[[], float] | None = None, prices: Prices | None = None) -> None:
@@ -125,8 +105,7 @@ class Limiter:
         self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
         self._sending = 0  # settlements the store has not answered yet
         self._drained: asyncio.Future[None] | None = None  # `drain` waits for them
-        self._plans: dict[tuple[str, str], _Plan | None] = {}  # (key id, account) -> its plan (None: no limits)
-        self._plans_of: dict[Subject, Limits] | None = None  # the copy of the table the plans were made from
+        self._plans = Plans()
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._failure = ""
@@ -181,10 +160,19 @@ class Limiter:
 
     async def admit(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
                     request_id: str) -> Grant:
+        """`ask`, and its verdict awaited."""
+        asked = self.ask(key_id=key_id, account=account, model=model, prompt_tokens=prompt_tokens,
+                         completion_tokens=completion_tokens, request_id=request_id)
+        return asked if asked.__class__ is Grant else await asked.grant()  # type: ignore[union-attr]
+
+    def ask(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
+            request_id: str) -> Grant | Asking:
+        """The verdict on a request: a Grant when it needs no store, else the store's answer on
+        its way (`Asking.grant()`; a shared store has been written to when this returns)."""
         table = self.table.subjects
         if not table:
             return NO_LIMITS
-        plan = self._plan(table, key_id, account)
+        plan = self._plans.get(table, key_id, account)
         if plan is None:
             return NO_LIMITS
         found = plan.found
@@ -215,13 +203,23 @@ class Limiter:
         if prepared is not None and prepared[0] == periods:  # the same counters as the plan's last claim
             claim.prepared = prepared[1]
         try:
-            verdict = await self.counters.acquire(claim, now)
-            plan.prepared = (periods, claim.prepared)
+            verdict = self.counters.acquire(claim, now)
+        except Exception as exc:
+            self._failed(exc)
+            return self._without_store(claim, found)
+        return Asking(self, plan, claim, periods, now, verdict)
+
+    async def _granted(self, asking: Asking) -> Grant:
+        plan, claim, found = asking.plan, asking.claim, asking.plan.found
+        assert self.counters is not None
+        try:
+            verdict = await asking.verdict
+            plan.prepared = (asking.periods, claim.prepared)
             for _ in range(3):  # a counter new to the store starts from the ledger; it may expire meanwhile
                 if not verdict.unseeded:
                     break
                 await self._seed(claim, verdict.unseeded)
-                verdict = await self.counters.acquire(claim, now)
+                verdict = await self.counters.acquire(claim, asking.now)
         except Exception as exc:
             self._failed(exc)
             return self._without_store(claim, found)
@@ -231,18 +229,8 @@ class Limiter:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
         if not plan.settles:
             return Grant(windows=verdict.windows, subjects=found)  # nothing to settle: no second round trip
-        self._live[request_id] = claim
+        self._live[claim.request_id] = claim
         return Grant(self, claim, verdict.windows, subjects=found)
-
-    def _plan(self, table: dict[Subject, Limits], key_id: str, account: str) -> _Plan | None:
-        if self._plans_of is not table:  # the table was read again, and changed
-            self._plans, self._plans_of = {}, table
-        plan = self._plans.get((key_id, account), _UNKNOWN)
-        if plan is _UNKNOWN:
-            if len(self._plans) >= MAX_PLANS:
-                self._plans.clear()
-            plan = self._plans[key_id, account] = _Plan.of(table, key_id, account)
-        return plan
 
     def _without_store(self, claim: Claim, found: tuple[tuple[Subject, Limits], ...]) -> Grant:
         if self._policy == "closed":

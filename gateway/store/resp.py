@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -275,17 +275,30 @@ class Script:
         return b"*%d\r\n" % (count + 2) + bulk("EVALSHA") + bulk(self.sha)
 
     async def __call__(self, command: bytes) -> Reply:
+        return await self.ask(command)
+
+    def ask(self, command: bytes) -> Awaitable[Reply]:
+        """The call written now when connected, its reply awaited later: the caller does other
+        work while Redis runs the script (a request is planned meanwhile). Not connected, it is
+        written once awaiting it has connected."""
         client = self._client
         connection = client._connection  # (`execute`, inline: this is every request's call)
         if connection is None or connection.lost is not None:
-            connection = await client._open()
-        reply = await client._write(connection, command)
+            return self._connecting(command)
+        return self._answer(client._write(connection, command), connection, command)
+
+    async def _connecting(self, command: bytes) -> Reply:
+        connection = await self._client._open()
+        return await self._answer(self._client._write(connection, command), connection, command)
+
+    async def _answer(self, written: asyncio.Future[Reply], connection: _Connection, command: bytes) -> Reply:
+        reply = await written
         if reply.__class__ is not RedisError:
             return reply
         if not str(reply).startswith("NOSCRIPT"):
             raise reply
-        await client._load(connection)  # (flushed while connected): every script, not this one alone
-        return await client.execute(command)
+        await self._client._load(connection)  # (flushed while connected): every script, not this one alone
+        return await self._client.execute(command)
 
     def start(self, command: bytes, done: Callable[[BaseException | None], None]) -> None:
         """The call written now, when connected (no task, no waiting); `done` is called once, with

@@ -1,0 +1,68 @@
+"""What the limits of a key and of its account ask of each of their requests (`Plan`), worked out
+once per copy of the limits table rather than on every request, and kept per (key, account)
+(`Plans`): which subjects have limits, which need counters, whether a request's end must be
+settled, and the allow-lists' verdicts per model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.store.counters import settles
+from gateway.store.limits import ACCOUNT, KEY, Limits, Period, Subject
+
+MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
+MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
+_UNKNOWN: Any = object()
+
+
+@dataclass(slots=True)
+class Plan:
+    found: tuple[tuple[Subject, Limits], ...]  # the subjects with limits, the key first
+    counted: tuple[tuple[Subject, Limits], ...]  # those of them with limits that need counters
+    settles: bool  # whether a request's end changes a counter (a second call to the store)
+    listed: bool  # whether an allow-list applies
+    models: dict[str, Subject | None] = field(default_factory=dict)  # model -> the subject refusing it, or None
+    # What the store made of the last claim (Claim.prepared), and its budgets' periods: a claim in
+    # the same periods is the same call to the store but for the request's own numbers.
+    prepared: tuple[list[Period], object] | None = None
+
+    @classmethod
+    def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> Plan | None:
+        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
+                      if (limits := table.get(s)) is not None)
+        if not found:
+            return None
+        counted = tuple((s, limits) for s, limits in found if limits.counted)
+        return cls(found, counted, any(settles(limits) for _, limits in counted),
+                   any(limits.models is not None for _, limits in found))
+
+    def refusing(self, model: str) -> Subject | None:
+        """The subject whose allow-list refuses `model` (the key's first), or None."""
+        refusing = self.models.get(model, _UNKNOWN)
+        if refusing is _UNKNOWN:
+            refusing = next((s for s, limits in self.found if not limits.allows(model)), None)
+            if len(self.models) < MAX_MODELS:
+                self.models[model] = refusing
+        return refusing
+
+
+class Plans:
+    """The plans of the (key, account) pairs seen, for one copy of the limits table."""
+
+    __slots__ = ("_plans", "_of")
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, str], Plan | None] = {}  # (key id, account) -> its plan (None: no limits)
+        self._of: Mapping[Subject, Limits] | None = None  # the copy of the table the plans were made from
+
+    def get(self, table: Mapping[Subject, Limits], key_id: str, account: str) -> Plan | None:
+        if self._of is not table:  # the table was read again, and changed
+            self._plans, self._of = {}, table
+        plan = self._plans.get((key_id, account), _UNKNOWN)
+        if plan is _UNKNOWN:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[key_id, account] = Plan.of(table, key_id, account)
+        return plan
