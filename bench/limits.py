@@ -6,11 +6,13 @@
    budget on the key, rpm on its account: the Lua scripts' every branch, two calls), and with a
    key's rpm alone in Redis (one call: nothing to settle). The Redis server's own CPU is not the
    gateway's and is not counted.
-2. A real gateway (`gateway serve`, one worker, Redis on loopback) in front of the fast fake
-   vendor: its CPU time per request (from /proc) for a key with every kind of limit and for a key
-   without, in alternating rounds at concurrency 1. With `--in-process`, the same two keys through
-   the app called directly (bench/inprocess.py: no sockets, the vendor answering in-process), each
-   run a process of its own, runs alternating.
+2. A real gateway (`gateway serve`, one worker) in front of the fast fake vendor, on a Redis of the
+   bench's own (loopback, so that it can be pinned): its CPU time per request (from /proc) for a
+   key with every kind of limit and for a key without, in alternating rounds; at concurrency 1,
+   then at 32 with the gateway pinned to a core of its own and the load generator, the vendor and
+   Redis on the other (the cost of a request in capacity). With `--in-process`, the same two keys
+   through the app called directly (bench/inprocess.py: no sockets, the vendor answering
+   in-process), each run a process of its own, runs alternating.
 3. Requests per second at concurrency 32 of `gateway serve --workers 2` against `--workers 1`,
    round-robin rounds (the load generator shares the machine's cores with the gateways).
 
@@ -47,7 +49,7 @@ from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
 from tests.provision import new_key, run_cli, sqlite_database
-from tests.support import redis_prefix, remove_redis_keys
+from tests.support import RedisServer, redis_prefix, remove_redis_keys
 
 LIMITS = Limits(rpm=10**9, tpm=10**12, concurrent=10**6, budgets=(Budget(TOKENS, 10**15, "month"),))
 ROW = {"total_tokens": 20}
@@ -231,6 +233,14 @@ def switches(pid: int) -> tuple[int, int]:
     return voluntary, involuntary
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of a process (and of its workers) onto `cpus`."""
+    for p in [pid, *_children(pid)]:
+        for task in os.listdir(f"/proc/{p}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(task), cpus)
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as file:
@@ -239,28 +249,33 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], seconds: float, rounds: int) -> None:
+async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], seconds: float, rounds: int,
+                          concurrency: int) -> None:
     """`targets`: name -> (gateway, key); a name "<gateway>: key ..." is compared with its gateway's
-    "<gateway>: key without limits"."""
+    "<gateway>: key without limits". At concurrency 1 every round trip to Redis is a wait of its
+    own (the gateway sleeps, and wakes for the reply: context switches, colder caches); at 32 the
+    replies of many requests come in few reads."""
     samples: dict[str, list[float]] = {name: [] for name in targets}
-    waits: dict[str, list[tuple[float, float, float]]] = {name: [] for name in targets}
-    async with aiohttp.ClientSession() as session:
+    waits: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in targets}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         for gateway, key in targets.values():
-            await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, 0.5, Sample())
+            await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, concurrency, 0.5,
+                              Sample())
         for _ in range(rounds):
             for name, (gateway, key) in targets.items():
                 sample = Sample()
                 before, switched = cpu_seconds(gateway.proc.pid), switches(gateway.proc.pid)
-                await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 1, seconds,
-                                  sample)
+                await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, concurrency,
+                                  seconds, sample)
                 used = cpu_seconds(gateway.proc.pid) - before
                 voluntary, involuntary = (b - a for a, b in zip(switched, switches(gateway.proc.pid)))
                 if sample.errors:
                     raise RuntimeError(f"{name}: {sample.errors} errors")
                 answered = len(sample.latencies)
                 samples[name].append(used / answered * 1e6)
-                waits[name].append((voluntary / answered, involuntary / answered, answered / sample.seconds))
-    print(f"\n2. gateway CPU per request at concurrency 1 ({rounds} rounds x {seconds}s, median; best):")
+                waits[name].append((voluntary / answered, involuntary / answered, answered / sample.seconds,
+                                    sample.pct(0.5)))
+    print(f"\n2. gateway CPU per request at concurrency {concurrency} ({rounds} rounds x {seconds}s, median; best):")
     for name, values in samples.items():
         cpu, best = statistics.median(values), min(values)
         base = statistics.median(samples[name.rpartition("key ")[0] + "key without limits"])
@@ -276,9 +291,9 @@ async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], second
                   f"({', '.join(f'{d:+.0f}' for d in paired)})")
     # What the rounds' CPU goes with: a wait mid-request (voluntary) costs its wake-up and colder
     # caches after; a preemption (involuntary) is other work on the machine taking the core.
-    print("   per request, each round: context switches voluntary / involuntary, requests/s")
+    print("   per request, each round: context switches voluntary / involuntary, requests/s, p50 latency")
     for name, rows in waits.items():
-        print(f"   {name:<37}" + "   ".join(f"{v:.2f} / {i:.2f}, {r:.0f}/s" for v, i, r in rows))
+        print(f"   {name:<37}" + "   ".join(f"{v:.2f} / {i:.2f}, {r:.0f}/s, {p:.3f} ms" for v, i, r, p in rows))
 
 
 def machine_cpu_seconds() -> float:
@@ -360,12 +375,15 @@ def main() -> int:
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
     prefix = redis_prefix()
+    # Parts 2 and 3 on a Redis of their own (loopback, the same redis-server), which part 2 can pin
+    # beside the load generator: the machine's Redis would take the pinned gateway's core.
+    store = RedisServer().start()
     try:
         with sqlite_database() as db:
             env = {"GATEWAY_DATABASE_URL": db.url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
                    "GATEWAY_VENDOR_FAKE_BASE_URL": f"http://127.0.0.1:{vendor_port}/v1",
                    "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_LOG_LEVEL": "warning",
-                   "GATEWAY_REDIS_URL": args.redis, "GATEWAY_REDIS_PREFIX": prefix}
+                   "GATEWAY_REDIS_URL": store.url, "GATEWAY_REDIS_PREFIX": prefix}
             limited, limited_id, _ = new_key(db.url)
             run_cli(db.url, "limits", "set", "--key", limited_id, *EVERY_LIMIT)
             gateways = {"": GatewayProcess(env)}
@@ -377,7 +395,22 @@ def main() -> int:
                     running.enter_context(gateway)
                 targets = {f"{name}{key}": (gateway, secret) for name, gateway in gateways.items()
                            for key, secret in (("key without limits", db.key), ("key with limits (redis)", limited))}
-                asyncio.run(per_request_cpu(targets, args.seconds, args.rounds))
+                asyncio.run(per_request_cpu(targets, args.seconds, args.rounds, 1))
+                # At 32 the gateway is pinned to a core of its own and kept busy, the load generator and
+                # the vendor on the others (Redis where the system runs it): its CPU per request is then
+                # what a request costs of its capacity, whatever the waits of a lone request cost.
+                everything = os.sched_getaffinity(0)
+                own, rest = {max(everything)}, everything - {max(everything)} or everything
+                for gateway in gateways.values():
+                    pin(gateway.proc.pid, own)
+                pin(vendor.pid, rest)
+                pin(store.proc.pid, rest)
+                os.sched_setaffinity(0, rest)
+                try:
+                    asyncio.run(per_request_cpu(targets, args.seconds, args.rounds, 32))
+                finally:
+                    for pid in [os.getpid(), vendor.pid, store.proc.pid, *(g.proc.pid for g in gateways.values())]:
+                        pin(pid, everything)
             one, two = GatewayProcess({**env, "GATEWAY_WORKERS": "1"}), GatewayProcess({**env, "GATEWAY_WORKERS": "2"})
             with one, two:
                 asyncio.run(throughput({"--workers 1": (one, db.key), "--workers 2": (two, db.key)}, vendor,
@@ -385,7 +418,7 @@ def main() -> int:
     finally:
         vendor.terminate()
         vendor.wait()
-        remove_redis_keys(prefix, args.redis)
+        store.stop()
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     print(json.dumps({"command": " ".join(["python -m bench.limits", *sys.argv[1:]])}))
     return 0
