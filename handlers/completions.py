@@ -12,7 +12,7 @@ import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway.core.completion import Choice, Chunk, Result, Usage, generated
+from gateway.core.completion import Choice, Chunk, Result, Usage, generated, go_ahead
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream, limiting, observability
 from gateway.http.context import HandlerRequest
@@ -36,29 +36,40 @@ async def create(request: HandlerRequest) -> Response:
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
     observability.attach(request, meter)  # the access line and the request's metrics read it
     services.admission.enter()
-    grant = limiting.NO_LIMITS
+    check: limiting.Check | None = None
     heard = generated.set(meter.generated)  # the vendor call's task inherits it
     settings = services.settings
     try:
-        # Limits of the key and the account (http/limiting.py) are asked for first, and the request
-        # is planned while a shared store answers. A refusal raises, with its ledger row, and it is
-        # the answer even to a request with a mistake of its own, as when nothing overlapped.
+        # Limits of the key and the account (http/limiting.py) are asked for first; a shared store
+        # answers while the request is planned and its vendor request built. One vendor call (the
+        # usual case) awaits the verdict as its request is about to leave (core go_ahead); the calls
+        # of a fan-out start together, after it. A refusal raises, with its ledger row.
         check = limiting.check(services.limiter, key_id=caller.key_id, account=account,
                                request=completion_request, request_id=request_id, meter=meter)
+        plan = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
+        deferred = check.remote and len(plan.legs) == 1
+        if deferred:
+            check.defer()
+            token = go_ahead.set(check.go_ahead)
+        else:
+            await check.grant()
         try:
-            plan = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
-        except Exception:
-            grant = await check.grant()
-            raise
-        grant = await check.grant()
-        chains = limiting.fallbacks(grant, settings.fallbacks, completion_request.model)
-        started = await request.unless_client_leaves(fallbacks.start(
-            plan, completion_request, services.registry, chains, settings.max_vendor_calls, on_attempt=meter.trying))
+            started = await request.unless_client_leaves(fallbacks.start(
+                plan, completion_request, services.registry,
+                check.fallbacks(settings.fallbacks, completion_request.model), settings.max_vendor_calls,
+                on_attempt=meter.trying))
+        finally:
+            if deferred:
+                go_ahead.reset(token)
+        grant = await check.grant()  # known by now: the vendor layer awaited it before asking the vendor
     except BaseException as exc:
         services.admission.leave()
-        meter.fail(exc)
-        if isinstance(exc, (GatewayError, ValidationFailed)) and grant.windows:  # the planner's 422s too
-            exc.extra_headers = limiting.headers(grant) | (exc.extra_headers or {})
+        grant, answer = (limiting.NO_LIMITS, exc) if check is None else await check.failed(exc)
+        meter.fail(answer)
+        if isinstance(answer, (GatewayError, ValidationFailed)) and grant.windows:  # the planner's 422s too
+            answer.extra_headers = limiting.headers(grant) | (answer.extra_headers or {})
+        if answer is not exc:
+            raise answer from None
         raise
     finally:
         generated.reset(heard)

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.completion import CompletionCall, Result
+from gateway.core.completion import CompletionCall, Result, Withheld, go_ahead
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
@@ -191,3 +191,63 @@ def test_local_samples_choice_i_with_seed_plus_i_and_ranks_best_of_by_logprob():
     # The stand-in's logprob is -(seed mod 7): seeds 10..13 score -3, -4, -5, -6; the best two win.
     assert [c.logprobs["token_logprobs"] for c in result.choices] == [[-3.0], [-4.0]]
     assert result.usage is not None and (result.usage.prompt_tokens, result.usage.completion_tokens) == (2, 4)
+
+
+async def _refusing_gate() -> None:
+    raise Withheld(RuntimeError("over the limit"))
+
+
+def _reached(protocol: str, stream: bool) -> list:
+    """What reached the vendor (the HTTP requests, the engine's requests and tokenizations) when
+    the request's go-ahead is refused, streamed or not; Withheld must come out of the adapter."""
+    reached: list = []
+
+    async def run() -> None:
+        if protocol == "local":
+            engine = RecordingEngine()
+            tokenize = engine.tokenize
+
+            async def counted(text: str):
+                reached.append(text)
+                return await tokenize(text)
+
+            engine.tokenize = counted  # type: ignore[method-assign]
+            adapter: Any = LocalAdapter(VendorConfig(name="local", protocol="local"), LocalOptions(), SETTINGS,
+                                        engine=engine)  # type: ignore[arg-type]
+            await adapter.start()
+            while adapter.not_ready():  # the stand-in loads at once, on a worker thread
+                await asyncio.sleep(0)
+            model = engine.options.alias
+        else:
+            adapter = registry.build(VendorConfig(name=protocol, protocol=protocol, base_url="http://vendor.test",
+                                                  api_key="sk-test", options=HTTP_VENDORS[protocol]), SETTINGS)
+            adapter.use_transport(httpx.MockTransport(lambda request: reached.append(request) or httpx.Response(
+                200, json=ANSWERS[protocol])))
+            model = "m"
+        call = dataclasses.replace(call_with("max_tokens"), model=model, logprobs=1 if protocol == "local" else None,
+                                   echo=protocol == "local", stream=stream)
+        token = go_ahead.set(_refusing_gate)
+        try:
+            with pytest.raises(Withheld):
+                if stream:
+                    async for _ in adapter.stream(call):
+                        pass
+                else:
+                    await adapter.complete(call)
+        finally:
+            go_ahead.reset(token)
+            await adapter.close()
+        if protocol == "local":
+            reached.extend(engine.bodies)
+
+    asyncio.run(run())
+    return reached
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("protocol", sorted(registry.PROTOCOLS))
+def test_every_adapter_awaits_the_requests_go_ahead_before_its_vendor_is_asked(protocol, stream):
+    """A shared store's verdict on a request's limits is awaited by the vendor layer, as late as
+    can be (core/completion.py `go_ahead`): an adapter that asked its vendor first would serve a
+    request its limits refuse. (The local call echoes with logprobs: it would tokenize first.)"""
+    assert _reached(protocol, stream) == []

@@ -66,6 +66,8 @@ def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
 class Flaky:
     """Counters whose next `failures` settlements fail as a store that went away would fail them."""
 
+    remote = False
+
     def __init__(self, inner: MemoryCounters, failures: int) -> None:
         self.inner, self.failures = inner, failures
 

@@ -145,28 +145,39 @@ def test_several_workers_without_redis_never_count_per_process(upstream, clock):
 
 
 @pytest.mark.parametrize("store", ["redis", "memory"])
-def test_a_refusal_answers_a_mistaken_request_and_a_mistake_frees_what_it_claimed(upstream, clock, store):
-    """The limits are asked for before a request is planned (the store answers while it is):
-    still, over a limit the answer is the refusal even when the request has a mistake of its own
-    (best_of below n, found by the planner), and a mistake under the limits frees its slot and
-    counts as a request, as when the limits were checked first."""
+def test_the_verdict_comes_first_however_late_it_is_awaited(upstream, clock, store):
+    """The limits are asked for before a request is planned, and a shared store's verdict is awaited
+    only as the vendor's request is about to leave. Still: a refused request, streamed or not,
+    never reaches the vendor; over a limit the answer is the refusal even when the request has a
+    mistake of its own (best_of below n, found by the planner); and a mistake under the limits
+    frees its slot and counts as a request, as when the limits were checked first."""
     prefix = redis_prefix()
     extra = {"GATEWAY_REDIS_URL": redis_url(), "GATEWAY_REDIS_PREFIX": prefix} if store == "redis" else {}
     with empty_database("sqlite") as url:
         provision(url)
         key, key_id, account = new_key(url)
-        run_cli(url, "limits", "set", "--key", key_id, "--rpm", "3", "--concurrent", "1")
+        run_cli(url, "limits", "set", "--key", key_id, "--rpm", "4", "--concurrent", "1")
         try:
             with GatewayProcess(env_of(upstream, url, clock, **extra), module="tests.clocked_gateway") as gateway:
                 mistakes = [complete(gateway.url, key, n=2, best_of=1) for _ in range(2)]
                 assert [r.status_code for r in mistakes] == [422, 422]  # the first freed its slot for the second
                 assert mistakes[0].json()["detail"][0]["loc"] == ["body", "best_of"]
-                assert [r.headers["x-ratelimit-remaining-requests"] for r in mistakes] == ["2", "1"]
-                served = complete(gateway.url, key)
-                assert served.status_code == 200 and served.headers["x-ratelimit-remaining-requests"] == "0"
-                refused = complete(gateway.url, key, n=2, best_of=1)
-                assert refused.status_code == 429 and refused.json()["error"]["code"] == "requests_per_minute"
+                assert [r.headers["x-ratelimit-remaining-requests"] for r in mistakes] == ["3", "2"]
+                served = [complete(gateway.url, key, prompt="served"), complete(gateway.url, key, prompt="streamed",
+                                                                                 stream=True)]
+                assert [r.status_code for r in served] == [200, 200]
+                assert "data: [DONE]" in served[1].text
+                assert [r.headers["x-ratelimit-remaining-requests"] for r in served] == ["1", "0"]
+                refused = [complete(gateway.url, key, prompt="refused", stream=True),
+                           complete(gateway.url, key, prompt="refused"), complete(gateway.url, key, n=2, best_of=1)]
+                assert [r.status_code for r in refused] == [429, 429, 429]
+                assert {r.json()["error"]["code"] for r in refused} == {"requests_per_minute"}
+                assert refused[0].headers["content-type"].startswith("application/json")
+                assert [r.headers["x-ratelimit-remaining-requests"] for r in refused] == ["0", "0", "0"]
+                sent = [request["body"]["prompt"] for request in upstream.requests]
+                assert sent == ["served", "streamed"]  # the refused ones never reached the vendor
         finally:
             remove_redis_keys(prefix)
-        outcomes = sorted(row["outcome"] for row in wait_for_rows(url, account, 2))
-        assert outcomes == ["completed", "refused"]  # a request no vendor was asked for has no row but a refusal's
+        outcomes = sorted(row["outcome"] for row in wait_for_rows(url, account, 5))
+        # the mistakes reached no vendor, so they have no row; a refusal has its own
+        assert outcomes == ["completed", "completed", "refused", "refused", "refused"]

@@ -12,7 +12,7 @@ client is told, as OpenAI counts it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -195,6 +195,29 @@ class Chunk:
 # a context variable, because the pieces come from tasks the adapter starts, which inherit the
 # request's context, and a vendor call's signature should not carry the ledger's concerns.
 generated: ContextVar[Callable[[int, str], None] | None] = ContextVar("generated", default=None)
+
+# The current request's go-ahead, awaited by the vendor layer at the last moment before a vendor is
+# asked (`cleared()`: an HTTP request's first byte, the embedded model's first step): the limits'
+# verdict comes from a shared store while the request is planned and its vendor request built. It
+# returns when the request may go on and raises Withheld when it may not. The handler sets it.
+go_ahead: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("go_ahead", default=None)
+
+
+class Withheld(BaseException):
+    """The go-ahead was refused (a limit): no vendor was asked. A BaseException, like a
+    cancellation, so that no layer between the vendor and the handler takes it for a vendor's
+    failure (a retry, a fallback, a 502); the handler answers with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+async def cleared() -> None:
+    """The go-ahead of the current request, awaited (nothing to wait for without one)."""
+    wait = go_ahead.get()
+    if wait is not None:
+        await wait()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,14 +8,16 @@ closes, with the row's real usage (also when it failed, was cut short or its cli
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 
 from pydantic import MISSING
 
 from gateway.core import observe
-from gateway.core.completion import DEFAULT_MAX_TOKENS, rough_tokens
+from gateway.core.completion import DEFAULT_MAX_TOKENS, Withheld, rough_tokens
 from gateway.core.errors import (
+    ClientDisconnected,
     GatewayError,
     LimitsUnavailable,
     PermissionDenied,
@@ -28,11 +30,11 @@ from gateway.store import counters
 from gateway.store.counters import RPM
 from gateway.store import limiter as limits_on_path
 from gateway.store.limiter import NO_LIMITS, Asking, Grant, Limiter
-from gateway.store.limits import Budget, Subject, Unit
+from gateway.store.limits import Budget, Limits, Subject, Unit
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
-__all__ = ["NO_LIMITS", "Check", "check", "fallbacks", "headers"]
+__all__ = ["NO_LIMITS", "Check", "check", "headers"]
 
 
 def estimate(request: CompletionRequest) -> tuple[int, int]:
@@ -56,39 +58,113 @@ def check(limiter: Limiter, *, key_id: str, account: str, request: CompletionReq
 
 
 class Check:
-    """A request's limits check, begun before the request is planned and awaited before any vendor
-    is called: a shared store works on it meanwhile (the round trip to Redis and the planning
-    overlap). Awaited once, on every way a request takes (until then it may hold a claim)."""
+    """A request's limits check, asked for before the request is planned. A shared store works on
+    it meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's
+    request is about to leave (`defer`, `go_ahead`), else by the handler before any vendor is
+    called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
+    claim the store took holds a slot until it is settled."""
 
-    __slots__ = ("_asked", "_key_id", "_request", "_meter")
+    __slots__ = ("_asked", "_key_id", "_request", "_meter", "_grant", "_refusal", "_verdict")
 
     def __init__(self, asked: Grant | Asking, key_id: str, request: CompletionRequest, meter: Meter) -> None:
         self._asked, self._key_id, self._request, self._meter = asked, key_id, request, meter
+        self._grant: Grant | None = NO_LIMITS if asked is NO_LIMITS else None  # (others: once `grant` ran)
+        self._refusal: GatewayError | None = None
+        self._verdict: asyncio.Future[Grant] | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Whether the verdict is on its way from a shared store (worth awaiting late)."""
+        asked = self._asked
+        return self._grant is None and asked.__class__ is not Grant and asked.remote  # type: ignore[union-attr]
+
+    @property
+    def subjects(self) -> tuple[tuple[Subject, Limits], ...]:
+        """The key and account whose limits apply (known before the verdict)."""
+        asked = self._asked
+        return asked.subjects if asked.__class__ is Grant else asked.plan.found  # type: ignore[union-attr]
+
+    def defer(self) -> None:
+        """The verdict is to be awaited by the vendor layer, inside the part of the request its
+        client's leaving cancels: read in a task of its own, so that a cancellation never loses an
+        answer the store has given (a claim it took would hold its slot for a lease)."""
+        if self._verdict is None and self.remote:
+            self._verdict = asyncio.ensure_future(self._asked.grant())  # type: ignore[union-attr]
+
+    async def go_ahead(self) -> None:
+        """core.completion.go_ahead: returns once the request may reach a vendor, or raises
+        Withheld with the refusal (its ledger row written)."""
+        try:
+            await self.grant()
+        except GatewayError as refusal:
+            raise Withheld(refusal) from None
 
     async def grant(self) -> Grant:
-        """The request's grant, or the error that refuses it (its ledger row written)."""
-        asked = self._asked
-        grant = asked if asked.__class__ is Grant else await asked.grant()  # type: ignore[union-attr]
-        if grant is NO_LIMITS:
+        """The request's grant, or the error that refuses it (its ledger row written once)."""
+        grant = self._grant
+        if grant is not None:
             return grant
-        request = self._request
+        if self._refusal is not None:
+            raise self._refusal
+        asked = self._asked
+        if self._verdict is not None:
+            grant = await asyncio.shield(self._verdict)
+        elif asked.__class__ is Grant:
+            grant = asked  # type: ignore[assignment]
+        else:
+            grant = await asked.grant()  # type: ignore[union-attr]
         if grant.refusal is not None:
+            request = self._request
             self._meter.refused(request.model, bool(_value(request.stream, False)), _value(request.user, None))
             observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
-            raise _error(grant, self._key_id, request.model)
+            self._refusal = _error(grant, self._key_id, request.model)
+            raise self._refusal
         self._meter.on_close = grant.settle
+        self._grant = grant
         return grant
 
+    async def failed(self, exc: BaseException) -> tuple[Grant, BaseException]:
+        """The grant of a request that failed with `exc`, and the error that answers it: the
+        refusal, when the limits refused it (Withheld), or refuse it now that their verdict is
+        awaited (a failure before the vendor layer awaited it: a refusal answers even a request
+        with a mistake of its own). A client that left waits for nothing (`release`)."""
+        if isinstance(exc, Withheld):
+            return NO_LIMITS, exc.error
+        if self._grant is not None:
+            return self._grant, exc
+        if self._refusal is not None:  # (`exc` is the refusal)
+            return NO_LIMITS, exc
+        if isinstance(exc, (asyncio.CancelledError, ClientDisconnected)):
+            self.release()
+            return NO_LIMITS, exc
+        try:
+            return await self.grant(), exc
+        except GatewayError as refusal:
+            return NO_LIMITS, refusal
 
-def fallbacks(grant: Grant, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:
-    """The fallback chains with the models an allow-list refuses left out, and those a budget in
-    dollars cannot be kept on (no price)."""
-    if not grant.subjects or model not in chains:
-        return chains
-    limiter = grant.limiter
-    allowed = [m for m in chains[model] if all(
-        limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in grant.subjects)]
-    return {**chains, model: allowed}
+    def release(self) -> None:
+        """The request ended (its client left) with its verdict still on its way: what the store
+        grants is given back as soon as its answer comes (a request that reached no vendor)."""
+        verdict = self._verdict
+        if self._grant is None and verdict is not None:
+            verdict.add_done_callback(_give_back)
+
+    def fallbacks(self, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:
+        """The fallback chains with the models an allow-list refuses left out, and those a budget in
+        dollars cannot be kept on (no price)."""
+        subjects = self.subjects
+        if not subjects or model not in chains:
+            return chains
+        asked = self._asked
+        limiter = asked.limiter
+        allowed = [m for m in chains[model] if all(
+            limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in subjects)]
+        return {**chains, model: allowed}
+
+
+def _give_back(verdict: asyncio.Future[Grant]) -> None:
+    if not verdict.cancelled() and verdict.exception() is None:
+        verdict.result().settle(None)
 
 
 def headers(grant: Grant) -> dict[str, str]:

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.core import observe
-from gateway.core.completion import Chunk, CompletionCall, Result, Usage
+from gateway.core.completion import Chunk, CompletionCall, Result, Usage, Withheld
 from gateway.core.errors import ClientDisconnected, ConfigError, GatewayError
 
 SERVICE_NAME = "completions-gateway"
@@ -157,6 +157,9 @@ class _OtelSpan(observe.Span):
     def failed(self, error: BaseException) -> None:
         if isinstance(error, _CANCELLED):
             self.span.set_attribute("gateway.cancelled", True)  # the client left: nobody's fault here
+            return
+        if isinstance(error, Withheld):
+            self.span.set_attribute("gateway.withheld", True)  # a limit refused it: no vendor was asked
             return
         kind = error.code if isinstance(error, GatewayError) and error.code else type(error).__name__
         self.span.set_attribute("error.type", kind)

@@ -143,6 +143,10 @@ async def settled(counters: Counters, claim: Claim, tokens: int, spent: Mapping[
 
 
 class Counters(Protocol):
+    # Whether a claim's verdict comes from another process (a round trip the caller can overlap
+    # with other work: http/limiting.py awaits it at the last moment).
+    remote: bool
+
     def acquire(self, claim: Claim, now: float) -> Awaitable[Verdict]:
         """Checks and takes `claim` (atomically), or refuses it. A shared store is asked at once,
         when this is called, and awaiting gives its verdict: the caller works meanwhile."""
@@ -182,6 +186,8 @@ def refill(level: float, since: float, now: float, limit: int) -> float:
 class MemoryCounters:
     """Counters in this process's memory: exact for one process (gateway/store/limiter.py refuses
     them for several workers). Leases never expire: their holder is this process."""
+
+    remote = False
 
     def __init__(self) -> None:
         self._buckets: dict[tuple[Subject, str], tuple[float, float]] = {}  # -> (level, at)

@@ -258,6 +258,8 @@ class _Calls:
 
 
 class RedisCounters:
+    remote = True
+
     def __init__(self, url: str, prefix: str) -> None:
         # No retry, no backoff: a request must not wait for a store that is away (the limiter's
         # policy applies instead, and it tries again shortly).

@@ -87,6 +87,11 @@ class Asking:
     now: float
     verdict: Awaitable[Verdict]
 
+    @property
+    def remote(self) -> bool:
+        """Whether the verdict comes from a shared store (a round trip, not this process's memory)."""
+        return self.limiter.counters.remote  # type: ignore[union-attr]
+
     async def grant(self) -> Grant:
         return await self.limiter._granted(self)
 

@@ -46,7 +46,10 @@ class Adapter(Protocol):
     def not_ready(self) -> str | None:
         """None when requests can be served, else why not (shown by /readyz)."""
 
-    async def complete(self, call: CompletionCall) -> Result: ...
+    async def complete(self, call: CompletionCall) -> Result:
+        """The vendor's answer. Like `stream`, it awaits `core.completion.cleared()` at the last
+        moment before the vendor is asked (HttpAdapter's requests do): until then the request's
+        limits may still refuse it."""
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         """Chunks as the vendor produces them, in lists of those that arrived together (one

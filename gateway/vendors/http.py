@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.core import observe
+from gateway.core.completion import cleared
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
 from gateway.core.streams import Watch
@@ -228,6 +229,7 @@ class Deployments:
         the client). A deployment rejecting the gateway's key (401/403) is retried only elsewhere.
         Timeouts are not retried: the time is already spent.
         """
+        await cleared()  # the request's limits let it go (core/completion.py)
         attempts = self.config.retries + 1
         balancer = self.balancer
         tried: list[Member] = []

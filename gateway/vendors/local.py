@@ -35,6 +35,7 @@ from gateway.core.completion import (
     best_candidates,
     candidates_usage,
     choice_seed,
+    cleared,
     completion_logprob,
     generated,
 )
@@ -173,6 +174,7 @@ class LocalAdapter:
 
     async def complete(self, call: CompletionCall) -> Result:
         self._admit(call)
+        await cleared()  # the request's limits let it go (core/completion.py)
         try:
             return await self._complete(call)
         except EngineError as exc:
@@ -180,6 +182,7 @@ class LocalAdapter:
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         self._admit(call)
+        await cleared()
         try:
             async with aclosing(self._stream(call)) as chunks:
                 async for chunk in chunks:
