@@ -17,12 +17,22 @@ only otherwise is each scrubbed alone. Strings a scan found clean are remembered
 the next line's account, vendor, model and message are mostly the same), and the fields a `Lines`
 names `verbatim` (ids the gateway made, numbers, fixed words) are not scanned at all. A JSON line's
 fields are encoded as one object, spliced after the line's own keys.
+
+The log's stream writes access lines once per event-loop iteration (`CoalescedStream`): a
+line-buffered stream makes a system call of every line, and an iteration of a busy loop ends many
+requests. Every other write to it (a record of any logger whose handler shares the stream) first
+writes what waits, so lines keep their order; at exit what waits is written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
@@ -205,15 +215,81 @@ def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str
                              for key, value in fields.items()}
 
 
+class CoalescedStream:
+    """A log stream that writes the lines given to `later` together, at the end of the event-loop
+    iteration they came in (one call of the loop's, scheduled by the first of them), instead of one
+    system call each. `write` (what logging's handlers call) and `flush` first write what waits, so
+    the stream's lines stay in the order they were given. Without a running loop (start-up, shut-down,
+    a thread when nothing waits) `later` writes at once. What still waits when the process exits is
+    written then (`flush_all`, at exit; logging's shutdown flushes its handlers too)."""
+
+    def __init__(self, stream: Any, handler: logging.Handler) -> None:
+        self.stream = stream
+        self._handler = handler  # reports a failed write, as for a record
+        self._waiting: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that will write what waits
+        self._lock = threading.Lock()  # handlers of several loggers, and threads, share the stream
+        _streams.add(self)
+
+    def later(self, line: str) -> None:
+        with self._lock:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                loop = asyncio._get_running_loop()
+                if loop is None:
+                    self._write_waiting()
+                    self.stream.write(line)
+                    self.stream.flush()
+                    return
+                loop.call_soon(self._written)
+                self._loop = loop
+            self._waiting.append(line)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._write_waiting()
+            return self.stream.write(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_waiting()
+            self.stream.flush()
+
+    def _write_waiting(self) -> None:
+        if self._waiting:
+            lines, self._waiting = self._waiting, []
+            self.stream.write("".join(lines))
+
+    def _written(self) -> None:
+        self._loop = None
+        try:
+            self.flush()
+        except Exception:  # as a handler reports a record it could not write, never the loop's to handle
+            self._handler.handleError(logging.makeLogRecord({"msg": "lines written at the end of a loop iteration"}))
+
+
+_streams: weakref.WeakSet[CoalescedStream] = weakref.WeakSet()
+
+
+@atexit.register
+def flush_all() -> None:
+    """Write what waits in every CoalescedStream (at exit: nothing written may be lost)."""
+    for stream in list(_streams):
+        with contextlib.suppress(Exception):  # a stream closed before exit has nothing left to take
+            stream.flush()
+
+
 class _Direct:
-    """The log as `configure` set it up: the root logger's one handler and its formatter."""
+    """The log as `configure` set it up: the root logger's one handler, its formatter and stream."""
 
-    __slots__ = ("handlers", "handler", "formatter")
+    __slots__ = ("handlers", "handler", "formatter", "stream")
 
-    def __init__(self, handler: logging.StreamHandler[Any], formatter: TextFormatter | JsonFormatter) -> None:
+    def __init__(self, handler: logging.StreamHandler[Any], formatter: TextFormatter | JsonFormatter,
+                 stream: CoalescedStream) -> None:
         self.handlers = [handler]  # what the root logger's handlers must still be
         self.handler = handler
         self.formatter = formatter
+        self.stream = stream  # what the handler's stream must still be
 
 
 _direct: _Direct | None = None
@@ -239,17 +315,13 @@ class Lines:
         if not logger.isEnabledFor(logging.INFO):
             return
         direct = _direct
-        if direct is None or logging.root.handlers != direct.handlers or logger.handlers or logger.filters:
+        if (direct is None or logging.root.handlers != direct.handlers or direct.handler.stream is not direct.stream
+                or logger.handlers or logger.filters):
             logger.info("%s", message, extra={FIELDS: fields})
             return
-        handler = direct.handler
         try:
-            line = direct.formatter.line(self._clock(), "INFO", logger.name, message, fields,
-                                         self._verbatim) + handler.terminator
-            with handler.lock:  # as Handler.handle: lines written from other threads do not interleave
-                stream = handler.stream
-                stream.write(line)
-                stream.flush()
+            direct.stream.later(direct.formatter.line(self._clock(), "INFO", logger.name, message, fields,
+                                                      self._verbatim) + direct.handler.terminator)
         except Exception:  # a failing stream is the handler's to report (handleError), never the caller's
             logger.info("%s", message, extra={FIELDS: fields})
 
@@ -280,4 +352,16 @@ def configure(level: str, fmt: str, redact: Redactor) -> None:
                 handler.setFormatter(ours)
     root = logging.getLogger().handlers
     plain = len(root) == 1 and type(root[0]) is logging.StreamHandler and root[0].level <= logging.INFO
-    _direct = _Direct(root[0], ours) if plain else None
+    _direct = None
+    if plain:
+        handler = root[0]
+        stream = handler.stream
+        if not isinstance(stream, CoalescedStream):
+            stream = CoalescedStream(stream, handler)
+            handler.setStream(stream)
+        # uvicorn's handlers of the same stream write through it too, so that its lines and ours keep their order.
+        for name in LOGGERS:
+            for other in logging.getLogger(name).handlers:
+                if isinstance(other, logging.StreamHandler) and other.stream is stream.stream:
+                    other.setStream(stream)
+        _direct = _Direct(handler, ours, stream)
