@@ -141,6 +141,19 @@ def test_only_the_fields_named_verbatim_are_left_unscrubbed(fmt):
     assert "cmpl-sk-notakey00" in line and KEY_SHAPED not in line and REDACTED in line
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_field_the_lines_before_lacked_is_scrubbed(fmt):
+    with plain_log("info", fmt) as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK, verbatim=("request_id",))
+        lines.info("POST /v5/completions 200", dict(FIELDS))
+        lines.info("POST /v5/completions 200", FIELDS | {"fallback_from": f"fake/{KEY_SHAPED}"})
+        lines.info("POST /v5/completions 200", {"account": KEY_SHAPED})
+        lines.info("POST /v5/completions 200", FIELDS | {"request_id": "cmpl-sk-notakey00"})  # verbatim still
+    text = out.getvalue()
+    assert len(text.splitlines()) == 4 and text.count(REDACTED) == 2 and KEY_SHAPED not in text
+    assert "cmpl-sk-notakey00" in text
+
+
 def test_the_strings_remembered_clean_are_bounded(monkeypatch):
     monkeypatch.setattr(logs, "CLEAN_STRINGS", 8)
     with plain_log("info", "json") as out:

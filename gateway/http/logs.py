@@ -122,10 +122,10 @@ class TextFormatter(logging.Formatter):
         return self._redact(super().formatException(ei))
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
-             verbatim: frozenset[str] = frozenset()) -> str:
+             verbatim: Verbatim | None = None) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
         the `verbatim` fields are not scrubbed."""
-        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        message, fields = _scrubbed_line(message, fields, verbatim or NO_VERBATIM, self._redact, self._clean)
         return f"{self._stamps(created)} {levelname} {name}: {message}" + (_key_values(fields) if fields else "")
 
 
@@ -163,10 +163,10 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
-             verbatim: frozenset[str] = frozenset()) -> str:
+             verbatim: Verbatim | None = None) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
         the `verbatim` fields are not scrubbed."""
-        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        message, fields = _scrubbed_line(message, fields, verbatim or NO_VERBATIM, self._redact, self._clean)
         head = self._heads.get((levelname, name))
         if head is None:
             head = self._heads[(levelname, name)] = (f'"level":{orjson.dumps(levelname.lower()).decode()},'
@@ -179,6 +179,29 @@ class JsonFormatter(logging.Formatter):
                 f'{orjson.dumps(fields, default=str).decode()[1:]}')
 
 
+class Verbatim:
+    """The fields of a `Lines` never scrubbed (`names`), and which fields of a line are scanned:
+    the others, worked out once for a line's keys and kept while the next lines have the same keys
+    (an access line's are), which a set comparison in C tells."""
+
+    __slots__ = ("names", "_scanned")
+
+    def __init__(self, names: Collection[str] = ()) -> None:
+        self.names = frozenset(names)
+        self._scanned: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())  # a line's keys, those scanned
+
+    def scanned(self, fields: dict[str, Any]) -> tuple[str, ...]:
+        """The keys of `fields` it does not name."""
+        keys, scanned = self._scanned
+        if fields.keys() != keys:
+            scanned = tuple([key for key in fields if key not in self.names])
+            self._scanned = (frozenset(fields), scanned)  # one assignment: a thread reads both or neither
+        return scanned
+
+
+NO_VERBATIM = Verbatim()
+
+
 # Strings a redactor left as they were, remembered so that the next line holding them (the same
 # account, vendor, model, message) need not scan them again; bounded: emptied when full, and only
 # short strings are kept.
@@ -186,13 +209,13 @@ CLEAN_STRINGS = 4096
 CLEAN_CHARS = 256
 
 
-def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str], redact: Redactor,
+def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: Verbatim, redact: Redactor,
                    clean: set[str]) -> tuple[str, dict[str, Any]]:
     """`message` and the strings of `fields` scrubbed, but for the `verbatim` fields' and the strings
     in `clean` (scrubbing left them as they are before; `clean` learns those it scanned): one scan
     of the rest when nothing is secret (see the module's docstring), else each string alone."""
     unknown = None if message in clean else [message]
-    for key in fields.keys() - verbatim if verbatim else fields:
+    for key in verbatim.scanned(fields):
         value = fields[key]
         if value.__class__ is str:
             if value in clean:
@@ -211,7 +234,7 @@ def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str
             clean.clear()
         clean.update([text for text in unknown if len(text) <= CLEAN_CHARS and text.__class__ is str])
         return message, fields
-    return redact(message), {key: redact(value) if isinstance(value, str) and key not in verbatim else value
+    return redact(message), {key: redact(value) if isinstance(value, str) and key not in verbatim.names else value
                              for key, value in fields.items()}
 
 
@@ -305,7 +328,7 @@ class Lines:
     def __init__(self, name: str, clock: Callable[[], float] = time.time, verbatim: Collection[str] = ()) -> None:
         self.logger = logging.getLogger(name)
         self._clock = clock
-        self._verbatim = frozenset(verbatim)
+        self._verbatim = Verbatim(verbatim)
 
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
