@@ -4,18 +4,23 @@ logging whenever the log is set up otherwise (a test capturing records, say)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from gateway.core.redaction import REDACTED, Redactor
 from gateway.http import logs
 
+ROOT = Path(__file__).resolve().parent.parent
 NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
 CLOCK = 1764600000.0421  # a fixed time of the line, so that both ways of writing it can be compared
 VENDOR_KEY = "vendor-key-0123456789"
@@ -136,6 +141,19 @@ def test_only_the_fields_named_verbatim_are_left_unscrubbed(fmt):
     assert "cmpl-sk-notakey00" in line and KEY_SHAPED not in line and REDACTED in line
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_field_the_lines_before_lacked_is_scrubbed(fmt):
+    with plain_log("info", fmt) as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK, verbatim=("request_id",))
+        lines.info("POST /v5/completions 200", dict(FIELDS))
+        lines.info("POST /v5/completions 200", FIELDS | {"fallback_from": f"fake/{KEY_SHAPED}"})
+        lines.info("POST /v5/completions 200", {"account": KEY_SHAPED})
+        lines.info("POST /v5/completions 200", FIELDS | {"request_id": "cmpl-sk-notakey00"})  # verbatim still
+    text = out.getvalue()
+    assert len(text.splitlines()) == 4 and text.count(REDACTED) == 2 and KEY_SHAPED not in text
+    assert "cmpl-sk-notakey00" in text
+
+
 def test_the_strings_remembered_clean_are_bounded(monkeypatch):
     monkeypatch.setattr(logs, "CLEAN_STRINGS", 8)
     with plain_log("info", "json") as out:
@@ -155,3 +173,79 @@ def test_a_lines_milliseconds_are_what_logging_spells(created):
     record = logging.makeLogRecord({"created": created, "msecs": int((created - int(created)) * 1000) + 0.0})
     spelled = logging.Formatter().formatTime(record)  # "%s,%03d" of the record's msecs
     assert logs.TextFormatter(Redactor())._stamps(created) == spelled
+
+
+class Recording(io.StringIO):
+    """A stream that keeps each write it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_the_lines_of_one_loop_iteration_are_one_write_in_their_order():
+    recording = Recording()
+
+    async def serve() -> list[str]:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(3):
+            lines.info(f"POST /v5/completions {n}", {})
+        waiting = list(recording.writes)  # nothing yet: the loop's iteration has not ended
+        await asyncio.sleep(0)  # the next iteration writes them
+        return waiting
+
+    with plain_log("info", "text"):
+        logging.getLogger().handlers[0].stream.stream = recording
+        assert asyncio.run(serve()) == []
+    [written] = recording.writes
+    assert [line.rpartition(": ")[2] for line in written.splitlines()] == [f"POST /v5/completions {n}" for n in range(3)]
+
+
+def test_a_record_logged_while_lines_wait_comes_after_them():
+    async def serve() -> None:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        lines.info("POST /v5/completions 200", {})
+        logging.getLogger(NAME).warning("after the line")  # through logging's handler, at once
+
+    with plain_log("info", "text") as out:
+        asyncio.run(serve())
+    first, second = out.getvalue().splitlines()
+    assert first.endswith("POST /v5/completions 200") and second.endswith("after the line")
+
+
+def test_a_stream_failing_at_the_end_of_an_iteration_is_reported_not_raised(capsys):
+    async def serve() -> None:
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)
+        await asyncio.sleep(0)
+
+    with plain_log("info", "json"):
+        logging.getLogger().handlers[0].stream.stream = Broken()
+        asyncio.run(serve())  # does not raise
+    assert "Logging error" in capsys.readouterr().err
+
+
+EXITING = """
+import asyncio, logging, sys
+from gateway.core.redaction import Redactor
+from gateway.http import logs
+
+logging.basicConfig(stream=sys.stdout, level=logging.INFO)
+logs.configure("info", "json", Redactor())
+
+async def serve():
+    logs.Lines("gateway.access").info("POST /v5/completions 200", {"request_id": "cmpl-last"})
+    raise SystemExit(3)  # leaves the loop at once: the line waits for an iteration that never comes
+
+asyncio.new_event_loop().run_until_complete(serve())
+"""
+
+
+def test_a_line_waiting_when_the_process_exits_is_written():
+    done = subprocess.run([sys.executable, "-c", EXITING], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    [line] = done.stdout.splitlines()
+    assert json.loads(line)["request_id"] == "cmpl-last"

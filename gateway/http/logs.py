@@ -17,12 +17,22 @@ only otherwise is each scrubbed alone. Strings a scan found clean are remembered
 the next line's account, vendor, model and message are mostly the same), and the fields a `Lines`
 names `verbatim` (ids the gateway made, numbers, fixed words) are not scanned at all. A JSON line's
 fields are encoded as one object, spliced after the line's own keys.
+
+The log's stream writes access lines once per event-loop iteration (`CoalescedStream`): a
+line-buffered stream makes a system call of every line, and an iteration of a busy loop ends many
+requests. Every other write to it (a record of any logger whose handler shares the stream) first
+writes what waits, so lines keep their order; at exit what waits is written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
@@ -112,10 +122,10 @@ class TextFormatter(logging.Formatter):
         return self._redact(super().formatException(ei))
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
-             verbatim: frozenset[str] = frozenset()) -> str:
+             verbatim: Verbatim | None = None) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
         the `verbatim` fields are not scrubbed."""
-        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        message, fields = _scrubbed_line(message, fields, verbatim or NO_VERBATIM, self._redact, self._clean)
         return f"{self._stamps(created)} {levelname} {name}: {message}" + (_key_values(fields) if fields else "")
 
 
@@ -153,10 +163,10 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
     def line(self, created: float, levelname: str, name: str, message: str, fields: dict[str, Any],
-             verbatim: frozenset[str] = frozenset()) -> str:
+             verbatim: Verbatim | None = None) -> str:
         """What `format` gives for a record of these, `message` not yet scrubbed and no exception;
         the `verbatim` fields are not scrubbed."""
-        message, fields = _scrubbed_line(message, fields, verbatim, self._redact, self._clean)
+        message, fields = _scrubbed_line(message, fields, verbatim or NO_VERBATIM, self._redact, self._clean)
         head = self._heads.get((levelname, name))
         if head is None:
             head = self._heads[(levelname, name)] = (f'"level":{orjson.dumps(levelname.lower()).decode()},'
@@ -169,6 +179,29 @@ class JsonFormatter(logging.Formatter):
                 f'{orjson.dumps(fields, default=str).decode()[1:]}')
 
 
+class Verbatim:
+    """The fields of a `Lines` never scrubbed (`names`), and which fields of a line are scanned:
+    the others, worked out once for a line's keys and kept while the next lines have the same keys
+    (an access line's are), which a set comparison in C tells."""
+
+    __slots__ = ("names", "_scanned")
+
+    def __init__(self, names: Collection[str] = ()) -> None:
+        self.names = frozenset(names)
+        self._scanned: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())  # a line's keys, those scanned
+
+    def scanned(self, fields: dict[str, Any]) -> tuple[str, ...]:
+        """The keys of `fields` it does not name."""
+        keys, scanned = self._scanned
+        if fields.keys() != keys:
+            scanned = tuple([key for key in fields if key not in self.names])
+            self._scanned = (frozenset(fields), scanned)  # one assignment: a thread reads both or neither
+        return scanned
+
+
+NO_VERBATIM = Verbatim()
+
+
 # Strings a redactor left as they were, remembered so that the next line holding them (the same
 # account, vendor, model, message) need not scan them again; bounded: emptied when full, and only
 # short strings are kept.
@@ -176,13 +209,13 @@ CLEAN_STRINGS = 4096
 CLEAN_CHARS = 256
 
 
-def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str], redact: Redactor,
+def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: Verbatim, redact: Redactor,
                    clean: set[str]) -> tuple[str, dict[str, Any]]:
     """`message` and the strings of `fields` scrubbed, but for the `verbatim` fields' and the strings
     in `clean` (scrubbing left them as they are before; `clean` learns those it scanned): one scan
     of the rest when nothing is secret (see the module's docstring), else each string alone."""
     unknown = None if message in clean else [message]
-    for key in fields.keys() - verbatim if verbatim else fields:
+    for key in verbatim.scanned(fields):
         value = fields[key]
         if value.__class__ is str:
             if value in clean:
@@ -201,19 +234,85 @@ def _scrubbed_line(message: str, fields: dict[str, Any], verbatim: frozenset[str
             clean.clear()
         clean.update([text for text in unknown if len(text) <= CLEAN_CHARS and text.__class__ is str])
         return message, fields
-    return redact(message), {key: redact(value) if isinstance(value, str) and key not in verbatim else value
+    return redact(message), {key: redact(value) if isinstance(value, str) and key not in verbatim.names else value
                              for key, value in fields.items()}
 
 
+class CoalescedStream:
+    """A log stream that writes the lines given to `later` together, at the end of the event-loop
+    iteration they came in (one call of the loop's, scheduled by the first of them), instead of one
+    system call each. `write` (what logging's handlers call) and `flush` first write what waits, so
+    the stream's lines stay in the order they were given. Without a running loop (start-up, shut-down,
+    a thread when nothing waits) `later` writes at once. What still waits when the process exits is
+    written then (`flush_all`, at exit; logging's shutdown flushes its handlers too)."""
+
+    def __init__(self, stream: Any, handler: logging.Handler) -> None:
+        self.stream = stream
+        self._handler = handler  # reports a failed write, as for a record
+        self._waiting: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that will write what waits
+        self._lock = threading.Lock()  # handlers of several loggers, and threads, share the stream
+        _streams.add(self)
+
+    def later(self, line: str) -> None:
+        with self._lock:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                loop = asyncio._get_running_loop()
+                if loop is None:
+                    self._write_waiting()
+                    self.stream.write(line)
+                    self.stream.flush()
+                    return
+                loop.call_soon(self._written)
+                self._loop = loop
+            self._waiting.append(line)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._write_waiting()
+            return self.stream.write(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_waiting()
+            self.stream.flush()
+
+    def _write_waiting(self) -> None:
+        if self._waiting:
+            lines, self._waiting = self._waiting, []
+            self.stream.write("".join(lines))
+
+    def _written(self) -> None:
+        self._loop = None
+        try:
+            self.flush()
+        except Exception:  # as a handler reports a record it could not write, never the loop's to handle
+            self._handler.handleError(logging.makeLogRecord({"msg": "lines written at the end of a loop iteration"}))
+
+
+_streams: weakref.WeakSet[CoalescedStream] = weakref.WeakSet()
+
+
+@atexit.register
+def flush_all() -> None:
+    """Write what waits in every CoalescedStream (at exit: nothing written may be lost)."""
+    for stream in list(_streams):
+        with contextlib.suppress(Exception):  # a stream closed before exit has nothing left to take
+            stream.flush()
+
+
 class _Direct:
-    """The log as `configure` set it up: the root logger's one handler and its formatter."""
+    """The log as `configure` set it up: the root logger's one handler, its formatter and stream."""
 
-    __slots__ = ("handlers", "handler", "formatter")
+    __slots__ = ("handlers", "handler", "formatter", "stream")
 
-    def __init__(self, handler: logging.StreamHandler[Any], formatter: TextFormatter | JsonFormatter) -> None:
+    def __init__(self, handler: logging.StreamHandler[Any], formatter: TextFormatter | JsonFormatter,
+                 stream: CoalescedStream) -> None:
         self.handlers = [handler]  # what the root logger's handlers must still be
         self.handler = handler
         self.formatter = formatter
+        self.stream = stream  # what the handler's stream must still be
 
 
 _direct: _Direct | None = None
@@ -229,7 +328,7 @@ class Lines:
     def __init__(self, name: str, clock: Callable[[], float] = time.time, verbatim: Collection[str] = ()) -> None:
         self.logger = logging.getLogger(name)
         self._clock = clock
-        self._verbatim = frozenset(verbatim)
+        self._verbatim = Verbatim(verbatim)
 
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
@@ -239,17 +338,13 @@ class Lines:
         if not logger.isEnabledFor(logging.INFO):
             return
         direct = _direct
-        if direct is None or logging.root.handlers != direct.handlers or logger.handlers or logger.filters:
+        if (direct is None or logging.root.handlers != direct.handlers or direct.handler.stream is not direct.stream
+                or logger.handlers or logger.filters):
             logger.info("%s", message, extra={FIELDS: fields})
             return
-        handler = direct.handler
         try:
-            line = direct.formatter.line(self._clock(), "INFO", logger.name, message, fields,
-                                         self._verbatim) + handler.terminator
-            with handler.lock:  # as Handler.handle: lines written from other threads do not interleave
-                stream = handler.stream
-                stream.write(line)
-                stream.flush()
+            direct.stream.later(direct.formatter.line(self._clock(), "INFO", logger.name, message, fields,
+                                                      self._verbatim) + direct.handler.terminator)
         except Exception:  # a failing stream is the handler's to report (handleError), never the caller's
             logger.info("%s", message, extra={FIELDS: fields})
 
@@ -280,4 +375,16 @@ def configure(level: str, fmt: str, redact: Redactor) -> None:
                 handler.setFormatter(ours)
     root = logging.getLogger().handlers
     plain = len(root) == 1 and type(root[0]) is logging.StreamHandler and root[0].level <= logging.INFO
-    _direct = _Direct(root[0], ours) if plain else None
+    _direct = None
+    if plain:
+        handler = root[0]
+        stream = handler.stream
+        if not isinstance(stream, CoalescedStream):
+            stream = CoalescedStream(stream, handler)
+            handler.setStream(stream)
+        # uvicorn's handlers of the same stream write through it too, so that its lines and ours keep their order.
+        for name in LOGGERS:
+            for other in logging.getLogger(name).handlers:
+                if isinstance(other, logging.StreamHandler) and other.stream is stream.stream:
+                    other.setStream(stream)
+        _direct = _Direct(handler, ours, stream)

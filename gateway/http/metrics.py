@@ -19,9 +19,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import bisect
+import functools
+import operator
 import os
 import shutil
 import tempfile
+from collections import Counter as Tally
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from importlib.metadata import version
 from pathlib import Path
@@ -42,7 +46,10 @@ NONE = "none"  # the request reached no vendor
 OTHER = "other"  # a value past the bound
 MAX_LABEL_CHARS = 128  # a longer model name is never a label value
 TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
-TOKEN_FIELDS = tuple((kind, f"{kind}_tokens") for kind in TOKEN_KINDS)  # a ledger row's field of each
+# A ledger row's fields that the metrics count: each kind's tokens, then the row's price
+# (store/prices.py; none when unpriced).
+USAGE_FIELDS = (*(f"{kind}_tokens" for kind in TOKEN_KINDS), "cost_nanos")
+_usage = operator.itemgetter(*USAGE_FIELDS)
 # Seconds; a completion takes from milliseconds (cached, tiny) to minutes (long streams).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -125,9 +132,13 @@ class Metrics:
     What is counted is kept in this process's memory and written to the shared files at most
     FLUSH_SECONDS later (and before this process answers a scrape, and at exit): a write to the
     files costs microseconds under a lock, a request would make a handful of them, and a scrape
-    every few seconds does not need them sooner. A histogram's observations are added up per
-    bucket meanwhile, and written as one increment of each bucket (prometheus-client's private
-    `_buckets` and `_sum` of a histogram's series; checked at start, `_check_histogram`)."""
+    every few seconds does not need them sooner. A histogram is written as one increment of each
+    bucket (prometheus-client's private `_buckets` and `_sum` of a histogram's series; checked as
+    they are written, `_check_histogram`).
+
+    What every completion reports (its end, its ledger row) is kept as it came, appended to a list
+    per label set: the counting of many requests at once is done by C code (bisect, Counter, sum)
+    when they are written, not by Python bytecode on every request."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry | None) -> None:
         self.labels = Labels(settings.vendors, settings.fallbacks, settings.metrics_models_per_vendor)
@@ -136,10 +147,11 @@ class Metrics:
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._counts: dict[Any, float] = {}  # counter -> what it has counted since the last flush
         self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
-        self._observed: dict[Any, _Observed] = {}  # histogram series -> since the last flush
-        # (vendor, model) labels, status, stream -> the request's counter and duration series
-        self._requests: dict[tuple[tuple[str, str], int, bool], tuple[Any, Any]] = {}
-        self._tokens: dict[tuple[str, str], dict[str, Any]] = {}  # (vendor, model) labels -> kind -> series
+        # Since the last flush: (vendor, model) labels, status, stream -> each ended request's seconds;
+        # labels -> each stream's time to first token; labels -> each ledger row's USAGE_FIELDS.
+        self._ended: defaultdict[tuple[tuple[str, str], int, bool], list[float]] = defaultdict(list)
+        self._first_tokens: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
+        self._usage: defaultdict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
         self._in_flight = 0
         r = {"registry": registry}
@@ -172,50 +184,36 @@ class Metrics:
                                         ("vendor", "deployment"), multiprocess_mode="livemin", **r)
 
     # -- what is counted ------------------------------------------------------------------------
-    # On every completion: a label set's series are found with one dict lookup, what is counted is
-    # a dict entry (`_counts`, `_observed`), and a flush is made due once per report.
+    # On every completion: its labels, one list append, and a flush made due (`_due`, inlined).
     def started(self) -> None:
         """A completion request began."""
         self._in_flight += 1
-        self._levels[self.in_flight] = self._in_flight
-        self._due()
+        loop = self._flush_loop
+        if loop is None or loop.is_closed():
+            self._due()
 
     def ended(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
               ttft: float | None) -> None:
         """A completion request ended (its answer sent, or its client gone): no longer in flight, counted."""
         self._in_flight -= 1
-        self._levels[self.in_flight] = self._in_flight
         labels = self.labels.pair(vendor, model, status == 200)
-        key = (labels, status, stream)
-        series = self._requests.get(key)
-        if series is None:
-            streamed = "true" if stream else "false"
-            series = self._requests[key] = (self.requests.labels(*labels, str(status), streamed),
-                                            self._child(self.duration, (*labels, streamed)))
-        counted, duration = series
-        counts = self._counts
-        counts[counted] = counts.get(counted, 0.0) + 1
-        self._observe(duration, DURATION_BUCKETS, seconds)
+        self._ended[(labels, status, stream)].append(seconds)
         if stream and ttft is not None:
-            self._observe(self._child(self.ttft, labels), TTFT_BUCKETS, ttft)
-        self._due()
+            self._first_tokens[labels].append(ttft)
+        loop = self._flush_loop
+        if loop is None or loop.is_closed():
+            self._due()
 
     def row(self, row: Mapping[str, Any]) -> None:
         labels = self.labels.pair(row.get("vendor"), row.get("model"), row.get("outcome") == "completed")
-        kinds = self._tokens.get(labels)
-        if kinds is None:
-            kinds = self._tokens[labels] = {}
-        counts = self._counts
-        for kind, field in TOKEN_FIELDS:
-            if count := row.get(field):
-                child = kinds.get(kind)
-                if child is None:  # made when first counted: a series never counted is not shown
-                    child = kinds[kind] = self.tokens.labels(*labels, kind)
-                counts[child] = counts.get(child, 0.0) + count
-        if cost := row.get("cost_nanos"):  # the row's price (store/prices.py); none when unpriced
-            child = self._child(self.cost, labels)
-            counts[child] = counts.get(child, 0.0) + cost / NANOS_PER_USD
-        self._due()
+        try:
+            usage = _usage(row)
+        except KeyError:  # a row without one of the fields (every row of the ledger has them all)
+            usage = tuple([row.get(field) for field in USAGE_FIELDS])
+        self._usage[labels].append(usage)
+        loop = self._flush_loop
+        if loop is None or loop.is_closed():
+            self._due()
 
     def retry(self, vendor: str, reason: str) -> None:
         self._count(self.retries, (self.labels.vendor(vendor), reason))
@@ -244,13 +242,27 @@ class Metrics:
         self._flush_loop = None
         counts, self._counts = self._counts, {}
         levels, self._levels = self._levels, {}
-        observed, self._observed = self._observed, {}
+        ended, self._ended = self._ended, defaultdict(list)
+        first_tokens, self._first_tokens = self._first_tokens, defaultdict(list)
+        usage, self._usage = self._usage, defaultdict(list)
+        self.in_flight.set(self._in_flight)
+        for (labels, status, stream), seconds in ended.items():
+            streamed = "true" if stream else "false"
+            self._child(self.requests, (*labels, str(status), streamed)).inc(len(seconds))
+            _observe(self._child(self.duration, (*labels, streamed)), DURATION_BUCKETS, seconds)
+        for labels, seconds in first_tokens.items():
+            _observe(self._child(self.ttft, labels), TTFT_BUCKETS, seconds)
+        for labels, rows in usage.items():
+            *tokens, nanos = [sum(filter(None, column)) for column in zip(*rows, strict=True)]
+            for kind, count in zip(TOKEN_KINDS, tokens, strict=True):
+                if count:  # a series is made when first counted: one never counted is not shown
+                    self._child(self.tokens, (*labels, kind)).inc(count)
+            if nanos:
+                self._child(self.cost, labels).inc(nanos / NANOS_PER_USD)
         for counter, amount in counts.items():
             counter.inc(amount)
         for gauge, value in levels.items():
             gauge.set(value)
-        for series in observed.values():
-            series.write()
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """`metric`'s series of `labels`, made once (prometheus-client's `labels()` takes a lock and
@@ -268,13 +280,6 @@ class Metrics:
         self._counts[child] = self._counts.get(child, 0.0) + amount
         self._due()
 
-    def _observe(self, child: Any, buckets: tuple[float, ...], value: float) -> None:
-        series = self._observed.get(child)
-        if series is None:
-            series = self._observed[child] = _Observed(child, buckets)
-        series.counts[bisect.bisect_left(buckets, value)] += 1  # past the last bound: the +Inf bucket
-        series.sum += value
-
     def _due(self) -> None:
         loop = self._flush_loop
         if loop is not None and not loop.is_closed():
@@ -288,26 +293,17 @@ class Metrics:
         loop.call_later(FLUSH_SECONDS, self.flush)
 
 
-class _Observed:
-    """A histogram series' observations since the last flush, counted per bucket."""
-
-    __slots__ = ("child", "counts", "sum")
-
-    def __init__(self, child: Any, buckets: tuple[float, ...]) -> None:
-        _check_histogram(child, buckets)
-        self.child = child
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
-
-    def write(self) -> None:
-        for bucket, count in zip(self.child._buckets, self.counts, strict=True):
-            if count:
-                bucket.inc(count)
-        self.child._sum.inc(self.sum)
+def _observe(child: Any, buckets: tuple[float, ...], values: list[float]) -> None:
+    """`values` observed by histogram series `child`: one increment of each bucket they fall in."""
+    _check_histogram(child, buckets)
+    # bisect_left: a value on a bound falls in that bound's bucket (le), one past the last in +Inf.
+    for index, count in Tally(map(functools.partial(bisect.bisect_left, buckets), values)).items():
+        child._buckets[index].inc(count)
+    child._sum.inc(sum(values))
 
 
 def _check_histogram(child: Any, buckets: tuple[float, ...]) -> None:
-    """Fail loudly when prometheus-client's histogram series no longer hold what _Observed writes."""
+    """Fail loudly when prometheus-client's histogram series no longer hold what `_observe` writes."""
     found = getattr(child, "_buckets", None)
     if found is None or len(found) != len(buckets) + 1 or not hasattr(child, "_sum"):
         raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no _buckets/"
