@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
+from gateway.http import server
 from gateway.http.connexion_overrides import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
@@ -75,7 +76,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     ledger.start()
     limiter = limits_store(settings, engine, prices)
     try:
-        await limiter.start()
+        await limiter.start(strict=not server.serving())
     except BaseException as exc:
         log.error("%s", exc)
         await limiter.close()

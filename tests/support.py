@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -347,3 +348,20 @@ def off_loop(function: Callable[..., T], *args: Any) -> T:
     (asyncio.run) from a test whose thread already has one (Playwright's sync API keeps one)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(function, *args).result()
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes `pid` started (a gateway's supervisor: its workers), from /proc."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def workers_of(pid: int) -> list[int]:
+    """A gateway supervisor's workers (its other child is multiprocessing's resource tracker)."""
+    workers = []
+    for child in children_of(pid):
+        try:
+            if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers.append(child)
+        except OSError:
+            pass  # it has just exited
+    return workers

@@ -6,6 +6,8 @@ which must never count per process. The limits' clock is a file the test holds s
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import aiohttp
 import httpx
@@ -15,6 +17,7 @@ from tests.gateway_process import GatewayProcess
 from tests.provision import empty_database, new_key, postgres_unavailable, provision, run_cli, wait_for_rows
 from tests.support import (
     SHARED_TLS,
+    workers_of,
     FileClock,
     RedisServer,
     gateway_env,
@@ -142,6 +145,19 @@ def test_several_workers_without_redis_never_count_per_process(upstream, clock):
             wait_until(lambda: ready(gateway.url, db.key)["status"] == "degraded", message="both workers to see it")
             assert "cannot count limits exactly" in ready(gateway.url, db.key)["checks"]["limits"]
             assert complete(gateway.url, db.key).status_code == 200  # keys without limits are served
+
+            # A worker that dies is started again, and joins the gateway that serves: the limit it
+            # cannot count is refused per request, as the others refuse it, and stops nothing.
+            workers = workers_of(gateway.proc.pid)
+            assert len(workers) == 2
+            os.kill(workers[0], signal.SIGKILL)
+            wait_until(lambda: len(set(workers_of(gateway.proc.pid)) - set(workers)) == 1,
+                       message="the supervisor to start another worker")
+            wait_until(lambda: gateway.log().count("gateway ready on") == 3, message="the new worker to serve")
+            assert gateway.proc.poll() is None, gateway.log()
+            answers = [complete(gateway.url, key) for _ in range(8)]  # new connections: both workers
+            assert {r.status_code for r in answers} == {503}
+            assert complete(gateway.url, db.key).status_code == 200
 
 
 @pytest.mark.parametrize("store", ["redis", "memory"])

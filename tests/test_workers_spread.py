@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from tests.gateway_process import GatewayProcess
-from tests.support import gateway_env
+from tests.support import children_of, gateway_env
 
 CONNECTIONS = 24  # all on one worker by chance: 2 in 2**24
 
@@ -38,10 +38,6 @@ def sockets_of(pid: int) -> set[str]:
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     return inodes
-
-
-def children_of(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def test_connections_opened_at_once_are_served_by_both_workers(upstream, database):

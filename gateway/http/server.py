@@ -43,10 +43,24 @@ def run(factory: Callable[[], Any], settings: Settings, redact: Redactor, built:
     return _supervise(factory, settings, redact)
 
 
+_serving: Any = None  # a worker's: the Event set once any worker of its gateway serves
+
+
+def serving() -> bool:
+    """Whether this process's gateway is serving already: a worker of several that starts late, or
+    again after one died, joins a running gateway (what it finds wrong is logged and refused per
+    request, not a reason to stop the gateway). False while the gateway starts, and in one process."""
+    return _serving is not None and _serving.is_set()
+
+
 def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redactor,
-                 sockets: list[socket.socket] | None = None, ready: Any = None, parent: int | None = None) -> int:
+                 sockets: list[socket.socket] | None = None, ready: Any = None, parent: int | None = None,
+                 started: Any = None) -> int:
     """One worker: its logging, its app, its server; `ready` (an Event) is set once it serves, and
-    it stops when process `parent` (its supervisor) is gone."""
+    `started` (an Event all the gateway's workers share) too; it stops when process `parent` (its
+    supervisor) is gone."""
+    global _serving
+    _serving = started
     config = uvicorn.Config(
         factory(),
         host=settings.host,
@@ -87,14 +101,16 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started and self._ready is not None:
             self._ready.set()
+            if _serving is not None:
+                _serving.set()
 
 
 def _worker_main(factory: Callable[[], Any], settings: Settings, redact: Redactor, sock: socket.socket,
-                 ready: Any, parent: int) -> None:
+                 ready: Any, parent: int, started: Any) -> None:
     # Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes on one
     # SIGTERM (a second signal would make uvicorn cut its connections instead of draining them).
     os.setpgrp()
-    raise SystemExit(serve_worker(factory, settings, redact, [sock], ready, parent))
+    raise SystemExit(serve_worker(factory, settings, redact, [sock], ready, parent, started))
 
 
 def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor) -> int:
@@ -102,13 +118,14 @@ def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor)
     sockets = _listen(settings.host, settings.port, settings.workers)
     context = multiprocessing.get_context("spawn")
     workers: list[tuple[BaseProcess, Any]] = []
+    started = context.Event()  # set by the first worker that serves (`serving`)
     stopping = False
     code = 0
 
     def start(index: int) -> tuple[BaseProcess, Any]:
         ready = context.Event()
         process = context.Process(target=_worker_main,
-                                  args=(factory, settings, redact, sockets[index], ready, os.getpid()),
+                                  args=(factory, settings, redact, sockets[index], ready, os.getpid(), started),
                                   name=f"gateway-worker-{index}")
         process.start()
         return process, ready

@@ -118,11 +118,17 @@ class Limiter:
         table.on_change = self._changed
 
     # -- life ------------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, strict: bool = True) -> None:
+        """Load the limits. `strict`, a gateway that starts refuses limits it cannot count (a
+        ConfigError); else (a worker joining a gateway that serves already) they are logged and
+        refused per request, as a limit set while the gateway runs is."""
         await self.table.load()
         if self.counters is None and (counted := self._uncountable()):
-            raise ConfigError(f"{self._why_uncountable()}; limits exist for {', '.join(map(str, counted[:5]))}"
-                              f"{' and more' if len(counted) > 5 else ''}. Set GATEWAY_REDIS_URL, or serve one worker")
+            if strict:
+                raise ConfigError(f"{self._why_uncountable()}; limits exist for {', '.join(map(str, counted[:5]))}"
+                                  f"{' and more' if len(counted) > 5 else ''}. Set GATEWAY_REDIS_URL, or serve one "
+                                  "worker")
+            self._changed(self.table.subjects)
         self.table.start()
         if self.counters is not None:
             self._housekeeper = asyncio.create_task(self._housekeeping(), name="limits-housekeeping")
