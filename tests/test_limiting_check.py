@@ -86,14 +86,19 @@ def test_a_client_that_leaves_while_the_verdict_is_on_its_way_gives_back_what_wa
     asyncio.run(scenario())
 
 
+def refused_and_deferred() -> tuple[limiting.Check, Meter]:
+    """A check whose verdict, an rpm refusal, is read in a task of its own (`defer`), and its meter."""
+    asking = Asking(Grant(refusal=Refusal(SUBJECT, RPM, 3, retry_after=20.0, wanted=1), subjects=((SUBJECT, LIMITS),)))
+    asking.answered.set()
+    meter = Meter()
+    check = limiting.Check(asking, "key_a", REQUEST, meter)  # type: ignore[arg-type]
+    check.defer()
+    return check, meter
+
+
 def test_a_refusal_awaited_by_the_vendor_layer_is_withheld_and_answers_every_later_ask():
     async def scenario():
-        refusal = Refusal(SUBJECT, RPM, 3, retry_after=20.0, wanted=1)
-        asking = Asking(Grant(refusal=refusal, subjects=((SUBJECT, LIMITS),)))
-        asking.answered.set()
-        meter = Meter()
-        check = limiting.Check(asking, "key_a", REQUEST, meter)  # type: ignore[arg-type]
-        check.defer()
+        check, meter = refused_and_deferred()
         with pytest.raises(Withheld) as withheld:
             await check.go_ahead()
         error = withheld.value.error
@@ -111,12 +116,7 @@ def test_a_refusal_awaited_by_the_vendor_layer_is_withheld_and_answers_every_lat
 
 def test_a_failure_before_the_vendor_layer_awaited_the_verdict_is_answered_by_a_refusal():
     async def scenario():
-        refusal = Refusal(SUBJECT, RPM, 3, retry_after=20.0, wanted=1)
-        asking = Asking(Grant(refusal=refusal, subjects=((SUBJECT, LIMITS),)))
-        asking.answered.set()
-        meter = Meter()
-        check = limiting.Check(asking, "key_a", REQUEST, meter)  # type: ignore[arg-type]
-        check.defer()
+        check, meter = refused_and_deferred()
         mistake = ValueError("the adapter refused the request before sending it")
         grant, answer = await check.failed(mistake)
         assert grant is limiting.NO_LIMITS and isinstance(answer, RateLimited) and meter.refusals == 1

@@ -51,7 +51,7 @@ def check(limiter: Limiter, *, key_id: str, account: str, request: CompletionReq
           meter: Meter) -> Check:
     """The limits' verdict on the request, asked for now and awaited with `Check.grant()`."""
     if not limiter.table.subjects:
-        return Check(NO_LIMITS, key_id, request, meter)
+        return UNLIMITED
     prompt, completion = estimate(request)
     return Check(limiter.ask(key_id=key_id, account=account, model=request.model, prompt_tokens=prompt,
                              completion_tokens=completion, request_id=request_id), key_id, request, meter)
@@ -160,6 +160,9 @@ class Check:
         allowed = [m for m in chains[model] if all(
             limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in subjects)]
         return {**chains, model: allowed}
+
+
+UNLIMITED = Check(NO_LIMITS, "", None, None)  # type: ignore[arg-type]  # every request's, while no limit exists
 
 
 def _give_back(verdict: asyncio.Future[Grant]) -> None:
