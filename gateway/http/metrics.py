@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import bisect
 import functools
+import glob
 import operator
 import os
 import shutil
@@ -246,12 +247,14 @@ class Metrics:
         first_tokens, self._first_tokens = self._first_tokens, defaultdict(list)
         usage, self._usage = self._usage, defaultdict(list)
         self.in_flight.set(self._in_flight)
+        # Histograms first, counters after, and a scrape reads them the other way round
+        # (`_ReadInOrder`): a scrape that counts a request has its duration and first token too.
         for (labels, status, stream), seconds in ended.items():
-            streamed = "true" if stream else "false"
-            self._child(self.requests, (*labels, str(status), streamed)).inc(len(seconds))
-            _observe(self._child(self.duration, (*labels, streamed)), DURATION_BUCKETS, seconds)
+            _observe(self._child(self.duration, (*labels, "true" if stream else "false")), DURATION_BUCKETS, seconds)
         for labels, seconds in first_tokens.items():
             _observe(self._child(self.ttft, labels), TTFT_BUCKETS, seconds)
+        for (labels, status, stream), seconds in ended.items():
+            self._child(self.requests, (*labels, str(status), "true" if stream else "false")).inc(len(seconds))
         for labels, rows in usage.items():
             *tokens, nanos = [sum(filter(None, column)) for column in zip(*rows, strict=True)]
             for kind, count in zip(TOKEN_KINDS, tokens, strict=True):
@@ -336,8 +339,18 @@ def render() -> bytes:
     if _registry is not None:
         return generate_latest(_registry)
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
+    _ReadInOrder(registry)
     return generate_latest(registry)
+
+
+class _ReadInOrder(multiprocess.MultiProcessCollector):
+    """Every process's files, histograms last: a process writes its histograms before its counters
+    (`Metrics.flush`), so what a scrape finds counted it finds observed too (glob's order is the
+    directory's, any)."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        files = glob.glob(os.path.join(self._path, "*.db"))
+        return self.merge(sorted(files, key=lambda f: os.path.basename(f).startswith("histogram")), accumulate=True)
 
 
 def flush() -> None:
