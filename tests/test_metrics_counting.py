@@ -117,3 +117,37 @@ def test_what_was_written_is_not_written_again():
     assert metric(s, "gateway_requests_total", vendor="fake", model="fake/a", status="200", stream="false") == 1
     assert metric(s, "gateway_request_duration_seconds_count", vendor="fake", model="fake/a", stream="false") == 1
     assert metric(s, "gateway_tokens_total", vendor="fake", model="fake/a", kind="prompt") == 4
+
+
+def test_a_flush_writes_durations_and_first_tokens_before_the_requests_they_belong_to(monkeypatch):
+    """A scrape reads every process's files while the others write theirs: a request must not be
+    counted before its duration is (the reader reads histograms last: next test)."""
+    written: list[str] = []
+    observe = metrics._observe
+    monkeypatch.setattr(metrics, "_observe", lambda child, buckets, values: (
+        written.append("observed"), observe(child, buckets, values)))
+    class Requests:  # gateway_requests_total, noting when it is written
+        def labels(self, *labels):
+            return SimpleNamespace(inc=lambda amount=1: written.append("counted"))
+
+    m = metrics.Metrics(SETTINGS, CollectorRegistry())
+    m.requests = Requests()
+
+    async def step() -> None:
+        m.started()
+        m.ended("fake", "fake/a", 200, True, 0.5, 0.1)  # a stream: a duration and a first token
+        m.flush()
+
+    asyncio.run(step())
+    assert written == ["observed", "observed", "counted"]
+
+
+def test_a_scrape_reads_the_histograms_of_every_process_last(tmp_path, monkeypatch):
+    for name in ("histogram_7.db", "counter_7.db", "histogram_8.db", "gauge_livesum_8.db", "counter_8.db"):
+        (tmp_path / name).write_bytes(b"")
+    read: list[list[str]] = []
+    monkeypatch.setattr(metrics._ReadInOrder, "merge",
+                        staticmethod(lambda files, accumulate=True: read.append([f.rsplit("/", 1)[1] for f in files])
+                                     or []))
+    list(metrics._ReadInOrder(CollectorRegistry(), path=str(tmp_path)).collect())
+    assert [name.startswith("histogram") for name in read[0]] == [False, False, False, True, True]
