@@ -1,5 +1,5 @@
 """Limits on the request path: `Limiter.ask` before a request reaches a vendor (a shared store is
-asked at once; its verdict, `Asking.grant()`, is awaited once the request is planned), and
+asked at once; its verdict, `Asking.grant()`, is awaited later: http/limiting.py `Check`), and
 `Grant.settle` when it has ended (completed, failed, cut short or left), with its ledger row.
 
 What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
@@ -95,7 +95,10 @@ class Asking:
     async def grant(self) -> Grant:
         return await self.limiter._granted(self)
 
+
 Settlement = tuple[Claim, int, dict[str, int]]  # a claim, the tokens its request used, and what it spent per budget
+
+
 class Limiter:
     def __init__(self, table: LimitsTable, counters: Counters | None, engine: AsyncEngine, *, policy: str = "open",
                  workers: int = 1, clock: Callable[[], float] | None = None, prices: Prices | None = None) -> None:
