@@ -14,6 +14,7 @@ import secrets
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -365,3 +366,25 @@ def workers_of(pid: int) -> list[int]:
         except OSError:
             pass  # it has just exited
     return workers
+
+
+@contextlib.contextmanager
+def served_in_process(app: Any, settings: Any):
+    """`app` served by uvicorn on loopback (settings.port) in a thread of this process, with the
+    gateway's own connection class and its lifespan, as `gateway serve` would; yields its URL."""
+    import uvicorn
+
+    from gateway.http import connection
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=settings.port, lifespan="on", loop="asyncio",
+                            http=connection.protocol(settings), log_config=None, access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, message="the in-process gateway started")
+    try:
+        yield f"http://127.0.0.1:{settings.port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+

@@ -8,11 +8,9 @@ import json
 import secrets
 import subprocess
 import sys
-import threading
 
 import httpx
 import pytest
-import uvicorn
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,11 +18,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway import services
-from gateway.http import connection, observability
+from gateway.http import observability
 from tests.fakes.asgi import read_request, send_json
 from tests.fakes.server import ServerThread, free_port
 from tests.gateway_process import ROOT, GatewayProcess
-from tests.support import SHARED_TLS, gateway_env, wait_until
+from tests.support import SHARED_TLS, gateway_env, served_in_process, wait_until
 
 PARENT_ID = "00f067aa0ba902b7"
 
@@ -42,18 +40,10 @@ def traced(upstream, database, exporter):
     settings = services.load_settings(gateway_env(upstream.url, database.url, GATEWAY_PORT=str(free_port())))
     observability.uninstall()
     installed = observability.install(settings, services.redactor(settings), tracer_provider=provider)
-    app = services.create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=settings.port, lifespan="on", loop="asyncio",
-                            http=connection.protocol(settings), log_config=None, access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, message="the in-process gateway started")
     try:
-        yield f"http://127.0.0.1:{settings.port}", installed.tracing
+        with served_in_process(services.create_app(settings), settings) as url:
+            yield url, installed.tracing
     finally:
-        server.should_exit = True
-        thread.join(30)
         observability.uninstall()
 
 

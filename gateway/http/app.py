@@ -1,8 +1,9 @@
 """The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
 security handlers and error rendering. What a request meets, outermost first: CORS (when
 GATEWAY_CORS_ORIGINS allows browser pages of other origins), the metrics, traces and access log
-of completions (http/observability.py), Connexion's error handling, the docs page (/docs/), the
-usage dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not operations of it),
+of completions (http/observability.py), Connexion's error handling, the contract's fixed paths
+routed by one lookup (FixedRoutes, http/connexion_overrides.py), the docs page (/docs/), the usage
+dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not operations of it),
 Connexion's routing, the key check (http/security.py), the body and parameter validation
 (http/validation.py), then the handler the operationId maps to."""
 
@@ -30,6 +31,7 @@ from gateway.core.redaction import Redactor
 from gateway.http import observability, validation
 from gateway.http.connexion_overrides import (
     DirectCallApp,
+    FixedRoutes,
     Handler,
     PreparedValidationMiddleware,
     accept_openapi_31,
@@ -61,9 +63,7 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     accept_openapi_31()
     observed = observability.install(settings, redact)
     spec = orjson.loads(spec_path().read_bytes())
-    routes = frozenset(spec["paths"])
-    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, routes,
-                                                                           response_headers(spec)))
+    app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, spec))
     app.add_api(
         # The parsed document, not its path: from a path Connexion renders the file as a Jinja2
         # template and parses it as YAML, which yields the same dict for our JSON document
@@ -95,16 +95,16 @@ def response_headers(spec: dict) -> list[str]:
                    for name in response.get("headers", {})})
 
 
-def _middlewares(settings: Settings, observed: observability.Observability, routes: frozenset[str],
-                 exposed: list[str]) -> list:
+def _middlewares(settings: Settings, observed: observability.Observability, spec: dict) -> list:
     # Connexion's default stack without the context proxies (handlers get an explicit
     # HandlerRequest), with validators prepared once per operation, the Swagger UI only for its
-    # own path, and ours around it.
+    # own path, the contract's fixed paths routed by one lookup, and ours around it.
     m = connexion_middlewares
     stack = [
-        functools.partial(observability.ObservedApp, observability=observed, routes=routes),
+        functools.partial(observability.ObservedApp, observability=observed, routes=frozenset(spec["paths"])),
         m.ServerErrorMiddleware,
         m.ExceptionMiddleware,
+        functools.partial(FixedRoutes, spec=spec),
         docs_middleware(DOCS_PATH),
         DashboardMiddleware,
         m.RoutingMiddleware,
@@ -119,7 +119,7 @@ def _middlewares(settings: Settings, observed: observability.Observability, rout
         # too) carries the grant, so a page can read why it failed.
         stack.insert(0, functools.partial(
             CORSMiddleware, allow_origins=sorted(settings.cors_origins), allow_methods=["GET", "POST"],
-            allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=exposed,
+            allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=response_headers(spec),
             max_age=CORS_MAX_AGE))
     return stack
 

@@ -48,6 +48,8 @@ class DashboardMiddleware:
     """An ASGI middleware (first in Connexion's stack after its error handling, so its errors are
     the API's JSON errors): GET and HEAD of /ui/<file> answered here, everything else passed on."""
 
+    prefix = PREFIX  # all it serves (FixedRoutes passes it by for the contract's paths)
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self._assets = assets()

@@ -28,6 +28,7 @@ import jsonschema_rs
 import orjson
 from connexion.datastructures import MediaTypeDict
 from connexion.lifecycle import ConnexionRequest
+from starlette.datastructures import Headers
 from starlette.types import Receive, Scope
 
 from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
@@ -193,28 +194,37 @@ _PARAMETER_SCHEMAS = SchemaValidators(validate_formats=True)  # the spec's param
 
 
 class ParameterValidator:
-    """Connexion's `validator_map["parameter"]`; Connexion makes one per request, so it only holds
-    references, and the compiled validators are shared."""
+    """Connexion's `validator_map["parameter"]`, made once per operation (http/connexion_overrides.py);
+    the compiled validators are shared."""
 
     def __init__(self, parameters: list[dict[str, Any]], uri_parser: Any, strict_validation: bool = False,
                  security_query_params: list[str] | None = None) -> None:
         self._parameters = parameters
         self._uri_parser = uri_parser
         self._strict = strict_validation
-        self._security_query_params = set(security_query_params or ())
+        self._known = {p["name"] for p in parameters if p["in"] == "query"} | set(security_query_params or ())
+        self._headers = any(p["in"] == "header" for p in parameters)
+        self._needs_request = any(p["in"] != "header" for p in parameters)
 
     def validate(self, scope: Scope) -> None:
-        request = ConnexionRequest(scope, uri_parser=self._uri_parser)
+        # Connexion's request (its URI parser) only when a query, path or cookie parameter needs it:
+        # most operations take headers alone, and a request without a query string has no extras.
+        request = None
+        if self._needs_request or (self._strict and scope.get("query_string")):
+            request = ConnexionRequest(scope, uri_parser=self._uri_parser)
         detail: list[dict[str, Any]] = []
-        if self._strict:
-            known = {p["name"] for p in self._parameters if p["in"] == "query"} | self._security_query_params
+        if self._strict and request is not None:
             detail += [{"loc": ["query", clip(name)], "msg": "Extra inputs are not permitted",
-                        "type": "extra_forbidden"} for name in request.query_params if name not in known]
-        sources = {"query": request.query_params, "header": request.headers, "path": request.path_params,
-                   "cookie": request.cookies}
+                        "type": "extra_forbidden"} for name in request.query_params if name not in self._known]
+        headers = Headers(scope=scope) if self._headers else None
         for parameter in self._parameters:
             where, name = parameter["in"], parameter["name"]
-            value = sources[where].get(name)
+            if where == "header":
+                value = headers.get(name)  # type: ignore[union-attr]
+            else:
+                assert request is not None
+                value = {"query": request.query_params, "path": request.path_params,
+                         "cookie": request.cookies}[where].get(name)
             if value is None:
                 if parameter.get("required"):
                     detail.append({"loc": [where, name], "msg": "Field required", "type": "missing"})
