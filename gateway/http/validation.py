@@ -181,9 +181,9 @@ def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
             raise json_invalid(f"JSON decode error: {exc}") from None
         if _nested_deeper(body, parsed, MAX_DEPTH):
             raise json_invalid(f"JSON nested more than {MAX_DEPTH} levels deep")
-        detail = problems(validators.get(schema), parsed)
-        if detail:
-            raise ValidationFailed(detail)
+        validator = validators.get(schema)
+        if not validator.is_valid(parsed):  # one pass without building errors, for the usual valid body
+            raise ValidationFailed(problems(validator, parsed))
         scope.setdefault("extensions", {})[BODY_KEY] = parsed
         return _replay(body, receive), scope
 
