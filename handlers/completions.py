@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -14,6 +13,7 @@ from starlette.responses import Response
 
 from gateway.core.completion import Choice, Chunk, Result, Usage, generated, go_ahead
 from gateway.core.errors import GatewayError, ValidationFailed
+from gateway.core.ids import ids
 from gateway.http import event_stream, limiting, observability
 from gateway.http.context import HandlerRequest
 from gateway.planner import fallbacks
@@ -30,7 +30,7 @@ async def create(request: HandlerRequest) -> Response:
     caller = request.caller
     account = caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
-    request_id = f"cmpl-{os.urandom(16).hex()}"  # 128 random bits, without a UUID object
+    request_id = f"cmpl-{ids.next()}"  # 128 random bits (core/ids.py), without a UUID object
     created = int(time.time())
     # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
     meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
