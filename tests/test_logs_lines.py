@@ -176,26 +176,29 @@ def test_a_lines_milliseconds_are_what_logging_spells(created):
 
 
 class Recording(io.StringIO):
-    """A stream that keeps each write it was given."""
+    """A stream that keeps each write it was given; `written` is set by the first."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[str] = []
+        self.written = asyncio.Event()
 
     def write(self, text: str) -> int:
         self.writes.append(text)
+        self.written.set()
         return super().write(text)
 
 
-def test_the_lines_of_one_loop_iteration_are_one_write_in_their_order():
+def test_lines_given_together_are_one_write_in_their_order_once_the_first_has_waited_its_time():
     recording = Recording()
 
     async def serve() -> list[str]:
         lines = logs.Lines(NAME, clock=lambda: CLOCK)
         for n in range(3):
             lines.info(f"POST /v5/completions {n}", {})
-        waiting = list(recording.writes)  # nothing yet: the loop's iteration has not ended
-        await asyncio.sleep(0)  # the next iteration writes them
+        await asyncio.sleep(0)
+        waiting = list(recording.writes)  # nothing yet: an iteration of the loop has ended, the delay has not
+        await asyncio.wait_for(recording.written.wait(), 30)  # the loop's timer writes them
         return waiting
 
     with plain_log("info", "text"):
@@ -203,6 +206,23 @@ def test_the_lines_of_one_loop_iteration_are_one_write_in_their_order():
         assert asyncio.run(serve()) == []
     [written] = recording.writes
     assert [line.rpartition(": ")[2] for line in written.splitlines()] == [f"POST /v5/completions {n}" for n in range(3)]
+
+
+def test_lines_that_reach_the_size_limit_are_written_at_once(monkeypatch):
+    monkeypatch.setattr(logs, "COALESCE_BYTES", 200)
+    recording = Recording()
+
+    async def serve() -> list[str]:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(6):  # each line is about 60 characters: the fourth reaches 200
+            lines.info(f"POST /v5/completions {n}", {})
+        return list(recording.writes)
+
+    with plain_log("info", "text"):
+        logging.getLogger().handlers[0].stream.stream = recording
+        written_at_once = asyncio.run(serve())
+    [first] = written_at_once
+    assert 200 <= len(first) and first.count("\n") < 6  # the lines so far, without waiting for the timer
 
 
 def test_a_record_logged_while_lines_wait_comes_after_them():
@@ -217,13 +237,27 @@ def test_a_record_logged_while_lines_wait_comes_after_them():
     assert first.endswith("POST /v5/completions 200") and second.endswith("after the line")
 
 
-def test_a_stream_failing_at_the_end_of_an_iteration_is_reported_not_raised(capsys):
+class BrokenLater(io.StringIO):
+    """A stream that fails each write, and says when the first was tried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.tried.set()
+        raise OSError("the log's disk is full")
+
+
+def test_a_stream_failing_when_the_waiting_lines_are_written_is_reported_not_raised(capsys):
+    broken = BrokenLater()
+
     async def serve() -> None:
         logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)
-        await asyncio.sleep(0)
+        await asyncio.wait_for(broken.tried.wait(), 30)  # resumed after the callback that tried it returned
 
     with plain_log("info", "json"):
-        logging.getLogger().handlers[0].stream.stream = Broken()
+        logging.getLogger().handlers[0].stream.stream = broken
         asyncio.run(serve())  # does not raise
     assert "Logging error" in capsys.readouterr().err
 

@@ -86,6 +86,7 @@ def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redacto
         signal.signal(number, lambda *_: None)
     server = _Server(config, ready, parent)
     server.run(sockets=sockets)
+    logs.flush_all()  # the access lines still waiting for their loop's timer (http/logs.py)
     return 0 if server.started else STARTUP_FAILED
 
 
