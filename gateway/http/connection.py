@@ -17,6 +17,8 @@ fails at start-up if a private name relied on here is gone.
   plain close waits to flush bytes the client will never read, and shutdown would wait with it.
 - A response's head goes out in one write with the first piece of its body (uvicorn writes the
   head alone): a small answer is one system call and one TCP segment, not two.
+- A request whose body has arrived whole says so in its scope (`BODY_ARRIVED_KEY`), so that the
+  body's reader arms no timeout for it: the usual request's body comes with its head.
 - At shutdown, connections with no request in progress are closed without waiting for a client
   that does not read; a request still unanswered when the graceful period ends (uvicorn then
   cancels it) is answered 503 instead of uvicorn's bare 500.
@@ -38,7 +40,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.core.config import Settings
 from gateway.core.errors import BadRequest, GatewayError, HeaderFieldsTooLarge, ShuttingDown, clip
 from gateway.http import hooks
-from gateway.http.context import DEPARTURE_KEY, Departure
+from gateway.http.context import BODY_ARRIVED_KEY, DEPARTURE_KEY, Departure
 
 log = logging.getLogger("gateway")
 
@@ -50,7 +52,7 @@ _HOOKS: tuple[tuple[Any, str], ...] = (
         "_start_asgi_task", "_unset_keepalive_if_required", "_unsupported_upgrade_warning",
         "cycle", "parser", "flow", "transport", "server_state", "timeout_keep_alive")),
     *((RequestResponseCycle, name) for name in ("response_started", "response_complete", "keep_alive", "disconnected",
-                                                "transport", "message_event", "scope")),
+                                                "transport", "message_event", "scope", "more_body")),
 )
 
 
@@ -211,6 +213,9 @@ class GatewayConnection(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._head_bytes = 0  # what follows is the next request's head
         super().on_message_complete()
+        if not self.cycle.more_body:
+            # Its body is here whole: reading it cannot wait, so it needs no timer (http/validation.py).
+            self.cycle.scope.setdefault("extensions", {})[BODY_ARRIVED_KEY] = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # arms the keep-alive timer, unless a pipelined request starts

@@ -28,6 +28,7 @@ T = TypeVar("T")
 BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/validation.py
 CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/security.py)
 DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/connection.py
+BODY_ARRIVED_KEY = "gateway.body_arrived"  # True once the connection holds the whole body (http/connection.py)
 
 
 class Departure:

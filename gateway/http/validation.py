@@ -21,7 +21,7 @@ answers every problem as the same 422, located as ["query", name], ["header", na
 
 from __future__ import annotations
 
-import asyncio
+from asyncio import timeout
 from typing import Any
 
 import jsonschema_rs
@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope
 
 from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
 from gateway.http.connexion_overrides import body_validator
-from gateway.http.context import BODY_KEY
+from gateway.http.context import BODY_ARRIVED_KEY, BODY_KEY
 
 # Levels of JSON nesting a body may have: the contract's deepest value (a list of prompts inside
 # the body) is two, and far below what jsonschema-rs can convert.
@@ -166,11 +166,14 @@ def validator_map(max_body_bytes: int, body_timeout: float) -> dict[str, Any]:
         declared = _content_length(scope)
         if declared is not None and declared > max_body_bytes:
             raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body_bytes}")
-        try:
-            async with asyncio.timeout(body_timeout):
-                body = await _read_body(receive, max_body_bytes)
-        except TimeoutError:
-            raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
+        if scope.get("extensions", {}).get(BODY_ARRIVED_KEY):  # the connection holds it all: nothing to wait for
+            body = await _read_body(receive, max_body_bytes)
+        else:
+            try:
+                async with timeout(body_timeout):
+                    body = await _read_body(receive, max_body_bytes)
+            except TimeoutError:
+                raise RequestTimeout(f"the request body did not arrive within {body_timeout:g}s") from None
         if not body:
             if required:
                 raise ValidationFailed([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
