@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.core.redaction import REDACTED, Redactor
-from gateway.http import logs
+from gateway.http import log_stream, logs
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
@@ -209,7 +209,7 @@ def test_lines_given_together_are_one_write_in_their_order_once_the_first_has_wa
 
 
 def test_lines_that_reach_the_size_limit_are_written_at_once(monkeypatch):
-    monkeypatch.setattr(logs, "COALESCE_BYTES", 200)
+    monkeypatch.setattr(log_stream, "COALESCE_BYTES", 200)
     recording = Recording()
 
     async def serve() -> list[str]:

@@ -28,7 +28,7 @@ import uvicorn
 
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
-from gateway.http import connection, logs, metrics
+from gateway.http import connection, log_stream, logs, metrics
 
 log = logging.getLogger("gateway")
 
@@ -86,7 +86,7 @@ def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redacto
         signal.signal(number, lambda *_: None)
     server = _Server(config, ready, parent)
     server.run(sockets=sockets)
-    logs.flush_all()  # the access lines still waiting for their loop's timer (http/logs.py)
+    log_stream.flush_all()  # the access lines still waiting for their timer (http/log_stream.py)
     return 0 if server.started else STARTUP_FAILED
 
 
