@@ -387,4 +387,3 @@ def served_in_process(app: Any, settings: Any):
     finally:
         server.should_exit = True
         thread.join(30)
-

@@ -283,14 +283,14 @@ def security_map(check: KeyCheck) -> dict[str, type]:
 # -- 5. the docs page ------------------------------------------------------------------------
 def docs_middleware(path: str) -> type[SwaggerUIMiddleware]:
     """Connexion's Swagger UI layer, serving the page and its assets under `path` ("/docs") only."""
-    prefix = path.rstrip("/")
+    served = path.rstrip("/")
 
     class DocsMiddleware(SwaggerUIMiddleware):
-        prefix = path  # all it serves (FixedRoutes passes it by for the contract's paths)
+        prefix = served  # all it serves (FixedRoutes passes it by for the contract's paths)
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
             route = scope.get("path", "")
-            if scope["type"] == "http" and (route == prefix or route.startswith(prefix + "/")):
+            if scope["type"] == "http" and (route == served or route.startswith(served + "/")):
                 await super().__call__(scope, receive, send)
             else:
                 await self.app(scope, receive, send)

@@ -17,17 +17,16 @@ COALESCE_BYTES = 64 * 1024
 
 
 class CoalescedStream:
-    """A log stream that writes the lines given to `later` together: `delay` seconds after the
-    first of them (one timer of the loop's; 0: at the end of the loop iteration), or at once when
-    `COALESCE_BYTES` wait. `write` (what logging's handlers call) and `flush` first write what waits,
-    so the stream's lines stay in the order they were given. Without a running loop (start-up,
-    shut-down, a thread when nothing waits) `later` writes at once. What still waits when the
-    process exits is written then (`flush_all`, at exit; logging's shutdown flushes its handlers too)."""
+    """A log stream that writes the lines given to `later` together: `COALESCE_SECONDS` after the
+    first of them (one timer of the loop's), or at once when `COALESCE_BYTES` wait. `write` (what
+    logging's handlers call) and `flush` first write what waits, so the stream's lines stay in the
+    order they were given. Without a running loop (start-up, shut-down, a thread when nothing
+    waits) `later` writes at once. What still waits when the process exits is written then
+    (`flush_all`, at exit; logging's shutdown flushes its handlers too)."""
 
-    def __init__(self, stream: Any, handler: logging.Handler, delay: float | None = None) -> None:
+    def __init__(self, stream: Any, handler: logging.Handler) -> None:
         self.stream = stream
         self._handler = handler  # reports a failed write, as for a record
-        self._delay = COALESCE_SECONDS if delay is None else delay
         self._waiting: list[str] = []
         self._size = 0  # characters waiting
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that will write what waits
@@ -44,10 +43,7 @@ class CoalescedStream:
                     self.stream.write(line)
                     self.stream.flush()
                     return
-                if self._delay > 0:
-                    loop.call_later(self._delay, self._written)
-                else:
-                    loop.call_soon(self._written)
+                loop.call_later(COALESCE_SECONDS, self._written)
                 self._loop = loop
             self._waiting.append(line)
             self._size += len(line)
@@ -74,7 +70,7 @@ class CoalescedStream:
         try:
             self.flush()
         except Exception:  # as a handler reports a record it could not write, never the loop's to handle
-            self._handler.handleError(logging.makeLogRecord({"msg": "lines written at the end of a loop iteration"}))
+            self._handler.handleError(logging.makeLogRecord({"msg": "access lines written after their wait"}))
 
 
 _streams: weakref.WeakSet[CoalescedStream] = weakref.WeakSet()

@@ -219,15 +219,12 @@ class ParameterValidator:
         if self._strict and request is not None:
             detail += [{"loc": ["query", clip(name)], "msg": "Extra inputs are not permitted",
                         "type": "extra_forbidden"} for name in request.query_params if name not in self._known]
-        headers = Headers(scope=scope) if self._headers else None
+        sources: dict[str, Any] = {"header": Headers(scope=scope)} if self._headers else {}
+        if request is not None and self._needs_request:
+            sources |= {"query": request.query_params, "path": request.path_params, "cookie": request.cookies}
         for parameter in self._parameters:
             where, name = parameter["in"], parameter["name"]
-            if where == "header":
-                value = headers.get(name)  # type: ignore[union-attr]
-            else:
-                assert request is not None
-                value = {"query": request.query_params, "path": request.path_params,
-                         "cookie": request.cookies}[where].get(name)
+            value = sources[where].get(name)
             if value is None:
                 if parameter.get("required"):
                     detail.append({"loc": [where, name], "msg": "Field required", "type": "missing"})
