@@ -1,6 +1,6 @@
 """What metrics and JSON access logs cost per request: the same gateway three ways, side by side.
 
-    python -m bench.observability [--seconds 4] [--rounds 3]
+    python -m bench.observability [--seconds 4] [--rounds 4] [--pin]
     python -m bench.observability --in-process [--requests 3000] [--rounds 5] [--callgrind]
 
 Variants, each a `gateway serve` (one process) in front of the same fast fake vendor, on one
@@ -11,7 +11,13 @@ SQLite ledger:
   metrics+json  /metrics counting, GATEWAY_LOG_FORMAT=json at level info: a JSON access line per request
 
 A closed-loop load generator (bench/run.py's) measures requests/s at concurrency 1 and 32,
-round-robin in short rounds so machine noise hits every variant alike. On a shared machine
+round-robin in short rounds so machine noise hits every variant alike; each round begins with the
+next variant, since where a variant stands in a round moved its figures as much as what it costs
+(give --rounds a multiple of the variants' number, 4, for each to begin as often). "paired" is
+the median over rounds of a variant's requests/s against off's in the same round: the machine's
+drift over the run drops out of it. With --pin the gateways take turns on a core of their own, the
+load generator and the vendor on the other: at concurrency 32 a gateway is then its core's only
+load, and its requests/s are what a variant costs of a core's capacity. On a shared machine
 requests/s move with the neighbours, so each gateway's CPU time per request (user + system, read
 from /proc/<pid>/stat around its own rounds) is printed beside it: the cost the variant adds,
 whatever else runs.
@@ -40,6 +46,7 @@ import aiohttp
 import uvloop
 
 from bench import inprocess
+from bench.limits import pin
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
@@ -67,21 +74,30 @@ async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float,
         for g in gateways.values():  # warm up pools and code paths
             await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, 8, 0.5, Sample())
         print(f"\nrequests: {BODY}  ({rounds} rounds x {seconds}s per variant, round-robin)")
-        print(f"{'variant':<14}{'conc':>5}{'req/s':>9}{'vs off':>8}{'p50 ms':>8}{'CPU µs/req':>12}{'vs off':>8}"
-              f"{'errors':>7}")
+        print(f"{'variant':<14}{'conc':>5}{'req/s':>9}{'vs off':>8}{'paired':>8}{'p50 ms':>8}{'CPU µs/req':>12}"
+              f"{'vs off':>8}{'errors':>7}")
         for concurrency in (1, 32):
             samples = {name: Sample() for name in gateways}
             cpu = dict.fromkeys(gateways, 0.0)
-            for _ in range(rounds):
-                for name, g in gateways.items():
-                    before = cpu_seconds(g.proc.pid)
-                    await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, concurrency, seconds,
-                                      samples[name])
+            rounds_rps: dict[str, list[float]] = {name: [] for name in gateways}
+            names = list(gateways)
+            for round_ in range(rounds):
+                # Each round starts at the next variant: the first of a round was measured ~10% faster
+                # than the same gateway later in the round (an "off" measured twice in one round).
+                for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                    g, s = gateways[name], samples[name]
+                    before, answered, spent = cpu_seconds(g.proc.pid), len(s.latencies), s.seconds
+                    await closed_loop(session, f"{g.url}/v5/completions", BODY, headers, concurrency, seconds, s)
                     cpu[name] += cpu_seconds(g.proc.pid) - before
+                    rounds_rps[name].append((len(s.latencies) - answered) / (s.seconds - spent))
             per_request = {name: cpu[name] / max(1, len(s.latencies)) * 1e6 for name, s in samples.items()}
             for name, s in samples.items():
-                print(f"{name:<14}{concurrency:>5}{s.rps:>9.0f}{s.rps / samples['off'].rps:>8.3f}{s.pct(0.5):>8.2f}"
-                      f"{per_request[name]:>12.0f}{per_request[name] / per_request['off']:>8.3f}{s.errors:>7}")
+                # Each round's requests/s against off's in the same round, the median of those:
+                # what drifts over the run (the machine's neighbours) drops out.
+                paired = statistics.median(r / off for r, off in zip(rounds_rps[name], rounds_rps["off"], strict=True))
+                print(f"{name:<14}{concurrency:>5}{s.rps:>9.0f}{s.rps / samples['off'].rps:>8.3f}{paired:>8.3f}"
+                      f"{s.pct(0.5):>8.2f}{per_request[name]:>12.0f}{per_request[name] / per_request['off']:>8.3f}"
+                      f"{s.errors:>7}")
 
 
 # -- in-process ----------------------------------------------------------------------------------
@@ -123,7 +139,9 @@ def counted(on: bool) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description="the cost of metrics and JSON logs, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)  # each variant begins a round once
+    parser.add_argument("--pin", action="store_true",
+                        help="the gateways on the last CPU, the vendor and the load generator on the others")
     parser.add_argument("--in-process", action="store_true", help="the app called directly, CPU per request")
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--callgrind", action="store_true", help="with --in-process: instructions, under valgrind")
@@ -154,6 +172,13 @@ def main() -> int:
         try:
             for g in gateways.values():
                 g.start()
+            if args.pin:  # every gateway on a core of its own (they take turns), the rest on the others
+                everything = os.sched_getaffinity(0)
+                own, rest = {max(everything)}, everything - {max(everything)} or everything
+                for g in gateways.values():
+                    pin(g.proc.pid, own)
+                pin(vendor.pid, rest)
+                os.sched_setaffinity(0, rest)
             print(f"cpus: {os.cpu_count()}; one gateway process per variant; vendor: tests/fakes/openai_upstream.py")
             asyncio.run(measure(gateways, db.key, args.seconds, args.rounds))
         finally:
