@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -83,17 +84,38 @@ async def create(request: HandlerRequest) -> Response:
         meter.sent(result.choices)
         try:
             usage = result.usage or await meter.estimated_usage(plan.prompts, _echoed(plan, completion_request))
-        finally:
+        except BaseException:
             meter.finish(result.billed)  # the ledger records what the vendor calls reported
+            raise
         if usage.estimated:
             headers["x-gateway-usage-estimated"] = "true"
         body = orjson.dumps(_completion(plan, result, usage, request_id, created))
-        return Response(body, media_type="application/json", headers=headers)
+        return _Answer(body, headers, then=functools.partial(meter.finish, result.billed))
     assert started.first is not None and started.rest is not None
     events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
                           meter=meter, redact=services.redact, echoed=_echoed(plan, completion_request))
     return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
                                             send_timeout=services.settings.send_timeout)
+
+
+class _Answer(Response):
+    """A plain completion's answer, its meter closed (`then`) once the answer was sent, or failed
+    to be: the ledger row (its prices, the limits it settles) is built after the client has its
+    bytes, not while the client waits for them. It runs before the task yields to the loop: the
+    answer is one write (its head goes with its body, http/connection.py), which waits for nothing
+    unless an earlier answer on the connection still waits to drain; so a limit's slot is free
+    before the client can have read the answer and asked again. Nothing reads the row sooner
+    either way: the ledger commits on a clock (store/ledger.py)."""
+
+    def __init__(self, body: bytes, headers: dict[str, str], then: Callable[[], None]) -> None:
+        super().__init__(body, media_type="application/json", headers=headers)
+        self._then = then
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._then()
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:
