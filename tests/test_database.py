@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import insert, select
 
-from gateway.store import database
+from gateway.store import database, sqlite_writer
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.tables import ledger, ledger_rejects, metadata
@@ -239,3 +240,16 @@ def test_few_prepared_statements_are_kept_per_postgresql_connection_unless_the_u
         database.CACHED_STATEMENTS)
     assert database.engine_url("postgresql://u@h/db?prepared_statement_cache_size=500").query[
         "prepared_statement_cache_size"] == "500"
+
+
+def test_the_sqlite_writers_thread_runs_behind_the_event_loop(tmp_path):
+    """Its thread's nice value is the process's plus NICENESS (store/sqlite_writer.py): a commit
+    yields the core to the loop's requests."""
+    writer = sqlite_writer.SqliteWriter(str(tmp_path / "ledger.db"))
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        theirs = writer._thread.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+        assert theirs == min(own + sqlite_writer.NICENESS, 19)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # the loop's thread as it was
+    finally:
+        writer._thread.shutdown()

@@ -12,13 +12,22 @@ insert wrote confirms; when it falls short (a batch retried after an uncertain c
 transaction is redone a row at a time with RETURNING, which says which rows were new. Errors are
 sqlite3's own: the ledger tells a refused row from an outage by them (store/ledger.py _refused);
 after an outage the connection is closed and the next batch opens a new one.
+
+The thread runs at a lower scheduling priority than the event loop's (`NICENESS` more): on a
+busy core a commit (a millisecond or more of SQLite's work) otherwise held the core for a whole
+time slice while a request waited for its loop. So the loop preempts it as soon as it has work.
+Pinned to one core at concurrency 1 that took p50 from 0.45-0.56 to 0.36-0.42 ms and p99 from 3.2
+to 2.6 ms. It still gets about a quarter of a contended core (a nice of 5 against 0), more than
+its rows need: at concurrency 32 on one core the ledger kept every row.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from typing import Any
@@ -40,10 +49,20 @@ def values(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(found)
 
 
+NICENESS = 5  # added to the process's nice value for the writer's thread
+
+
+def _behind_the_loop() -> None:
+    """The writer's thread yields its core to the event loop (see the module's docstring)."""
+    with contextlib.suppress(OSError):  # a system that refuses it still writes, as before
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + NICENESS)
+
+
 class SqliteWriter:
     def __init__(self, path: str) -> None:
         self._path = path
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledger-sqlite")
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledger-sqlite", initializer=_behind_the_loop)
         self._connection: sqlite3.Connection | None = None  # the thread's alone
 
     async def write(self, rows: list[dict[str, Any]]) -> None:
