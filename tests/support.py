@@ -238,6 +238,13 @@ class FileClock:
 
 
 # -- Redis -------------------------------------------------------------------------------------
+def start_of_today() -> float:
+    """The start of the current UTC day, as a test's fixed "now" for budgets kept in Redis: their
+    counters expire at their period's end (PEXPIREAT, store/counters_redis.py), and Redis expires
+    them by its own clock, so a "now" of a day gone by would see them vanish as they are written."""
+    return float(int(time.time()) // 86_400 * 86_400)
+
+
 def redis_url() -> str:
     """The machine's shared Redis (.ci/run starts one where none answers); tests keep to their own
     key prefix (`redis_prefix`) and remove their keys afterwards (`remove_redis_keys`)."""

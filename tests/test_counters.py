@@ -13,9 +13,9 @@ from gateway.store import counters
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
 from gateway.store.counters_redis import LEASE_SECONDS, RedisCounters
 from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
-from tests.support import redis_prefix, redis_url, remove_redis_keys
+from tests.support import redis_prefix, redis_url, remove_redis_keys, start_of_today
 
-NOW = 1_796_083_200.0  # 2026-12-01T00:00:00Z
+NOW = start_of_today()  # a day boundary, and the day Redis lives in (tests/support.py)
 KEY_A = Subject(KEY, "key_a")
 ACCT = Subject(ACCOUNT, "acct")
 _ids = itertools.count()

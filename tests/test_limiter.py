@@ -9,11 +9,11 @@ import asyncio
 from gateway.store.counters import MemoryCounters
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import Limiter
-from gateway.store.limits import KEY, TOKENS, Budget, Limits, Subject
+from gateway.store.limits import KEY, TOKENS, Budget, Limits, Period, Subject
 from gateway.store.resp import RedisUnavailable
-from tests.support import RedisServer, redis_prefix, redis_url, remove_redis_keys
+from tests.support import RedisServer, redis_prefix, redis_url, remove_redis_keys, start_of_today
 
-NOW = 1_796_083_200.0  # 2026-12-01T00:00:00Z
+NOW = start_of_today()  # a day boundary, and the day Redis lives in (tests/support.py)
 KEY_A = Subject(KEY, "key_a")
 
 
@@ -161,8 +161,8 @@ def test_a_claim_in_the_next_period_counts_in_its_own_budget_counter():
             await limited.drain()
             today = await counters.read(KEY_A, limits, NOW)
             tomorrow = await counters.read(KEY_A, limits, NOW + 86_400)
-            assert today.budgets == {"tokens:2026-12-01": (12, 0)}
-            assert tomorrow.budgets == {"tokens:2026-12-02": (3, 0)}
+            assert today.budgets == {f"tokens:{Period.at('day', NOW).id}": (12, 0)}
+            assert tomorrow.budgets == {f"tokens:{Period.at('day', NOW + 86_400).id}": (3, 0)}
         finally:
             await limited.close()
 
