@@ -233,6 +233,13 @@ def switches(pid: int) -> tuple[int, int]:
     return voluntary, involuntary
 
 
+def cores_apart() -> tuple[set[int], set[int]]:
+    """(a core for the gateway, the others for the load generator and the vendor), of this
+    process's CPUs (all of them twice on a machine of one)."""
+    everything = os.sched_getaffinity(0)
+    return {max(everything)}, everything - {max(everything)} or everything
+
+
 def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of a process (and of its workers) onto `cpus`."""
     for p in [pid, *_children(pid)]:
@@ -400,7 +407,7 @@ def main() -> int:
                 # the vendor on the others (Redis where the system runs it): its CPU per request is then
                 # what a request costs of its capacity, whatever the waits of a lone request cost.
                 everything = os.sched_getaffinity(0)
-                own, rest = {max(everything)}, everything - {max(everything)} or everything
+                own, rest = cores_apart()
                 for gateway in gateways.values():
                     pin(gateway.proc.pid, own)
                 pin(vendor.pid, rest)

@@ -46,7 +46,7 @@ import aiohttp
 import uvloop
 
 from bench import inprocess
-from bench.limits import pin
+from bench.limits import cores_apart, pin
 from bench.run import BODY, Sample, closed_loop, start_vendor
 from tests.fakes.server import free_port
 from tests.gateway_process import GatewayProcess
@@ -173,8 +173,7 @@ def main() -> int:
             for g in gateways.values():
                 g.start()
             if args.pin:  # every gateway on a core of its own (they take turns), the rest on the others
-                everything = os.sched_getaffinity(0)
-                own, rest = {max(everything)}, everything - {max(everything)} or everything
+                own, rest = cores_apart()
                 for g in gateways.values():
                     pin(g.proc.pid, own)
                 pin(vendor.pid, rest)
