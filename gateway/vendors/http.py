@@ -36,6 +36,8 @@ BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of bei
 MAX_ANSWER_BYTES = 32 << 20
 # How much of a vendor's error answer (a non-200) is read: its message is at the start.
 MAX_ERROR_BYTES = 64 << 10
+# How much of a deployment's answer to a probe (GET /models) is read.
+MAX_PROBE_BYTES = 1 << 20
 # Where a failed try may be retried: on any deployment, or only on another one (a deployment that
 # refused the gateway's key: another deployment has another key).
 ANYWHERE, ELSEWHERE = "anywhere", "elsewhere"
@@ -147,6 +149,12 @@ class Deployments:
         for upstream in self._upstreams:
             await upstream.client.aclose()
 
+    async def probe(self, path: str) -> list[tuple[str | None, Any] | None]:
+        """GET `path` of every deployment, for what a server says of itself: per deployment, its
+        `Server` header and its answer's JSON (None when it is not JSON, or not a 200), or None
+        when it could not be asked. Not a request: no retry, no ticket."""
+        return list(await asyncio.gather(*(_probe(upstream, path) for upstream in self._upstreams)))
+
     async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> Any:
         """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
         config = self.config
@@ -156,7 +164,7 @@ class Deployments:
             data = orjson.loads(body)
         except (TransportError, TimeoutError) as exc:
             ticket.failed()
-            raise transport_error(config, exc) from None
+            raise transport_error(config, exc, ticket.member.name) from None
         except TooLarge:
             ticket.failed()
             raise VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
@@ -203,7 +211,7 @@ class Deployments:
                     yield events
         except (TransportError, TimeoutError) as exc:
             ticket.failed()
-            raise transport_error(config, exc) from None
+            raise transport_error(config, exc, ticket.member.name) from None
         except MalformedStream as exc:
             ticket.failed()
             raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
@@ -315,7 +323,8 @@ class Deployments:
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
-                return None, transport_error(config, exc), None if isinstance(exc, TimeoutError) else ANYWHERE, None
+                return (None, transport_error(config, exc, upstream.member.name),
+                        None if isinstance(exc, TimeoutError) else ANYWHERE, None)
             except BaseException as exc:  # cancelled: the client left
                 span.failed(exc)
                 span.end()
@@ -349,6 +358,24 @@ class Deployments:
             ticket.succeeded()  # up, and answering the request's own mistake
         retry = ANYWHERE if status in RETRY_STATUSES else ELSEWHERE if key_rejected else None
         return None, error, retry, retry_after
+
+
+async def _probe(upstream: _Upstream, path: str) -> tuple[str | None, Any] | None:
+    try:
+        answer = await upstream.client.get(upstream.url(path))
+    except (TransportError, TimeoutError):
+        return None
+    try:
+        body = await read_body(answer, MAX_PROBE_BYTES, truncate=True)
+    except (TransportError, TimeoutError):
+        return None
+    finally:
+        await answer.aclose()
+    try:
+        data = orjson.loads(body) if answer.status == 200 else None
+    except orjson.JSONDecodeError:
+        data = None
+    return answer.header("server"), data
 
 
 class TooLarge(Exception):

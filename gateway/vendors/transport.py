@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import ssl
 from typing import Protocol
 
@@ -29,13 +30,30 @@ MAX_CONNECTIONS = 512  # per deployment
 
 
 class TransportError(Exception):
-    """The vendor could not be talked to (refused, reset, a broken body): the library's own
-    description, which may quote the vendor's address but never a key. `dropped`: the connection
-    closed under a request before any answer came (then the vendor did not serve it)."""
+    """The vendor could not be talked to (refused, reset, a broken body). `reason` says what
+    happened without saying where (a client may read it: no address, never a key); `where` is the
+    address, or the library's own description, for the log. `dropped`: the connection closed under
+    a request before any answer came (then the vendor did not serve it)."""
 
-    def __init__(self, message: str, *, dropped: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, reason: str, *, where: str = "", dropped: bool = False) -> None:
+        super().__init__(f"{where}: {reason}" if where else reason)
+        self.reason = reason
         self.dropped = dropped
+
+
+def connect_failure(exc: OSError) -> str:
+    """What a failure to connect was, without the address it was to."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "its host name does not resolve"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "its TLS certificate could not be verified"
+    if isinstance(exc, ssl.SSLError):
+        return "TLS failed"
+    if exc.strerror:
+        return f"connection failed: {exc.strerror.lower()}"
+    return "connection failed"
 
 
 class Answer(Protocol):
@@ -54,6 +72,9 @@ class Answer(Protocol):
 class Client(Protocol):
     async def send(self, url: str, body: bytes) -> Answer:
         """POST a JSON `body` to `url` (absolute) and return the answer once its head came."""
+
+    async def get(self, url: str) -> Answer:
+        """GET `url` (absolute): what a server says of itself, asked once as the gateway starts."""
 
     async def aclose(self) -> None: ...
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import aiohttp
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, described, tls
+from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described, tls
 
 
 class AiohttpClient:
@@ -33,17 +33,23 @@ class AiohttpClient:
         return self._session
 
     async def send(self, url: str, body: bytes) -> Answer:
+        return await self._request("POST", url, body)
+
+    async def get(self, url: str) -> Answer:
+        return await self._request("GET", url, None)
+
+    async def _request(self, method: str, url: str, body: bytes | None) -> Answer:
         session = self._session or self._open()
         try:
-            response = await session.post(url, data=body, headers=self._headers, allow_redirects=False)
+            response = await session.request(method, url, data=body, headers=self._headers, allow_redirects=False)
         except TimeoutError:
             raise
         except aiohttp.ClientConnectorError as exc:  # refused, unresolvable: not a dropped connection
-            raise TransportError(described(exc)) from None
+            raise TransportError(connect_failure(exc.os_error), where=described(exc)) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise TransportError(described(exc), dropped=True) from None
+            raise TransportError("the connection closed before any answer", where=described(exc), dropped=True) from None
         except aiohttp.ClientError as exc:
-            raise TransportError(described(exc)) from None
+            raise TransportError("the connection failed", where=described(exc)) from None
         return _AiohttpAnswer(response)
 
     async def aclose(self) -> None:
@@ -68,7 +74,7 @@ class _AiohttpAnswer:
         except TimeoutError:
             raise
         except aiohttp.ClientError as exc:
-            raise TransportError(described(exc)) from None
+            raise TransportError("the connection failed", where=described(exc)) from None
 
     async def aclose(self) -> None:
         self._response.release()  # closes the connection instead when the body was not read to its end

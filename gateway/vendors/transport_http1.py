@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, described, tls
+from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described, tls
 
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers
 MAX_HEADERS = 256  # header lines of an answer (repeats of one name are joined: their count bounds the copying)
@@ -57,8 +57,14 @@ class Http1Client:
         self._closed = False
 
     async def send(self, url: str, body: bytes) -> Answer:
-        target = self._targets.get(url) or self._target(url)
-        origin, head = target
+        origin, head = self._targets.get(url) or self._target(url)
+        return await self._request(origin, head + b"%d\r\n\r\n" % len(body) + body)
+
+    async def get(self, url: str) -> Answer:
+        (scheme, host, port), head = self._target(url, method="GET", cached=False)
+        return await self._request((scheme, host, port), head + b"0\r\n\r\n")
+
+    async def _request(self, origin: tuple[str, str, int], data: bytes) -> Answer:
         idle = self._idle.get(origin)
         connection = None
         if idle:
@@ -71,7 +77,7 @@ class Http1Client:
                 candidate.close()
         if connection is None:
             connection = await self._connect(origin)
-        connection.request(head + b"%d\r\n\r\n" % len(body) + body)
+        connection.request(data)
         try:
             await connection.head(self._timeouts.total)
         except BaseException:
@@ -79,19 +85,19 @@ class Http1Client:
             raise
         return _Http1Answer(connection, self, origin)
 
-    def _target(self, url: str) -> tuple[tuple[str, str, int], bytes]:
+    def _target(self, url: str, method: str = "POST", cached: bool = True) -> tuple[tuple[str, str, int], bytes]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
+            raise TransportError("its URL is not http(s)", where=f"{parts.scheme}://{parts.hostname or ''}")
         default = 443 if parts.scheme == "https" else 80
         port = parts.port or default
         host = parts.hostname
         shown = f"[{host}]" if ":" in host else host
         authority = shown if port == default else f"{shown}:{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = f"POST {path} HTTP/1.1\r\nhost: {authority}\r\n{self._fields}content-length: ".encode("latin-1")
+        head = f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\n{self._fields}content-length: ".encode("latin-1")
         found = (parts.scheme, host, port), head
-        if len(self._targets) < 64:  # a deployment's few paths; others are parsed each time
+        if cached and len(self._targets) < 64:  # a deployment's few paths; others are parsed each time
             self._targets[url] = found
         return found
 
@@ -111,7 +117,7 @@ class Http1Client:
             if connection is not None:
                 connection.close()
             if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
-                raise TransportError(f"cannot connect to {host}:{port}: {described(exc)}") from None
+                raise TransportError(connect_failure(exc), where=f"{host}:{port} ({described(exc)})") from None
             raise
         return connection
 
@@ -236,8 +242,8 @@ class _Connection(asyncio.Protocol):
             raise self._error
         if self._lost:
             if not self._received:
-                raise TransportError(f"{self._address} closed the connection before answering", dropped=True)
-            raise TransportError(f"{self._address} closed the connection before the answer's end")
+                raise TransportError("the connection closed before any answer", where=self._address, dropped=True)
+            raise TransportError("the connection closed before the answer's end", where=self._address)
 
     async def _wait(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -260,14 +266,14 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._asked or self._ended:
-            self._fail(TransportError(f"{self._address} sent bytes nobody asked for"))
+            self._fail(TransportError("it sent bytes nobody asked for", where=self._address))
             return
         self._received = True
         try:
             self._parser.feed_data(data)
         except Exception as exc:  # a callback's refusal (already the error), or llhttp's
-            self._fail(self._error or TransportError(f"{self._address} sent an answer that is not HTTP/1.1 "
-                                                     f"({described(exc)})"))
+            self._fail(self._error or TransportError("it sent an answer that is not HTTP/1.1",
+                                                     where=f"{self._address} ({described(exc)})"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lost:
@@ -289,7 +295,7 @@ class _Connection(asyncio.Protocol):
     # httptools' callbacks, in the order of an answer (one that raises makes feed_data raise)
     def on_message_begin(self) -> None:
         if self._ended:  # a second answer behind the one asked for, in the same read
-            self._refuse(f"{self._address} sent bytes nobody asked for")
+            self._refuse("it sent bytes nobody asked for")
 
     def on_status(self, status: bytes) -> None:
         self._count(len(status))
@@ -298,7 +304,7 @@ class _Connection(asyncio.Protocol):
         self._count(len(name) + len(value))
         self._header_lines += 1
         if self._header_lines > MAX_HEADERS:
-            self._refuse(f"{self._address} sent an answer of more than {MAX_HEADERS} header lines")
+            self._refuse(f"it sent an answer of more than {MAX_HEADERS} header lines")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
@@ -333,10 +339,10 @@ class _Connection(asyncio.Protocol):
     def _count(self, size: int) -> None:
         self._head_bytes += size
         if self._head_bytes > MAX_HEAD_BYTES:
-            self._refuse(f"{self._address} sent an answer head of more than {MAX_HEAD_BYTES} bytes")
+            self._refuse(f"it sent an answer head of more than {MAX_HEAD_BYTES} bytes")
 
     def _refuse(self, why: str) -> None:
-        self._error = self._error or TransportError(why)
+        self._error = self._error or TransportError(why, where=self._address)
         raise self._error
 
 

@@ -26,15 +26,21 @@ class HttpxClient:
         )
 
     async def send(self, url: str, body: bytes) -> Answer:
+        return await self._request("POST", url, body)
+
+    async def get(self, url: str) -> Answer:
+        return await self._request("GET", url, None)
+
+    async def _request(self, method: str, url: str, body: bytes | None) -> Answer:
         client = self._client
         try:
-            response = await client.send(client.build_request("POST", url, content=body), stream=True)
+            response = await client.send(client.build_request(method, url, content=body), stream=True)
         except httpx.TimeoutException:
             raise TimeoutError() from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise TransportError(described(exc), dropped=True) from None
+            raise TransportError("the connection closed before any answer", where=described(exc), dropped=True) from None
         except httpx.HTTPError as exc:
-            raise TransportError(described(exc)) from None
+            raise TransportError("the connection failed", where=described(exc)) from None
         return _HttpxAnswer(response)
 
     async def aclose(self) -> None:
@@ -58,7 +64,7 @@ class _HttpxAnswer:
         except httpx.TimeoutException:
             raise TimeoutError() from None
         except httpx.HTTPError as exc:
-            raise TransportError(described(exc)) from None
+            raise TransportError("the connection failed", where=described(exc)) from None
 
     async def aclose(self) -> None:
         await self._response.aclose()

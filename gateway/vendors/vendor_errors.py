@@ -7,10 +7,12 @@ is read in every form RFC 9110 allows and bounded.
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -27,7 +29,10 @@ from gateway.core.errors import (
     clip,
 )
 from gateway.core.redaction import REDACTED
+from gateway.vendors.transport import TransportError
 from gateway.vendors.untrusted import MESSAGE_LIMIT
+
+log = logging.getLogger("gateway.vendors")
 
 
 def error_message(body: bytes) -> str:
@@ -73,27 +78,45 @@ def vendor_error(config: VendorConfig, status: int, message: str, retry_after: s
                         retry_after=retry_after_seconds(retry_after))
 
 
-def transport_error(config: VendorConfig, exc: BaseException) -> GatewayError:
+def transport_error(config: VendorConfig, exc: BaseException, deployment: str) -> GatewayError:
     """A failure to talk to the vendor at all (vendors/transport.py: a TimeoutError or a
-    TransportError): 504 when it was slow, 502 when it broke."""
+    TransportError): 504 when it was slow, 502 when it broke. The client is told what happened,
+    never where: the address is in the log, with the deployment's name."""
     if isinstance(exc, TimeoutError):
         return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
                              vendor=config.name)
-    detail = redact(config, str(exc)) or type(exc).__name__
-    return VendorFailed(f"cannot talk to vendor '{config.name}': {detail}", code="vendor_unreachable",
+    log.warning("vendor %s, deployment %s: %s", config.name, deployment, " ".join(clip(str(exc), MESSAGE_LIMIT).split()))
+    reason = exc.reason if isinstance(exc, TransportError) else type(exc).__name__
+    return VendorFailed(f"cannot talk to vendor '{config.name}': {redact(config, reason)}", code="vendor_unreachable",
                         vendor=config.name)
 
 
 def redact(config: VendorConfig, text: str) -> str:
-    """A vendor's text for a message: every key of the vendor's deployments scrubbed, then clipped
-    to MESSAGE_LIMIT characters, on one line. Scrubbed before it is clipped, so a cut never leaves
-    part of a key. (The error renderer scrubs every message again, for key-shaped strings of any
-    origin.)"""
+    """A vendor's text for a message: every key of the vendor's deployments scrubbed, and every
+    deployment's address named by the deployment's name instead, then clipped to MESSAGE_LIMIT
+    characters, on one line. Scrubbed before it is clipped, so a cut never leaves part of a key.
+    (The error renderer scrubs every message again, for key-shaped strings of any origin.)"""
     secrets = sorted(config.secrets, key=len, reverse=True)  # a key containing another is scrubbed whole
-    text = text[: MESSAGE_LIMIT + max(map(len, secrets), default=0) + 1]  # a key starting within the limit ends in this
+    addresses = _addresses(config)
+    longest = max(map(len, [*secrets, *addresses]), default=0)
+    text = text[: MESSAGE_LIMIT + longest + 1]  # a key starting within the limit ends in this
     for secret in secrets:
         text = text.replace(secret, REDACTED)
+    for address, name in addresses.items():
+        text = text.replace(address, name)
     return " ".join(clip(text, MESSAGE_LIMIT).split())
+
+
+def _addresses(config: VendorConfig) -> dict[str, str]:
+    """Each deployment's URL, host and port, and host (longest first), with what replaces it."""
+    found: dict[str, str] = {}
+    for index, target in enumerate(config.targets):
+        name = f"<deployment {target.name or index}>"
+        parts = urlsplit(target.base_url)
+        for address in (target.base_url, parts.netloc, parts.hostname or ""):
+            if len(address) >= 4:
+                found.setdefault(address, name)
+    return dict(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
