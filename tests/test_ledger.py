@@ -40,7 +40,7 @@ def tokens(usage: dict) -> tuple[int, int, int]:
 def ledger_gateway(upstream, backend):
     # `hasty`: the fake vendor again, with short timeouts, for the rows of requests that time out.
     env = gateway_env(upstream.url, backend.url, GATEWAY_KEY_CACHE_SECONDS=str(CACHE_SECONDS),
-                      GATEWAY_VENDOR_HASTY_PROTOCOL="openai", GATEWAY_VENDOR_HASTY_BASE_URL=f"{upstream.url}/v1",
+                      GATEWAY_VENDOR_HASTY_PROTOCOL="openai", GATEWAY_VENDOR_HASTY_SERVER="openai", GATEWAY_VENDOR_HASTY_BASE_URL=f"{upstream.url}/v1",
                       GATEWAY_VENDOR_HASTY_FIRST_BYTE="0.5", GATEWAY_VENDOR_HASTY_IDLE="0.5",
                       GATEWAY_VENDOR_HASTY_RETRIES="0", GATEWAY_PRICES=PRICES)
     with GatewayProcess(env) as gw:
@@ -139,33 +139,27 @@ def test_200_concurrent_requests_make_exactly_200_rows_matching_what_clients_wer
 
 
 @pytest.mark.parametrize(
-    ("model", "stream", "status", "outcome"),
+    ("model", "stream", "outcome"),
     [
-        ("fake/cut-stream", True, 200, "vendor_error"),  # the vendor broke off mid-stream
-        ("fake/bad-sse", True, 200, "vendor_error"),
-        ("fake/no-usage", True, 200, "completed"),  # a vendor that never reports usage
-        ("fake/no-usage", False, 200, "completed"),
-        ("fake/fail-500", False, 502, "vendor_error"),
-        ("fake/fail-429", True, 429, "vendor_error"),
-        ("hasty/stall", True, 504, "timeout"),
-        ("hasty/stall-later", True, 200, "timeout"),  # the vendor went quiet after two chunks
-        ("fake/reset", True, 200, "vendor_error"),  # the connection broke mid-stream
-        ("fake/truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
-        ("fake/garbage", False, 502, "vendor_error"),
+        ("fake/cut-stream", True, "vendor_error"),  # the vendor broke off mid-stream
+        ("fake/bad-sse", True, "vendor_error"),
+        ("fake/no-usage", True, "completed"),  # a vendor that never reports usage
+        ("fake/no-usage", False, "completed"),
+        ("hasty/stall-later", True, "timeout"),  # the vendor went quiet after two chunks
+        ("fake/reset", True, "vendor_error"),  # the connection broke mid-stream
     ],
 )
 def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledger_gateway, backend, model, stream,
-                                                                          status, outcome):
+                                                                          outcome):
     account = fresh_account()
     key = create_key(backend.url, account)
     prompt = "Estimate the tokens of this prompt, please."
     r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
                    json={"model": model, "prompt": prompt, "stream": stream}, verify=SHARED_TLS)
-    assert r.status_code == status, r.text
-    delivered = ""
-    if status == 200:
-        pieces = [c.get("choices", []) for c in chunks_of(r.text)] if stream else [r.json()["choices"]]
-        delivered = "".join(choice["text"] for choices in pieces for choice in choices)
+    assert r.status_code == 200, r.text
+    pieces = [c.get("choices", []) for c in chunks_of(r.text)] if stream else [r.json()["choices"]]
+    delivered = "".join(choice["text"] for choices in pieces for choice in choices)
+    assert delivered
     (row,) = wait_for_rows(backend.url, account, 1)
     assert row["outcome"] == outcome and row["estimated"] is True and row["streamed"] is stream
     assert row["prompt_tokens"] == count(prompt)
@@ -173,6 +167,33 @@ def test_without_the_vendors_usage_the_row_is_estimated_from_what_was_sent(ledge
     assert row["completion_tokens"] == min(count(delivered), 16)
     assert row["total_tokens"] == row["prompt_tokens"] + row["completion_tokens"]
     assert row["cached_tokens"] is None and row["reasoning_tokens"] is None
+
+
+@pytest.mark.parametrize(
+    ("model", "stream", "status", "outcome"),
+    [
+        ("fake/fail-500", False, 502, "vendor_error"),
+        ("fake/fail-429", True, 429, "vendor_error"),
+        ("fake/fail-401", False, 502, "vendor_error"),  # the vendor refused the gateway's key
+        ("down/m", False, 502, "vendor_error"),  # connection refused: no model was reached
+        ("hasty/stall", True, 504, "timeout"),
+        ("fake/truncated", False, 502, "vendor_error"),  # half a JSON body, then a broken connection
+        ("fake/garbage", False, 502, "vendor_error"),
+    ],
+)
+def test_a_request_that_failed_before_the_client_got_any_text_bills_nothing(ledger_gateway, backend, model, stream,
+                                                                           status, outcome):
+    """The vendor's failure (or the gateway's) is not the client's: whatever the vendor read or
+    generated, the client got nothing, and its row counts no tokens and costs nothing."""
+    account = fresh_account()
+    key = create_key(backend.url, account)
+    r = httpx.post(f"{ledger_gateway.url}/v5/completions", headers={"x-api-key": key}, timeout=30,
+                   json={"model": model, "prompt": "A prompt no model answers.", "stream": stream}, verify=SHARED_TLS)
+    assert r.status_code == status, r.text
+    (row,) = wait_for_rows(backend.url, account, 1)
+    assert row["outcome"] == outcome and row["streamed"] is stream
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"], row["cost_nanos"]) == (0, 0, 0, 0)
+    assert row["estimated"] is False
 
 
 @pytest.mark.parametrize("model", ["fake/fail-400", "fake/fail-404", "fake/fail-422"])

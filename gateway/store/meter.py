@@ -9,8 +9,9 @@ tokenizer (store/tokens.py) in a worker thread, never more than could have been 
 and the row says `estimated`. The handler asks the meter for the client's estimate too
 (`estimated_usage`: each prompt once, as OpenAI counts), counted the same way and bounded the same
 way. A request the vendor refused as the client's own mistake (a 4xx) is `rejected` and bills
-nothing. Every row is priced as it is written (store/prices.py), at the price in force when the
-request started.
+nothing; so does a request that failed (the vendor's fault, or the gateway's) before any of its
+text reached the client: whatever a vendor did for it, the client got nothing. Every row is priced
+as it is written (store/prices.py), at the price in force when the request started.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, i
                     f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         return estimate.rough()
 OUTCOMES = (COMPLETED, CLIENT_DISCONNECTED, VENDOR_ERROR, REJECTED, TIMEOUT, GATEWAY_ERROR, REFUSED)
+# Failures that are not the client's doing: billed only for text the client received.
+NOT_THE_CLIENTS = frozenset({VENDOR_ERROR, TIMEOUT, GATEWAY_ERROR})
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -229,7 +232,7 @@ class Meter:
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
         }
-        if outcome == REJECTED:  # refused before it was served: nothing was billed, whatever the price
+        if outcome == REJECTED or (outcome in NOT_THE_CLIENTS and not self._sent):  # nothing for the client
             row |= {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
                     "reasoning_tokens": None, "estimated": False, "cost_nanos": 0}
             self._ledger.add(row)
