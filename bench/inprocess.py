@@ -54,7 +54,8 @@ async def drive(env: Mapping[str, str], requests: int, key: str,
         # commit of its own, and a slower variant would get more of them. Counting instructions,
         # the ledger commits once, during the warm-up; the rows of the measured requests wait.
         Ledger.COMMIT_INTERVAL = 3600.0
-    env = {"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai", "GATEWAY_VENDOR_FAKE_BASE_URL": "http://vendor.invalid/v1",
+    env = {"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+           "GATEWAY_VENDOR_FAKE_SERVER": "openai", "GATEWAY_VENDOR_FAKE_BASE_URL": "http://vendor.invalid/v1",
            "GATEWAY_VENDOR_LOCAL_ENABLED": "0", **env}
     os.environ.update(env)  # GATEWAY_METRICS_DIR etc. as `gateway serve` would see them
     settings = services.load_settings(env)

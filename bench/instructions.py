@@ -47,6 +47,7 @@ def main(requests: int, against: Path | None = None) -> int:
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(sqlite_database())
         env = {"GATEWAY_DATABASE_URL": db.url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+               "GATEWAY_VENDOR_FAKE_SERVER": "openai",
                "GATEWAY_VENDOR_FAKE_BASE_URL": f"http://127.0.0.1:{vendor_port}/v1",
                "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_LOG_LEVEL": "warning",
                "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port)}

@@ -388,6 +388,7 @@ def main() -> int:
     try:
         with sqlite_database() as db:
             env = {"GATEWAY_DATABASE_URL": db.url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+                   "GATEWAY_VENDOR_FAKE_SERVER": "openai",
                    "GATEWAY_VENDOR_FAKE_BASE_URL": f"http://127.0.0.1:{vendor_port}/v1",
                    "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_LOG_LEVEL": "warning",
                    "GATEWAY_REDIS_URL": store.url, "GATEWAY_REDIS_PREFIX": prefix}

@@ -238,7 +238,7 @@ def main() -> int:
     db = database.enter_context(sqlite_database())  # both gateways write their ledger rows to it
     env = {
         "GATEWAY_DATABASE_URL": db.url,
-        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai", "GATEWAY_VENDOR_FAKE_SERVER": "openai",
         "GATEWAY_VENDOR_FAKE_BASE_URL": f"{vendor_url}/v1",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         "GATEWAY_LOG_LEVEL": "warning",

@@ -413,6 +413,10 @@ class Vendor(BaseModel):
     """
     The wire protocol its adapter speaks, e.g. `openai`, `anthropic`, `gemini`, `local`.
     """
+    server: Annotated[str | MISSING, Field(title='Server')] = MISSING
+    """
+    For a vendor of the `openai` protocol: which OpenAI-compatible server it is served as (`openai`, `llama.cpp`, `vllm`, `sglang`, `ollama`, or `unidentified`: assumed to lack what any of them lacks), from its `server` option or, by default, from what the server said of itself (`GET /models`) when the gateway started. Its `parameters` follow from it.
+    """
     parameters: Annotated[dict[str, ParameterSupport], Field(title='Parameters')]
     """
     Per request parameter of CompletionRequest, plus `prompt` for list prompts.

@@ -24,6 +24,9 @@ async def list_vendors(request: HandlerRequest) -> Response:
 
 def _vendor(adapter: Adapter) -> dict[str, Any]:
     body = describe(adapter.name, adapter.protocol, adapter.capabilities)
+    server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai_servers.py)
+    if server is not None:
+        body["server"] = server.name
     if isinstance(adapter, Balanced):
         body |= deployments(adapter.balancer)
     return body

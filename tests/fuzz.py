@@ -74,7 +74,8 @@ def _vendor(name: str, protocol: str, model: str, options: dict[str, str] | None
 TARGETS: dict[str, Target] = {
     # The suite's session gateway: vendor `fake` (and others), every operation of the contract, every
     # phase in the suite's short run too (coverage: ~350 completion cases).
-    "openai": Target(_vendor("fake", "openai", "fake/fuzz-model"), FakeOpenAI, lambda url, db: gateway_env(url, db),
+    "openai": Target(_vendor("fake", "openai", "fake/fuzz-model", {"server": "openai"}), FakeOpenAI,
+                     lambda url, db: gateway_env(url, db),
                      operations=[], short=["--max-examples", "20", *REPRODUCIBLE]),
     "anthropic": Target(_vendor("anthropic", "anthropic", "anthropic/claude-fuzz"), FakeAnthropic,
                         lambda url, db: _vendor_env("anthropic", "anthropic", url, ANTHROPIC_SECRET, db)),

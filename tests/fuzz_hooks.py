@@ -65,7 +65,8 @@ class Vendor:
 
 
 VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(
-    {"name": "fake", "protocol": "openai", "options": {}, "model": "fake/fuzz-model", "limits": {}})))
+    {"name": "fake", "protocol": "openai", "options": {"server": "openai"}, "model": "fake/fuzz-model",
+     "limits": {}})))
 STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "<mode> <status>"
 
 

@@ -30,6 +30,13 @@ class EngineServer:
         assert "error" not in answer, answer
         return answer
 
+    def over_http(self, body: dict) -> dict:
+        """`body` posted to its /v1/completions as any client would (a connection of its own: the
+        server closes one after a stream although it announced keep-alive)."""
+        r = httpx.post(f"{self.url}/v1/completions", json={"model": "m", **body}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
     def next_token_logprob(self, prefix: list[int], token: int) -> float:
         """log P(token | prefix), read from the model's whole next-token distribution. The comma is
         forced (the reported distribution is the unbiased one) because llama.cpp reports nothing

@@ -74,12 +74,14 @@ def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str,
         "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
         "GATEWAY_VENDOR_FAKE_BASE_URL": f"{upstream_url}/v1",
         "GATEWAY_VENDOR_FAKE_API_KEY": UPSTREAM_SECRET,
+        "GATEWAY_VENDOR_FAKE_SERVER": "openai",  # the fake implements the whole contract
         "GATEWAY_VENDOR_FAKE_FIRST_BYTE": "2",
         "GATEWAY_VENDOR_FAKE_IDLE": "2",
         "GATEWAY_VENDOR_FAKE_RETRIES": "0",  # tests/test_faults.py covers retries with its own vendor
         # The same fake vendor with the default retry policy, for the fault tests.
         "GATEWAY_VENDOR_RETRYING_PROTOCOL": "openai",
         "GATEWAY_VENDOR_RETRYING_BASE_URL": f"{upstream_url}/v1",
+        "GATEWAY_VENDOR_RETRYING_SERVER": "openai",
         "GATEWAY_VENDOR_RETRYING_FIRST_BYTE": "1",
         "GATEWAY_VENDOR_RETRYING_IDLE": "1",
         "GATEWAY_VENDOR_RETRYING_TOTAL": "2",
@@ -101,9 +103,9 @@ VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
     "gemini": ("gemini", "gemini", {"max_candidates": "4"}),
     "gemini1": ("gemini", "gemini", {}),
     # An OpenAI-compatible server lacking everything the gateway can emulate.
-    "bare": ("openai", "openai", {"lacks": "prompt,n,echo,stop,best_of,user"}),
+    "bare": ("openai", "openai", {"server": "openai", "lacks": "prompt,n,echo,stop,best_of,user"}),
     # One that echoes natively but takes a single stop sequence.
-    "fewstops": ("openai", "openai", {"max_stop": "1"}),
+    "fewstops": ("openai", "openai", {"server": "openai", "max_stop": "1"}),
 }
 
 

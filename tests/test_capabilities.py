@@ -12,9 +12,9 @@ import pytest
 
 from gateway.core.parameters import NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
-from gateway.planner.capabilities import verdicts
+from gateway.planner.capabilities import served_below, verdicts
 from handlers.vendors import describe
-from tests.support import SHARED_TLS, VENDORS, capabilities_of, contains
+from tests.support import SHARED_TLS, VENDORS, capabilities_of, contains, streamed
 
 # A value for each parameter that the contract accepts and that is easy to find in a vendor request.
 EXAMPLES: dict[str, Any] = {
@@ -24,6 +24,7 @@ EXAMPLES: dict[str, Any] = {
 }  # fmt: skip
 CASES = [(vendor, name, found) for vendor in VENDORS for name, found in verdicts(capabilities_of(vendor)).items()]
 RANGES = [(vendor, name, found.range) for vendor, name, found in CASES if found.range is not None]
+BELOW = [(vendor, name, value) for vendor, name, found in CASES if (value := served_below(name, found)) is not None]
 
 
 def requests_of(fakes) -> list[dict]:
@@ -55,6 +56,8 @@ def test_values_outside_a_vendors_range_are_rejected_not_clamped(vclient, upstre
                                                                   gemini_upstream, vendor, name, allowed):
     step = 1 if isinstance(allowed.maximum, int) else 0.5
     for value in (allowed.maximum + step, allowed.minimum - step):
+        if (vendor, name, value) in BELOW:
+            continue  # served (the next test)
         r = vclient.post("/v5/completions", json={"model": f"{vendor}/m", "prompt": "x", name: value})
         if r.status_code == 422:
             continue  # outside the contract's own range too
@@ -66,6 +69,28 @@ def test_values_outside_a_vendors_range_are_rejected_not_clamped(vclient, upstre
     r = vclient.post("/v5/completions", json={"model": f"{vendor}/m", "prompt": "x", name: allowed.maximum,
                                               "max_tokens": 1})
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("vendor", "name", "value"), BELOW, ids=[f"{v}-{n}" for v, n, _ in BELOW])
+def test_a_value_below_a_vendors_range_that_the_gateway_serves(vclient, upstream, anthropic_upstream,
+                                                               gemini_upstream, vendor, name, value):
+    assert (name, value) == ("max_tokens", 0)  # the one there is: the vendor is asked for 1 token, dropped
+    fakes = (upstream, anthropic_upstream, gemini_upstream)
+    for stream in (False, True):
+        usage_chunk = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        r = vclient.post("/v5/completions", json={"model": f"{vendor}/m", "prompt": "x", name: value, **usage_chunk})
+        assert r.status_code == 200, r.text
+        if stream:
+            texts, finishes, chunks = streamed(r.text)
+            usage = chunks[-1]["usage"]
+        else:
+            texts = {c["index"]: c["text"] for c in r.json()["choices"]}
+            finishes = {c["index"]: [c["finish_reason"]] for c in r.json()["choices"]}
+            usage = r.json()["usage"]
+        assert texts == {0: ""} and finishes == {0: ["length"]}, r.text
+        assert usage["completion_tokens"] == 1  # what the vendor generated, and bills
+    sent = requests_of(fakes)
+    assert len(sent) == 2 and all(contains(req["body"], 1) for req in sent)
 
 
 def test_anthropic_temperature_above_one(vclient):
@@ -91,6 +116,7 @@ def test_vendors_operation_shows_the_enforced_map(vclient):
     for name, (protocol, _, _) in VENDORS.items():
         vendor = listed[name]
         assert vendor.pop("routing") == "least_outstanding" and len(vendor.pop("deployments")) == 1
+        assert vendor.pop("server", None) == ("openai" if protocol == "openai" else None)  # as configured
         assert vendor == describe(name, protocol, capabilities_of(name))
     assert listed["anthropic"]["parameters"]["temperature"] == {"support": "native", "minimum": 0, "maximum": 1}
     assert listed["gemini"]["parameters"]["n"]["per_call_limit"] == 4

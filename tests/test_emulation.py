@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 
+import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.core.parameters import EMULATED
 from gateway.planner.emulation import StopMatcher
 from tests.provision import ledger_row
-from tests.support import streamed, wait_until
+from tests.support import VENDORS, capabilities_of, streamed, wait_until
 
 
 def stream_through(matcher: StopMatcher, pieces: list[str]) -> str:
@@ -170,9 +172,28 @@ def test_echo_prepends_the_prompt(vclient, upstream, stream):
     assert texts == {0: "p w0 w1", 1: "q w0 w1"}
     firsts = {}
     for chunk in chunks:
+        indexes = [choice["index"] for choice in chunk["choices"]]
+        assert len(indexes) == len(set(indexes)), chunk  # clients read one entry per choice
         for choice in chunk["choices"]:
             firsts.setdefault(choice["index"], choice["text"])
-    assert firsts == {0: "p", 1: "q"}  # the echo comes first
+    assert firsts == {0: "p w0", 1: "q w0"}  # the echo comes first, with the choice's first piece
+
+
+ECHO_EMULATED = [name for name in VENDORS if capabilities_of(name)["echo"].kind == EMULATED]
+
+
+@pytest.mark.parametrize("vendor", ECHO_EMULATED)
+def test_an_emulated_echo_reads_whole_in_the_openai_sdks_stream_loop(vendors_gateway, database, vendor):
+    """The SDK's README loop reads `chunk.choices[0].text`: the echo and the first token must not
+    be two entries of one choice in one chunk (it read "Hello world the" for "Hello world of the")."""
+    client = openai.OpenAI(api_key=database.key, base_url=f"{vendors_gateway.url}/v5", max_retries=0)
+    body = {"model": f"{vendor}/m", "prompt": "Hello world", "max_tokens": 3, "echo": True}
+    whole = client.completions.create(**body).choices[0].text
+    assert whole.startswith("Hello world") and len(whole) > len("Hello world")
+    text = ""
+    for chunk in client.completions.create(**body, stream=True):
+        text += chunk.choices[0].text if chunk.choices else ""
+    assert text == whole
 
 
 def test_echo_with_logprobs_needs_a_vendor_that_scores_prompts(vclient, upstream):

@@ -19,7 +19,7 @@ def tight(upstream, database):
     env = gateway_env(upstream.url, database.url, GATEWAY_MAX_CONCURRENT="2", GATEWAY_MAX_VENDOR_CALLS="4",
                       GATEWAY_BODY_TIMEOUT="1", GATEWAY_HEADER_TIMEOUT="1",
                       # the fake vendor again, as a server that takes one prompt per call
-                      GATEWAY_VENDOR_SINGLE_PROTOCOL="openai", GATEWAY_VENDOR_SINGLE_BASE_URL=f"{upstream.url}/v1",
+                      GATEWAY_VENDOR_SINGLE_PROTOCOL="openai", GATEWAY_VENDOR_SINGLE_SERVER="openai", GATEWAY_VENDOR_SINGLE_BASE_URL=f"{upstream.url}/v1",
                       GATEWAY_VENDOR_SINGLE_LACKS="prompt,n")
     with GatewayProcess(env) as gateway:
         yield gateway

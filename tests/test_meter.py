@@ -29,7 +29,7 @@ from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 from tests.provision import empty_database, ledger_rows
 
-SETTINGS = load_settings({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+SETTINGS = load_settings({"GATEWAY_VENDOR_FAKE_PROTOCOL": "openai", "GATEWAY_VENDOR_FAKE_SERVER": "openai",
                           "GATEWAY_VENDOR_FAKE_BASE_URL": "http://127.0.0.1:9", "GATEWAY_VENDOR_LOCAL_ENABLED": "0"})
 
 

@@ -69,6 +69,10 @@ class Support:
     per_call: int | None = None
 
 
+# A count a vendor takes from 1 (max_tokens on most vendors: 0 is then emulated, planner/capabilities.py).
+AT_LEAST_ONE = Range(1, 2**31 - 1)
+
+
 def native(range: Range | None = None, per_call: int | None = None) -> Support:
     return Support(NATIVE, range=range, per_call=per_call)
 

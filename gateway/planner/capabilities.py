@@ -41,6 +41,11 @@ _BEYOND = {
     "n": "more choices are split over concurrent vendor calls",
     "stop": "a longer list is matched by the gateway",
 }
+# Values below a vendor's range that the gateway serves itself: the value, and how.
+BELOW = {
+    "max_tokens": (0, "0 is emulated: the vendor is asked for 1 token, which the gateway drops (its usage is "
+                      "kept: the vendor generated it)"),
+}
 
 
 def verdicts(caps: Capabilities) -> dict[str, Support]:
@@ -55,6 +60,8 @@ def verdict(caps: Capabilities, name: str) -> Support:
     if declared.kind == NATIVE:
         limit = declared.per_call
         detail = None if limit is None else f"up to {limit} per vendor call; {_BEYOND[name]}"
+        if served_below(name, declared) is not None:
+            detail = BELOW[name][1]
         return Support(NATIVE, detail, declared.range, limit)
     if declared.kind == EMULATED:
         needed = _NEEDS.get(name)
@@ -80,6 +87,9 @@ def check(adapter: Adapter, call: CompletionCall) -> Emulation:
             raise UnsupportedParameter(name, vendor, found.detail or "")
         value = call.given(name)
         if found.range is not None and value not in found.range:
+            if value == served_below(name, found):
+                emulated.add(name)
+                continue
             raise ParameterOutOfRange(name, vendor, value, str(found.range))
         beyond_per_call = name == "stop" and found.per_call is not None and len(call.stop) > found.per_call
         if found.kind == EMULATED or beyond_per_call:
@@ -95,4 +105,11 @@ def check(adapter: Adapter, call: CompletionCall) -> Emulation:
         logprobs=call.logprobs is not None,
         vendor_echoes=call.echo and "echo" not in emulated,
         user_recorded="user" in emulated,
+        no_tokens="max_tokens" in emulated,
     )
+
+
+def served_below(name: str, found: Support) -> int | None:
+    """The value below `found`'s range that the gateway serves itself (None: none is)."""
+    below = BELOW.get(name)
+    return below[0] if below is not None and found.range is not None and below[0] < found.range.minimum else None

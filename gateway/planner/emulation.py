@@ -1,7 +1,8 @@
 """What the gateway does itself when a vendor lacks a parameter: echo the prompt, match stop
-sequences (also when one is split across stream chunks) and rank `best_of` candidates by their
-logprob. `n` and list prompts are fanned out by planner/plan.py; planner/capabilities.py
-decides which of these a request needs.
+sequences (also when one is split across stream chunks), rank `best_of` candidates by their
+logprob, and answer `max_tokens: 0` on a vendor that cannot generate nothing (it is asked for one
+token, which is dropped). `n` and list prompts are fanned out by planner/plan.py;
+planner/capabilities.py decides which of these a request needs.
 
 Stop sequences are cut the way a vendor cuts them: the text ends right before the sequence
 (which is not included) and the choice finishes with "stop". When several could apply, the one
@@ -29,6 +30,7 @@ from gateway.core.completion import (
     rough_tokens,
 )
 from gateway.core.errors import VendorFailed
+from gateway.planner.verify import Expected
 from gateway.vendors.logprobs import with_sampled
 
 Logprobs = dict[str, list[Any]]
@@ -45,14 +47,17 @@ class Emulation:
     logprobs: bool = False  # the client asked for logprobs (best_of asks the vendor for them anyway)
     vendor_echoes: bool = False  # the vendor's text starts with the prompt (native echo): never matched
     user_recorded: bool = False  # the vendor has no end-user field: `user` is only recorded in the ledger
+    # max_tokens 0 on a vendor whose least is 1: it is asked for 1 token, which is dropped (its usage,
+    # what the vendor generated and bills, is kept).
+    no_tokens: bool = False
 
     @property
     def rewrites_stream(self) -> bool:
-        return self.echo or bool(self.stop)
+        return self.echo or bool(self.stop) or self.no_tokens
 
     @property
     def rewrites_result(self) -> bool:
-        return self.echo or bool(self.stop) or self.best_of is not None
+        return self.echo or bool(self.stop) or self.best_of is not None or self.no_tokens
 
     def per_prompt(self, n: int) -> int:
         """Choices the vendor calls generate per prompt."""
@@ -70,12 +75,18 @@ class Emulation:
             n=self.per_prompt(call.n),
             best_of=None if self.best_of else call.best_of,
             logprobs=0 if self.best_of and call.logprobs is None else call.logprobs,
+            max_tokens=1 if self.no_tokens else call.max_tokens,
         )
 
     def complete(self, result: Result, prompts: Sequence[str], n: int, vendor: str) -> Result:
         """A merged answer (indexed prompt-major over `per_prompt(n)` choices) as the client asked."""
         per_prompt = self.per_prompt(n)
         choices = result.choices
+        if self.no_tokens:
+            for choice in choices:
+                keep = len(prompts[choice.index // per_prompt]) if self.vendor_echoes else 0
+                choice.text, choice.logprobs = choice.text[:keep], _upto(choice.logprobs, keep)
+                choice.finish_reason = "length"
         if self.stop:
             for choice in choices:
                 matcher = self._matcher(prompts[choice.index // per_prompt])
@@ -91,25 +102,29 @@ class Emulation:
                 choice.text = prompts[choice.index // n] + choice.text
         return dataclasses.replace(result, choices=choices)
 
-    async def stream(self, chunks: AsyncIterator[list[Chunk]], prompts: Sequence[str],
-                     n: int) -> AsyncIterator[list[Chunk]]:
+    async def stream(self, chunks: AsyncIterator[list[Chunk]], prompts: Sequence[str], n: int,
+                     expected: Expected | None = None) -> AsyncIterator[list[Chunk]]:
         """One vendor call's chunks (indexes local to the call: prompt * n + i; in lists, as they
-        arrived) with the prompt echoed first and stop sequences matched. Once every choice has
-        stopped, the vendor call is ended; its usage, which the vendor would have sent last, is
-        then estimated."""
+        arrived) with the prompt echoed first and stop sequences matched; `expected` is shown the
+        vendor's own chunks, before they are rewritten. Once every choice has stopped, the vendor
+        call is ended; its usage, which the vendor would have sent last, is then estimated."""
         total = len(prompts) * n
         matchers = [self._matcher(prompts[i // n]) for i in range(total)] if self.stop else []
+        kept = _Kept(prompts, n, self.vendor_echoes) if self.no_tokens else None
         finished: set[int] = set()
         echoed = not self.echo
         generated = 0  # characters the vendor produced, for the estimate
         async with aclosing(chunks):
             async for batch in chunks:
+                if expected is not None:
+                    expected.batch(batch)
                 rewritten = []
                 for chunk in batch:
-                    out = [] if echoed else [Choice(i, prompts[i // n]) for i in range(total)]
-                    echoed = True
+                    out = []
                     for choice in chunk.choices:
                         generated += len(choice.text)
+                        if kept is not None:
+                            choice = kept.cut(choice)
                         if matchers:
                             matcher = matchers[choice.index]
                             if matcher.stopped:
@@ -119,6 +134,11 @@ class Emulation:
                             finished.add(choice.index)
                         if choice.text or choice.finish_reason or choice.logprobs:
                             out.append(choice)
+                    if not echoed:
+                        # Each choice's first piece starts with its prompt: one entry per choice in
+                        # the chunk (clients read `choices[0]`; two of one index lose a piece).
+                        out = _echoed(out, prompts, n, total)
+                        echoed = True
                     if out or chunk.usage is not None:
                         rewritten.append(Chunk(out, chunk.usage))
                     if len(finished) == total and any(m.stopped for m in matchers):
@@ -126,11 +146,53 @@ class Emulation:
                         return
                 if rewritten:
                     yield rewritten
+        if expected is not None:
+            expected.ended()
         if not echoed:
             yield [Chunk([Choice(i, prompts[i // n]) for i in range(total)])]
 
     def _matcher(self, prompt: str) -> StopMatcher:
         return StopMatcher(self.stop, skip=len(prompt) if self.vendor_echoes else 0)
+
+
+def _echoed(pieces: list[Choice], prompts: Sequence[str], n: int, total: int) -> list[Choice]:
+    """The first pieces of a stream's choices with each choice's prompt in front: prepended to the
+    choice's own piece when the chunk has one, else a piece of its own."""
+    firsts: dict[int, Choice] = {}
+    for piece in pieces:
+        firsts.setdefault(piece.index, piece)
+    out = []
+    for index in range(total):
+        piece = firsts.get(index)
+        prompt = prompts[index // n]
+        out.append(Choice(index, prompt) if piece is None else
+                   Choice(index, prompt + piece.text, piece.finish_reason, piece.logprobs))
+    return out + [piece for piece in pieces if firsts[piece.index] is not piece]
+
+
+class _Kept:
+    """What is kept of a stream's text when nothing was to be generated: each choice's echo of its
+    prompt by the vendor, if it echoes, and none of the token it was asked for instead of none."""
+
+    def __init__(self, prompts: Sequence[str], n: int, vendor_echoes: bool) -> None:
+        self._left = [len(prompts[i // n]) if vendor_echoes else 0 for i in range(len(prompts) * n)]
+
+    def cut(self, choice: Choice) -> Choice:
+        left = self._left[choice.index]
+        text = choice.text[:left]
+        self._left[choice.index] = left - len(text)
+        logprobs = _upto(choice.logprobs, len(text)) if text else None
+        return Choice(choice.index, text, choice.finish_reason and "length", logprobs)
+
+
+def _upto(logprobs: Logprobs | None, chars: int) -> Logprobs | None:
+    """The logprobs of the tokens that start within a text's first `chars` characters."""
+    if logprobs is None:
+        return None
+    offsets = logprobs.get("text_offset") or []
+    start = offsets[0] if offsets and offsets[0] is not None else 0
+    count = sum(1 for at in offsets if at is not None and at - start < chars)
+    return {key: list((logprobs.get(key) or [])[:count]) for key in _LISTS}
 
 
 def _advance(matcher: StopMatcher, choice: Choice) -> Choice:

@@ -36,6 +36,7 @@ from gateway.core.parameters import PARAMETERS
 from gateway.core.streams import merged
 from gateway.planner import capabilities
 from gateway.planner.emulation import Emulation
+from gateway.planner.verify import Expected
 from gateway.vendors.base import Adapter
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
@@ -105,8 +106,8 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) 
     if call.best_of is not None and call.best_of < call.n:
         raise invalid_field(("best_of",), f"best_of ({call.best_of}) must be at least n ({call.n})", "value_error",
                             call.best_of)
-    if call.best_of == call.n:
-        call.best_of = None  # as many candidates as choices: nothing to rank
+    if call.best_of == call.n or call.max_tokens == 0:
+        call.best_of = None  # as many candidates as choices, or nothing generated: nothing to rank
     emulation = capabilities.check(adapter, call)
     options = _value(request.stream_options)
     legs = _fan_out(adapter, emulation.vendor_call(call), max_vendor_calls)
@@ -211,20 +212,33 @@ async def stream(plan: Plan) -> AsyncIterator[list[Chunk]]:
     case, is relayed without a task or a queue between the vendor and the client."""
     legs = plan.legs
     usages: list[Usage | None] = [None] * len(legs)
+    expected = [Expected(leg.call, plan.adapter.name) for leg in legs]
+    # Who shows each leg's own chunks to its Expected: the emulations, when they rewrite them.
+    checked_here = not plan.emulation.rewrites_stream
     if len(legs) == 1:
-        async with aclosing(_vendor_stream(plan, legs[0])) as chunks:
+        only = expected[0]
+        async with aclosing(_vendor_stream(plan, legs[0], only)) as chunks:
             async for batch in chunks:
+                if checked_here:
+                    only.batch(batch)
                 if relayed := _relayed(plan, 0, batch, usages):
                     yield relayed
+        if checked_here:
+            only.ended()
     else:
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
-        async def leg_chunks(leg: Leg) -> AsyncIterator[list[Chunk]]:
-            async with gate, aclosing(_vendor_stream(plan, leg)) as chunks:
+        async def leg_chunks(number: int) -> AsyncIterator[list[Chunk]]:
+            leg = expected[number]
+            async with gate, aclosing(_vendor_stream(plan, legs[number], leg)) as chunks:
                 async for batch in chunks:
+                    if checked_here:
+                        leg.batch(batch)
                     yield batch
+            if checked_here:
+                leg.ended()
 
-        streams = [leg_chunks(leg) for leg in legs]
+        streams = [leg_chunks(number) for number in range(len(legs))]
         async with aclosing(merged(streams, buffered=64)) as batches:  # a slow client slows the legs down
             async for number, batch in batches:
                 if relayed := _relayed(plan, number, batch, usages):
@@ -257,7 +271,7 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
         with span.current():
             result = await plan.adapter.complete(leg.call)
         span.result(result)
-        return result
+        return Expected(leg.call, plan.adapter.name).result(result)
     except BaseException as exc:
         span.failed(exc)
         raise
@@ -265,11 +279,13 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
         span.end()
 
 
-def _vendor_stream(plan: Plan, leg: Leg) -> AsyncIterator[list[Chunk]]:
+def _vendor_stream(plan: Plan, leg: Leg, expected: Expected) -> AsyncIterator[list[Chunk]]:
+    """One leg's chunks; `expected` sees them as the vendor sent them (here when the emulations
+    rewrite them, else as they are relayed: `_relayed`)."""
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
     chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
     if plan.emulation.rewrites_stream:
-        return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n)
+        return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n, expected)
     return chunks
 
 

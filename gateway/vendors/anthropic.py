@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import Capabilities, Range, emulated, native, unsupported
+from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.sse_reader import Event
@@ -69,7 +69,7 @@ class AnthropicOptions(BaseModel):
 def capabilities(options: AnthropicOptions) -> Capabilities:
     return Capabilities("anthropic", {
         "prompt": emulated(),  # one prompt per Messages request
-        "max_tokens": native(),
+        "max_tokens": native(range=AT_LEAST_ONE),
         "stop": native(),
         "temperature": native(range=Range(0, 1)),
         "top_p": native(),

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import Capabilities, emulated, native, unsupported
+from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import with_sampled
@@ -84,7 +84,7 @@ def capabilities(options: GeminiOptions) -> Capabilities:
     candidates = options.max_candidates
     return Capabilities("gemini", {
         "prompt": emulated(),  # one prompt per call
-        "max_tokens": native(),
+        "max_tokens": native(range=AT_LEAST_ONE),
         "n": native(per_call=candidates) if candidates > 1 else emulated(),
         "stop": native(per_call=MAX_STOP),
         "temperature": native(),

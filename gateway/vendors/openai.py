@@ -6,16 +6,21 @@ The contract *is* this protocol, so every parameter passes through natively, inc
 prompts, `n` and their prompt-major choice indexing. Streams always ask the vendor for usage
 (`stream_options.include_usage`); the planner decides whether the client sees it.
 
-Compatible servers do not all implement everything (llama.cpp's server ignores `echo`, vLLM's V1
-engine dropped `best_of`). The vendor's configuration says what its server lacks, and the gateway
-then emulates it or rejects it with a 400 instead of letting the server ignore it (OpenAIOptions):
+Compatible servers do not all implement everything (llama.cpp's server ignores `echo` and counts
+the usage of one choice only, vLLM's dropped `best_of`). Which server a vendor is, the gateway
+finds out as it starts (vendors/openai_servers.py), or the configuration says; what the server
+lacks is then emulated or refused with a 400 instead of being left to the server to ignore. The
+configuration may add what a server lacks besides (OpenAIOptions):
 
+    server = "auto"               # or openai, llama.cpp, vllm, sglang, ollama, unidentified
     lacks = ["echo", "best_of"]   # any request parameter, or "prompt" for list prompts
     max_stop = 1                  # stop sequences it takes per request; more are matched by the gateway
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, ClassVar
@@ -27,14 +32,32 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import EMULATABLE, PARAMETERS, Capabilities, Support, emulated, native, unsupported
+from gateway.core.parameters import (
+    AT_LEAST_ONE,
+    EMULATABLE,
+    PARAMETERS,
+    Capabilities,
+    Support,
+    emulated,
+    native,
+    unsupported,
+)
+from gateway.vendors import openai_servers as servers
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
+from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
+from gateway.vendors.openai_servers import Server
 from gateway.vendors.sse_reader import Event
-from gateway.vendors.logprobs import Offsets, from_engine, legacy
 from gateway.vendors.vendor_errors import error_message, payload_message, redact, vendor_error
 
+log = logging.getLogger("gateway.vendors")
+
 COMPLETIONS = "/completions"
+MODELS = "/models"  # what the server is identified by
+# Seconds the server's identification may take as the gateway starts; an unanswered one is asked
+# again in the background, RETRY_IDENTIFY seconds later at first, doubling to a minute.
+IDENTIFY_TIMEOUT = 5.0
+RETRY_IDENTIFY = 5.0
 # Sent on every call, whatever the request says: the vendor's defaults differ between servers.
 ALWAYS_SENT = ("prompt", "max_tokens")
 FINGERPRINT_LIMIT = 200  # characters of a system_fingerprint passed on (a longer one, or not text: dropped)
@@ -47,9 +70,18 @@ NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logpr
 class OpenAIOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # Which server it is (vendors/openai_servers.py): "auto" finds out as the gateway starts.
+    server: str = servers.AUTO
     lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
     # Stop sequences it takes per request (0: none); more are matched by the gateway.
     max_stop: NonNegativeInt | None = None
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, server: str) -> str:
+        if server != servers.AUTO and server not in servers.SERVERS:
+            raise ValueError(f"names no known server (known: {', '.join([servers.AUTO, *servers.SERVERS])})")
+        return server
 
     @field_validator("lacks")
     @classmethod
@@ -60,17 +92,33 @@ class OpenAIOptions(BaseModel):
         return lacks
 
 
-def capabilities(options: OpenAIOptions) -> Capabilities:
-    """Everything natively (the contract is this protocol), less what the server lacks."""
+def capabilities(options: OpenAIOptions, server: Server | None = None) -> Capabilities:
+    """Everything natively (the contract is this protocol), less what the server lacks: what it is
+    known to lack (`server`; by default the one the options name, or UNIDENTIFIED until it is
+    identified), and what its vendor configuration says it lacks."""
+    server = server or servers.declared(options.server, ()) or servers.UNIDENTIFIED
     support: dict[str, Support] = {}
     for name in NATIVE:
         if name in options.lacks or (name == "stop" and options.max_stop == 0):
             support[name] = emulated() if name in EMULATABLE else unsupported(
                 "the server does not implement it (its vendor configuration says `lacks`) and the gateway cannot "
                 "emulate it")
+        elif name in server.lacks:
+            support[name] = emulated() if name in EMULATABLE else unsupported(_lacking(server))
+        elif name in ("prompt", "n") and server.one_task_per_call:
+            support[name] = native(per_call=1)
+        elif name == "max_tokens" and not server.zero_max_tokens:
+            support[name] = native(range=AT_LEAST_ONE)
         else:
             support[name] = native(per_call=options.max_stop if name == "stop" else None)
     return Capabilities("openai", support)
+
+
+def _lacking(server: Server) -> str:
+    if server is servers.UNIDENTIFIED:
+        return ("the server could not be identified, and compatible servers ignore it; if this one implements it, "
+                "name the server in the vendor's `server` option (e.g. openai)")
+    return f"{server.title}'s server does not implement it, and the gateway cannot emulate it"
 
 
 class OpenAIAdapter(HttpAdapter):
@@ -83,11 +131,63 @@ class OpenAIAdapter(HttpAdapter):
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
         super().__init__(config, settings, _headers, paths=(COMPLETIONS,))
-        self.capabilities = capabilities(options)
+        self._options = options
+        self._declared = servers.declared(options.server, (target.base_url for target in config.targets))
+        self._identifying: asyncio.Task[None] | None = None
+        self._use(self._declared or servers.UNIDENTIFIED)
+
+    def _use(self, server: Server) -> None:
+        """Serve as `server` does: the capabilities the planner reads, and what goes on the wire."""
+        self.server = server
+        self.capabilities = capabilities(self._options, server)
         # The parameters put on the wire as they are: only what is native (an emulated or
         # unsupported one never reaches the vendor), in the contract's order.
         self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native
                                 and name not in ALWAYS_SENT)
+        self._logprobs_zero = 0 if server.zero_logprobs else 1  # what `logprobs: 0` is sent as
+
+    async def start(self) -> None:
+        """Identify the server unless the configuration names it. One that cannot be asked now is
+        asked again in the background; meanwhile it is served as UNIDENTIFIED."""
+        if self._declared is None and not await self._identify():
+            self._identifying = asyncio.create_task(self._identify_later())
+
+    async def close(self) -> None:
+        if self._identifying is not None:
+            self._identifying.cancel()
+        await super().close()
+
+    async def identified(self) -> Server:
+        """The server, once identified (awaits the background identification, if one runs)."""
+        if self._identifying is not None:
+            await asyncio.shield(self._identifying)
+        return self.server
+
+    async def _identify(self) -> bool:
+        """Ask every deployment which server it is; True once they all answered."""
+        try:
+            async with asyncio.timeout(IDENTIFY_TIMEOUT):
+                answers = await self._deployments.probe(MODELS)
+        except TimeoutError:
+            answers = [None]
+        if any(answer is None for answer in answers):
+            log.info("vendor %s: could not ask its server which it is yet; served as an unidentified server",
+                     self.name)
+            return False
+        found = servers.agreed([servers.identify(header, body) for header, body in answers])  # type: ignore[misc]
+        self._use(found or servers.UNIDENTIFIED)
+        log.info("vendor %s: the server is %s", self.name,
+                 f"{found.title}'s ({found.known_from})" if found else "not one the gateway knows: it is served as "
+                 "an unidentified server (docs/vendors.md); name it with the `server` option")
+        return True
+
+    async def _identify_later(self) -> None:
+        delay = RETRY_IDENTIFY
+        while True:
+            await asyncio.sleep(delay)
+            if await self._identify():
+                return
+            delay = min(delay * 2, 60.0)
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -99,6 +199,8 @@ class OpenAIAdapter(HttpAdapter):
             value = call.given(name)
             if value is not None:
                 payload[name] = value
+        if call.logprobs == 0:
+            payload["logprobs"] = self._logprobs_zero  # read back as 0 (_Logprobs)
         if call.stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
@@ -268,7 +370,12 @@ class _Logprobs:
 
     def legacy(self, index: int, raw: Any) -> dict[str, Any] | None:
         if not isinstance(raw, dict) or "content" not in raw:
-            return read.legacy_logprobs(raw, "logprobs")
+            found = read.legacy_logprobs(raw, "logprobs")
+            if found is not None and self._top == 0:  # asked of a server as 1 (OpenAIAdapter._payload)
+                found["top_logprobs"] = [None if top is None else with_sampled(token, lp, ())
+                                         for token, lp, top in zip(found["tokens"], found["token_logprobs"],
+                                                                   found["top_logprobs"], strict=True)]
+            return found
         entries = read.items(raw["content"], "logprobs.content")
         offsets = self._offsets.setdefault(index, Offsets())
         return legacy([from_engine(entry) for entry in entries], self._top, offsets)

@@ -8,6 +8,7 @@ one line below.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 
 from pydantic import ValidationError
@@ -88,8 +89,8 @@ class Registry:
         return adapter
 
     async def start(self) -> None:
-        for adapter in self._adapters.values():
-            await adapter.start()
+        # Together: a vendor may ask its server which it is (vendors/openai.py), bounded, as it starts.
+        await asyncio.gather(*(adapter.start() for adapter in self._adapters.values()))
 
     async def close(self) -> None:
         for adapter in self._adapters.values():

@@ -18,6 +18,9 @@ every test:
   reset            streams two chunks, then breaks the connection (no clean end of the body)
   truncated        answers 200 with half of a JSON completion, then breaks the connection
   held             streams one chunk, then waits for `release_held()` (or the client to leave)
+  ignores-<a>[-<b>]  answers as if the request lacked the parameters named (n, echo, logprobs, prompt:
+                   only the first prompt of a list), as servers that ignore them do
+  one-task-usage   reports the usage of the first prompt and choice only, as llama.cpp's server does
 
 Every stream is logged in `streams` (what was meant to be sent, what was, and whether the client
 left first), so a test can check that the gateway hung up on the vendor without timing it.
@@ -81,6 +84,8 @@ class FakeOpenAI:
         request = json.loads(body)
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
         model = request.get("model", "")
+        if model.startswith("ignores-"):
+            request = ignoring(request, model.split("-")[1:])
         if model.startswith("fail-"):
             status = int(model.split("-")[1])
             extra = [(b"retry-after", b"30")] if status == 429 else []
@@ -221,6 +226,14 @@ def logprobs_for(tokens: list[str], k: int, offset: int = 0) -> dict[str, Any]:
     }
 
 
+def ignoring(request: dict[str, Any], parameters: list[str]) -> dict[str, Any]:
+    """The request as a server that ignores `parameters` reads it."""
+    read = {name: value for name, value in request.items() if name not in parameters}
+    if "prompt" in parameters:
+        read["prompt"] = prompts_of(request)[0]
+    return read
+
+
 def prompt_tokens(prompt: str) -> int:
     return max(1, len(prompt.split()))
 
@@ -241,6 +254,8 @@ def completion(request: dict[str, Any], with_usage: bool = True) -> dict[str, An
                             "model": request["model"], "system_fingerprint": "fp_fake", "choices": choices}
     if with_usage:
         body["usage"] = usage(request, len(tokens))
+    if request["model"] == "one-task-usage":
+        body["usage"] = usage({"prompt": prompts_of(request)[0]}, len(tokens))
     return body
 
 
