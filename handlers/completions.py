@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -12,15 +11,15 @@ import orjson
 import pydantic
 from starlette.responses import Response
 
-from gateway.core.completion import Choice, Chunk, Result, Usage, generated, go_ahead
+from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
-from gateway.http import event_stream, limiting, observability
+from gateway.http import event_stream, limiting
 from gateway.http.context import HandlerRequest
+from gateway.http.lifecycle import Lifecycle
 from gateway.planner import fallbacks
 from gateway.planner import plan as planning
 from gateway.planner.plan import Plan
-from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
 log = logging.getLogger("gateway")
@@ -28,94 +27,38 @@ log = logging.getLogger("gateway")
 
 async def create(request: HandlerRequest) -> Response:
     services = request.services
-    caller = request.caller
-    account = caller.account(request.headers.get("x-selected-account-id"))
+    account = request.caller.account(request.headers.get("x-selected-account-id"))
     completion_request = _parse(request.body)
     request_id = f"cmpl-{ids.next()}"  # 128 random bits (core/ids.py), without a UUID object
     created = int(time.time())
-    # Usage ledger: every request that reaches a vendor records exactly one row through its meter.
-    meter = services.ledger.meter(request_id=request_id, account_id=account, key_id=caller.key_id)
-    observability.attach(request, meter)  # the access line and the request's metrics read it
-    services.admission.enter()
-    check: limiting.Check | None = None
-    heard = generated.set(meter.generated)  # the vendor call's task inherits it
-    settings = services.settings
+    # Admission, the meter (the request's one ledger row) and the limits' check, held until the
+    # request is over and given back by it alone (http/lifecycle.py).
+    life = Lifecycle(request, request_id, account, limiting.demand(completion_request))
     try:
-        # Limits of the key and the account (http/limiting.py) are asked for first; a shared store
-        # answers while the request is planned and its vendor request built. One vendor call (the
-        # usual case) awaits the verdict as its request is about to leave (core go_ahead); the calls
-        # of a fan-out start together, after it. A refusal raises, with its ledger row.
-        check = limiting.check(services.limiter, key_id=caller.key_id, account=account,
-                               request=completion_request, request_id=request_id, meter=meter)
+        settings = services.settings
         plan = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
-        deferred = check.remote and len(plan.legs) == 1
-        if deferred:
-            check.defer()
-            token = go_ahead.set(check.go_ahead)
-        else:
-            await check.grant()
-        try:
-            started = await request.unless_client_leaves(fallbacks.start(
-                plan, completion_request, services.registry,
-                check.fallbacks(settings.fallbacks, completion_request.model), settings.max_vendor_calls,
-                on_attempt=meter.trying))
-        finally:
-            if deferred:
-                go_ahead.reset(token)
-        grant = await check.grant()  # known by now: the vendor layer awaited it before asking the vendor
-    except BaseException as exc:
-        services.admission.leave()
-        grant, answer = (limiting.NO_LIMITS, exc) if check is None else await check.failed(exc)
-        meter.fail(answer)
-        if isinstance(answer, (GatewayError, ValidationFailed)) and grant.windows:  # the planner's 422s too
-            answer.extra_headers = limiting.headers(grant) | (answer.extra_headers or {})
-        if answer is not exc:
-            raise answer from None
-        raise
-    finally:
-        generated.reset(heard)
-    plan = started.plan
-    headers = {"x-request-id": request_id, "x-gateway-model": plan.model, **limiting.headers(grant)}
-    if plan.model != completion_request.model:
-        headers["x-gateway-fallback-from"] = completion_request.model
-    if started.result is not None:
-        services.admission.leave()
+        fallback_chains = life.fallbacks(settings.fallbacks, completion_request.model)
+        started = await life.call(len(plan.legs), lambda: fallbacks.start(
+            plan, completion_request, services.registry, fallback_chains, settings.max_vendor_calls,
+            on_attempt=life.meter.trying))
+        plan = started.plan
+        models = {"x-gateway-model": plan.model}
+        if plan.model != completion_request.model:
+            models["x-gateway-fallback-from"] = completion_request.model
+        headers = life.headers(models)
+        echoed = _echoed(plan, completion_request)
+        if started.result is None:
+            assert started.first is not None and started.rest is not None
+            return life.stream(_EventStream(plan, started.first, started.rest, request_id, created, life,
+                                            redact=services.redact, echoed=echoed), headers)
         result = started.result
-        meter.sent(result.choices)
-        try:
-            usage = result.usage or await meter.estimated_usage(plan.prompts, _echoed(plan, completion_request))
-        except BaseException:
-            meter.finish(result.billed)  # the ledger records what the vendor calls reported
-            raise
+        usage = result.usage or await life.estimated_usage(plan.prompts, echoed, result.choices)
         if usage.estimated:
             headers["x-gateway-usage-estimated"] = "true"
         body = orjson.dumps(_completion(plan, result, usage, request_id, created))
-        return _Answer(body, headers, then=functools.partial(meter.finish, result.billed))
-    assert started.first is not None and started.rest is not None
-    events = _EventStream(plan, started.first, started.rest, request_id, created, on_close=services.admission.leave,
-                          meter=meter, redact=services.redact, echoed=_echoed(plan, completion_request))
-    return event_stream.EventStreamResponse(events, headers=headers | {"cache-control": "no-cache"},
-                                            send_timeout=services.settings.send_timeout)
-
-
-class _Answer(Response):
-    """A plain completion's answer, its meter closed (`then`) once the answer was sent, or failed
-    to be: the ledger row (its prices, the limits it settles) is built after the client has its
-    bytes, not while the client waits for them. It runs before the task yields to the loop: the
-    answer is one write (its head goes with its body, http/connection.py), which waits for nothing
-    unless an earlier answer on the connection still waits to drain; so a limit's slot is free
-    before the client can have read the answer and asked again. Nothing reads the row sooner
-    either way: the ledger commits on a clock (store/ledger.py)."""
-
-    def __init__(self, body: bytes, headers: dict[str, str], then: Callable[[], None]) -> None:
-        super().__init__(body, media_type="application/json", headers=headers)
-        self._then = then
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._then()
+        return life.answer(body, headers, result.billed, result.choices)
+    except BaseException as exc:
+        await life.fail(exc)
 
 
 def _parse(body: dict[str, Any]) -> CompletionRequest:
@@ -154,13 +97,12 @@ class _EventStream:
     finish_reason per choice, the usage chunk when the client asked for it (estimated when the
     vendor reported none), and an error event instead of a silent cut. The events of the chunks
     that arrived together (one vendor read) go out as one piece of the body. `aclose()` (called
-    once by the response, however it ends) closes the vendor stream and releases the request's
-    admission. The meter hears of every piece of text sent and of how the stream ended; one
-    still open at `aclose()` means the client left."""
+    once by the response, however it ends) closes the vendor stream; the request's lifecycle hears
+    of every piece of text sent and of how the stream ended (one still open when the response
+    ends it means the client left)."""
 
     def __init__(self, plan: Plan, first: list[Chunk], rest: AsyncIterator[list[Chunk]], request_id: str,
-                 created: int, on_close: Callable[[], None], meter: Meter, redact: Callable[[str], str],
-                 echoed: Callable[[int], str]) -> None:
+                 created: int, life: Lifecycle, redact: Callable[[str], str], echoed: Callable[[int], str]) -> None:
         self._plan = plan
         self._echoed = echoed
         self._redact = redact
@@ -169,8 +111,7 @@ class _EventStream:
         self._head = {"id": request_id, "object": "text_completion", "created": created, "model": plan.model}
         # What every chunk's event starts with, encoded once: `data: {"id":...,"model":...,"choices":`.
         self._prefix = b"data: " + orjson.dumps(self._head)[:-1] + b',"choices":'
-        self._on_close = on_close
-        self._meter = meter
+        self._life = life
         self._events = self._generate()
         self._closed = False
         self.usage: Usage | None = None  # the client's
@@ -183,16 +124,14 @@ class _EventStream:
         if self._closed:
             return
         self._closed = True
-        self._meter.left()  # a stream that ended on its own closed its meter already
         try:
             await self._events.aclose()
-            await self._rest.aclose()
         finally:
-            self._on_close()
+            await self._rest.aclose()
 
     def _events_of(self, batch: list[Chunk], finished: set[int]) -> bytes:
         """The events of chunks that arrived together, as one piece of the body."""
-        prefix, meter = self._prefix, self._meter
+        prefix, life = self._prefix, self._life
         events = []
         for chunk in batch:
             if chunk.usage is not None:
@@ -210,7 +149,7 @@ class _EventStream:
                 if c.text or finish or c.logprobs:
                     choices.append({"index": c.index, "text": c.text, "finish_reason": finish, "logprobs": c.logprobs})
             if choices:
-                meter.sent(chunk.choices)
+                life.sent(chunk.choices)
                 events.append(prefix + orjson.dumps(choices) + b"}\n\n")
         return b"".join(events)
 
@@ -229,19 +168,19 @@ class _EventStream:
             usage = self.usage
             try:
                 if plan.include_usage and usage is None:
-                    usage = await self._meter.estimated_usage(plan.prompts, self._echoed)
+                    usage = await self._life.estimated_usage(plan.prompts, self._echoed)
             finally:
-                self._meter.finish(self.billed)
+                self._life.finish(self.billed)
             if unfinished:
                 end.append(event_stream.event(head | {"choices": [_choice(Choice(i, ""), "stop") for i in unfinished]}))
             if plan.include_usage and usage is not None:
                 end.append(event_stream.event(head | {"choices": [], "usage": _usage(usage)}))
         except GatewayError as exc:
-            self._meter.fail(exc)
+            self._life.failed_midway(exc)
             log.warning("stream %s failed: %s", head["id"], exc.message)
             end.append(event_stream.event(exc.body(self._redact)))
         except Exception as exc:
-            self._meter.fail(exc)
+            self._life.failed_midway(exc)
             log.exception("stream %s failed", head["id"])
             end.append(event_stream.event(GatewayError("internal error in the gateway", code="internal_error").body()))
         end.append(event_stream.DONE)

@@ -169,7 +169,8 @@ def test_a_budget_in_dollars_is_kept_by_the_prices_and_refuses_a_model_without_o
     assert spent.status_code == 429 and spent.headers["x-should-retry"] == "false"
     error = spent.json()["error"]
     assert (error["type"], error["code"]) == ("insufficient_quota", "budget_exceeded")
-    assert "$0.05 usd per day" in error["message"] and "$0.048 used" in error["message"], error["message"]
+    assert "the budget of key" in error["message"] and "is spent: $0.05 per day (UTC); $0.048 used" in error["message"], \
+        error["message"]
     # A model without a price cannot be kept to a budget in dollars: refused, not let through free.
     unpriced = complete(gateway, key, model="fake/m")
     assert unpriced.status_code == 403 and unpriced.headers["x-should-retry"] == "false"

@@ -7,7 +7,6 @@ test releases."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +20,7 @@ from generated.models import CompletionRequest
 
 SUBJECT = Subject(KEY, "key_a")
 LIMITS = Limits(rpm=3, concurrent=1)
-REQUEST = CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"})
+DEMAND = limiting.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}))
 
 
 class Store:
@@ -41,7 +40,7 @@ class Asking:
     limiter = None
 
     def __init__(self, answer: Grant) -> None:
-        self.plan = SimpleNamespace(found=((SUBJECT, LIMITS),))
+        self.subjects = ((SUBJECT, LIMITS),)
         self.answer = answer
         self.asked = asyncio.Event()
         self.answered = asyncio.Event()
@@ -67,7 +66,7 @@ def test_a_client_that_leaves_while_the_verdict_is_on_its_way_gives_back_what_wa
         claim = Claim("cmpl-1", 20, [])
         asking = Asking(Grant(store, claim, subjects=((SUBJECT, LIMITS),)))  # type: ignore[arg-type]
         meter = Meter()
-        check = limiting.Check(asking, "key_a", REQUEST, meter)  # type: ignore[arg-type]
+        check = limiting.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
         assert check.remote and check.subjects == ((SUBJECT, LIMITS),)
         check.defer()
         waiting = asyncio.create_task(check.go_ahead())  # the vendor layer, about to send
@@ -91,7 +90,7 @@ def refused_and_deferred() -> tuple[limiting.Check, Meter]:
     asking = Asking(Grant(refusal=Refusal(SUBJECT, RPM, 3, retry_after=20.0, wanted=1), subjects=((SUBJECT, LIMITS),)))
     asking.answered.set()
     meter = Meter()
-    check = limiting.Check(asking, "key_a", REQUEST, meter)  # type: ignore[arg-type]
+    check = limiting.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
     check.defer()
     return check, meter
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import MISSING
 
@@ -34,27 +35,38 @@ from gateway.store.limits import Budget, Limits, Subject, Unit
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
-__all__ = ["NO_LIMITS", "Check", "check", "headers"]
+__all__ = ["NO_LIMITS", "Check", "Demand", "check", "demand", "headers"]
 
 
-def estimate(request: CompletionRequest) -> tuple[int, int]:
-    """(prompt tokens, completion tokens) a request may use at most, by OpenAI's rule for rate
-    limits: the prompts' characters / 4, plus max_tokens for every choice it generates."""
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A request as its limits see it, whatever its endpoint: the model it asks for, the tokens it
+    may use at most, and what its ledger row says of it if a limit refuses it."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    streamed: bool = False
+    user: str | None = None
+
+
+def demand(request: CompletionRequest) -> Demand:
+    """A completion request's demand, by OpenAI's rule for rate limits: the prompts' characters / 4,
+    plus max_tokens for every choice it generates."""
     prompt = request.prompt
     prompts = [prompt] if isinstance(prompt, str) else list(prompt.root)
     max_tokens = _value(request.max_tokens, DEFAULT_MAX_TOKENS)
     choices = max(_value(request.n, 1), _value(request.best_of, 1))
-    return sum(rough_tokens(len(p)) for p in prompts), max_tokens * choices * len(prompts)
+    return Demand(request.model, sum(rough_tokens(len(p)) for p in prompts), max_tokens * choices * len(prompts),
+                  bool(_value(request.stream, False)), _value(request.user, None))
 
 
-def check(limiter: Limiter, *, key_id: str, account: str, request: CompletionRequest, request_id: str,
-          meter: Meter) -> Check:
+def check(limiter: Limiter, *, key_id: str, account: str, demand: Demand, request_id: str, meter: Meter) -> Check:
     """The limits' verdict on the request, asked for now and awaited with `Check.grant()`."""
     if not limiter.table.subjects:
         return UNLIMITED
-    prompt, completion = estimate(request)
-    return Check(limiter.ask(key_id=key_id, account=account, model=request.model, prompt_tokens=prompt,
-                             completion_tokens=completion, request_id=request_id), key_id, request, meter)
+    return Check(limiter.ask(key_id=key_id, account=account, model=demand.model, prompt_tokens=demand.prompt_tokens,
+                             completion_tokens=demand.completion_tokens, request_id=request_id), key_id, demand, meter)
 
 
 class Check:
@@ -62,12 +74,12 @@ class Check:
     it meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's
     request is about to leave (`defer`, `go_ahead`), else by the handler before any vendor is
     called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
-    claim the store took holds a slot until it is settled."""
+    claim the store took holds a slot until it is settled (http/lifecycle.py settles it)."""
 
-    __slots__ = ("_asked", "_key_id", "_request", "_meter", "_grant", "_refusal", "_verdict")
+    __slots__ = ("_asked", "_key_id", "_demand", "_meter", "_grant", "_refusal", "_verdict")
 
-    def __init__(self, asked: Grant | Asking, key_id: str, request: CompletionRequest, meter: Meter) -> None:
-        self._asked, self._key_id, self._request, self._meter = asked, key_id, request, meter
+    def __init__(self, asked: Grant | Asking, key_id: str, demand: Demand, meter: Meter) -> None:
+        self._asked, self._key_id, self._demand, self._meter = asked, key_id, demand, meter
         self._grant: Grant | None = NO_LIMITS if asked is NO_LIMITS else None  # (others: once `grant` ran)
         self._refusal: GatewayError | None = None
         self._verdict: asyncio.Future[Grant] | None = None
@@ -75,21 +87,19 @@ class Check:
     @property
     def remote(self) -> bool:
         """Whether the verdict is on its way from a shared store (worth awaiting late)."""
-        asked = self._asked
-        return self._grant is None and asked.__class__ is not Grant and asked.remote  # type: ignore[union-attr]
+        return self._grant is None and self._asked.remote
 
     @property
     def subjects(self) -> tuple[tuple[Subject, Limits], ...]:
         """The key and account whose limits apply (known before the verdict)."""
-        asked = self._asked
-        return asked.subjects if asked.__class__ is Grant else asked.plan.found  # type: ignore[union-attr]
+        return self._asked.subjects
 
     def defer(self) -> None:
         """The verdict is to be awaited by the vendor layer, inside the part of the request its
         client's leaving cancels: read in a task of its own, so that a cancellation never loses an
         answer the store has given (a claim it took would hold its slot for a lease)."""
         if self._verdict is None and self.remote:
-            self._verdict = asyncio.ensure_future(self._asked.grant())  # type: ignore[union-attr]
+            self._verdict = asyncio.ensure_future(self._asked.grant())
 
     async def go_ahead(self) -> None:
         """core.completion.go_ahead: returns once the request may reach a vendor, or raises
@@ -106,20 +116,14 @@ class Check:
             return grant
         if self._refusal is not None:
             raise self._refusal
-        asked = self._asked
-        if self._verdict is not None:
-            grant = await asyncio.shield(self._verdict)
-        elif asked.__class__ is Grant:
-            grant = asked  # type: ignore[assignment]
-        else:
-            grant = await asked.grant()  # type: ignore[union-attr]
+        verdict = self._verdict
+        grant = await (asyncio.shield(verdict) if verdict is not None else self._asked.grant())
         if grant.refusal is not None:
-            request = self._request
-            self._meter.refused(request.model, bool(_value(request.stream, False)), _value(request.user, None))
+            demand = self._demand
+            self._meter.refused(demand.model, demand.streamed, demand.user)
             observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
-            self._refusal = _error(grant, self._key_id, request.model)
+            self._refusal = _error(grant, self._key_id, demand.model)
             raise self._refusal
-        self._meter.on_close = grant.settle
         self._grant = grant
         return grant
 
@@ -155,14 +159,14 @@ class Check:
         subjects = self.subjects
         if not subjects or model not in chains:
             return chains
-        asked = self._asked
-        limiter = asked.limiter
+        limiter = self._asked.limiter
         allowed = [m for m in chains[model] if all(
             limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in subjects)]
         return {**chains, model: allowed}
 
 
-UNLIMITED = Check(NO_LIMITS, "", None, None)  # type: ignore[arg-type]  # every request's, while no limit exists
+# Every request's while no limit exists: its grant is known, nothing else of it is read.
+UNLIMITED = Check(NO_LIMITS, "", Demand("", 0, 0), None)  # type: ignore[arg-type]
 
 
 def _give_back(verdict: asyncio.Future[Grant]) -> None:
@@ -267,7 +271,7 @@ def _who(subject: Subject, key_id: str) -> str:
 
 def _budget(grant: Grant, refusal: counters.Refusal) -> str:
     budget = _budget_of(grant, refusal)
-    return f"{budget.unit.name} per {budget.period} (UTC)"
+    return f"{budget.unit.after.lstrip()} per {budget.period} (UTC)".lstrip()
 
 
 def _unit(grant: Grant, refusal: counters.Refusal) -> Unit:

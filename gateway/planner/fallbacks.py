@@ -35,6 +35,11 @@ class Started:
     first: list[Chunk] | None = None
     rest: AsyncIterator[list[Chunk]] | None = None
 
+    async def aclose(self) -> None:
+        """Let go of the vendor stream a stream's start holds (nothing to do for a whole result)."""
+        if self.rest is not None:
+            await self.rest.aclose()  # type: ignore[attr-defined]
+
 
 def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
     """The models to try for `model`, in order."""

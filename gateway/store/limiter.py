@@ -60,6 +60,12 @@ class Grant:
     subjects: tuple[tuple[Subject, Limits], ...] = ()  # the subjects whose limits applied
     settled: bool = False
 
+    # The verdict's interface, shared with `Asking` (a verdict on its way): this one is here already.
+    remote = False
+
+    async def grant(self) -> Grant:
+        return self
+
     def settle(self, row: Mapping[str, Any] | None) -> None:
         """The request ended; `row` is its ledger row (None: it reached no vendor, used nothing)."""
         if self.settled or self.claim is None or self.limiter is None:
@@ -91,6 +97,11 @@ class Asking:
     def remote(self) -> bool:
         """Whether the verdict comes from a shared store (a round trip, not this process's memory)."""
         return self.limiter.counters.remote  # type: ignore[union-attr]
+
+    @property
+    def subjects(self) -> tuple[tuple[Subject, Limits], ...]:
+        """The key and account whose limits apply (known before the verdict)."""
+        return self.plan.found
 
     async def grant(self) -> Grant:
         return await self.limiter._granted(self)
@@ -175,9 +186,8 @@ class Limiter:
     async def admit(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
                     request_id: str) -> Grant:
         """`ask`, and its verdict awaited."""
-        asked = self.ask(key_id=key_id, account=account, model=model, prompt_tokens=prompt_tokens,
-                         completion_tokens=completion_tokens, request_id=request_id)
-        return asked if asked.__class__ is Grant else await asked.grant()  # type: ignore[union-attr]
+        return await self.ask(key_id=key_id, account=account, model=model, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens, request_id=request_id).grant()
 
     def ask(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
             request_id: str) -> Grant | Asking:

@@ -53,6 +53,7 @@ class Unit:
     reserve: Callable[[Prices | None, str, int, int], int | None]
     metavar: str = "N"  # how the CLI's help writes an amount
     noun: str = ""  # what an amount is, in the CLI's help (default: the name)
+    after: str = ""  # what follows an amount in a message ("30 tokens"; dollars show their sign)
 
     @property
     def limit_column(self) -> str:
@@ -92,7 +93,7 @@ def _show_dollars(nanos: int) -> str:
 
 
 TOKENS = Unit("tokens", "total_tokens", parse=_count, show=str,
-              reserve=lambda prices, model, prompt, completion: prompt + completion)
+              reserve=lambda prices, model, prompt, completion: prompt + completion, after=" tokens")
 USD = Unit("usd", "cost_nanos", parse=_dollars, show=_show_dollars,
            reserve=lambda prices, model, prompt, completion: None if prices is None
            else prices.cost_nanos(model, prompt, completion),

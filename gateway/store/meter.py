@@ -172,12 +172,15 @@ class Meter:
         estimate counts when nothing was sent because the client left first."""
         self._generated.setdefault(candidate, []).append(text)
 
-    async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str]) -> Usage:
+    async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str],
+                              answer: Iterable[Choice] | None = None) -> Usage:
         """The usage a client is told when the vendor reported none (OpenAI's semantics): each
-        prompt once, and every choice's text sent so far less the prompt `echoed(index)` it
-        starts with. Counted as the row's estimate is (`counted`), marked estimated."""
+        prompt once, and every choice's text (of `answer`, a plain answer about to be sent, else
+        sent so far) less the prompt `echoed(index)` it starts with. Counted as the row's estimate
+        is (`counted`), marked estimated."""
         texts = []
-        for index, pieces in self._sent.items():
+        sent = self._sent.items() if answer is None else ((choice.index, (choice.text,)) for choice in answer)
+        for index, pieces in sent:
             text, prefix = "".join(pieces), echoed(index)
             texts.append(text[len(prefix):] if prefix and text.startswith(prefix) else text)
         prompt, completion = await counted(self._estimate(list(prompts), texts), self._ledger.ESTIMATE_TIMEOUT,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorF
 from gateway.core.streams import Watch
 from gateway.vendors.balancer import Balancer, Member, Ticket
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
-from gateway.vendors.transport import Answer, Client, TransportError
+from gateway.vendors.transport import Answer, Client, TooLarge, TransportError, read_body
 from gateway.vendors.transport_http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 
@@ -245,25 +246,25 @@ class Deployments:
         while True:
             ticket = balancer.begin(member)
             try:
-                answer, error, retry, retry_after = await self._try(self._upstreams[member.index], ticket, path,
-                                                                    body, on_error, watch, len(tried))
+                tried_here = await self._try(self._upstreams[member.index], ticket, path, body, on_error, watch,
+                                             len(tried))
             except BaseException:
                 ticket.close()
                 raise
-            if answer is not None:
+            if not isinstance(tried_here, Failure):
                 served.append(member.name)
-                return answer, ticket
+                return tried_here, ticket
             ticket.close()
             tried.append(member)
             try:
-                member = await self._next(tried, error, retry, retry_after, len(tried) < attempts)
+                member = await self._next(tried, tried_here, len(tried) < attempts)
             except GatewayError:
                 served.append(tried[-1].name)
                 raise
 
-    async def _next(self, tried: list[Member], error: GatewayError, retry: str | None, retry_after: float | None,
-                    budget_left: bool) -> Member:
-        """The deployment of the next try after `error` on the last one tried, or `error` raised."""
+    async def _next(self, tried: list[Member], failure: Failure, budget_left: bool) -> Member:
+        """The deployment of the next try after `failure` on the last one tried, or its error raised."""
+        error, retry, retry_after = failure.error, failure.retry, failure.retry_after
         if retry is None or not budget_left:
             raise error
         balancer = self.balancer
@@ -292,10 +293,9 @@ class Deployments:
             raise error from None
 
     async def _try(self, upstream: _Upstream, ticket: Ticket, path: str, body: bytes, on_error: ErrorMapper,
-                   watch: Watch | None, attempt: int) -> tuple[Answer | None, Any, str | None, float | None]:
-        """One try on one deployment: its 200 answer, or (None, the error, whether and where it
-        may be retried (ANYWHERE, ELSEWHERE or None), the vendor's Retry-After). The ticket hears
-        what the answer says of the deployment's health.
+                   watch: Watch | None, attempt: int) -> Answer | Failure:
+        """One try on one deployment: its 200 answer, or how it failed. The ticket hears what the
+        answer says of the deployment's health.
 
         A request is sent once more at once when its connection dropped before any answer: an
         HTTP/1.1 server may close a kept-alive connection just as the pool hands it out again
@@ -323,8 +323,8 @@ class Deployments:
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
-                return (None, transport_error(config, exc, upstream.member.name),
-                        None if isinstance(exc, TimeoutError) else ANYWHERE, None)
+                return Failure(transport_error(config, exc, upstream.member.name),
+                               None if isinstance(exc, TimeoutError) else ANYWHERE)
             except BaseException as exc:  # cancelled: the client left
                 span.failed(exc)
                 span.end()
@@ -335,7 +335,7 @@ class Deployments:
         if status == 200:
             span.end()
             ticket.answered()
-            return answer, None, None, None
+            return answer
         try:
             said = await read_body(answer, MAX_ERROR_BYTES, truncate=True)
         except (TransportError, TimeoutError):
@@ -357,7 +357,7 @@ class Deployments:
         else:
             ticket.succeeded()  # up, and answering the request's own mistake
         retry = ANYWHERE if status in RETRY_STATUSES else ELSEWHERE if key_rejected else None
-        return None, error, retry, retry_after
+        return Failure(error, retry, retry_after)
 
 
 async def _probe(upstream: _Upstream, path: str) -> tuple[str | None, Any] | None:
@@ -378,21 +378,11 @@ async def _probe(upstream: _Upstream, path: str) -> tuple[str | None, Any] | Non
     return answer.header("server"), data
 
 
-class TooLarge(Exception):
-    """A vendor's answer is longer than the gateway reads."""
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How one try on one deployment failed: the error, whether and where it may be tried again
+    (ANYWHERE, ELSEWHERE or None), and the vendor's Retry-After."""
 
-
-async def read_body(answer: Answer, limit: int, *, truncate: bool = False) -> bytes:
-    """The body of `answer`, at most `limit` bytes (decoded): longer is TooLarge, or with
-    `truncate` its first `limit` bytes. A declared Content-Length over the limit is refused unread."""
-    declared = answer.header("content-length") or ""
-    if not truncate and declared.isdigit() and int(declared) > limit:
-        raise TooLarge()
-    body = bytearray()
-    while piece := await answer.read():
-        body += piece
-        if len(body) > limit:
-            if truncate:
-                return bytes(body[:limit])
-            raise TooLarge()
-    return bytes(body)
+    error: GatewayError
+    retry: str | None = None
+    retry_after: float | None = None

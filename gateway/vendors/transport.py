@@ -92,3 +92,23 @@ def tls() -> ssl.SSLContext:
 
 def described(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
+
+
+class TooLarge(Exception):
+    """A vendor's answer is longer than the gateway reads."""
+
+
+async def read_body(answer: Answer, limit: int, *, truncate: bool = False) -> bytes:
+    """The body of `answer`, at most `limit` bytes (decoded): longer is TooLarge, or with
+    `truncate` its first `limit` bytes. A declared Content-Length over the limit is refused unread."""
+    declared = answer.header("content-length") or ""
+    if not truncate and declared.isdigit() and int(declared) > limit:
+        raise TooLarge()
+    body = bytearray()
+    while piece := await answer.read():
+        body += piece
+        if len(body) > limit:
+            if truncate:
+                return bytes(body[:limit])
+            raise TooLarge()
+    return bytes(body)
