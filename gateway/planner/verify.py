@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.completion import Choice, Chunk, CompletionCall, Result
 from gateway.core.errors import VendorFailed
 
 log = logging.getLogger("gateway.vendors")

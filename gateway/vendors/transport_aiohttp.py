@@ -47,7 +47,8 @@ class AiohttpClient:
         except aiohttp.ClientConnectorError as exc:  # refused, unresolvable: not a dropped connection
             raise TransportError(connect_failure(exc.os_error), where=described(exc)) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise TransportError("the connection closed before any answer", where=described(exc), dropped=True) from None
+            raise TransportError("the connection closed before any answer", where=described(exc),
+                                 dropped=True) from None
         except aiohttp.ClientError as exc:
             raise TransportError("the connection failed", where=described(exc)) from None
         return _AiohttpAnswer(response)

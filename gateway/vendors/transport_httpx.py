@@ -38,7 +38,8 @@ class HttpxClient:
         except httpx.TimeoutException:
             raise TimeoutError() from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise TransportError("the connection closed before any answer", where=described(exc), dropped=True) from None
+            raise TransportError("the connection closed before any answer", where=described(exc),
+                                 dropped=True) from None
         except httpx.HTTPError as exc:
             raise TransportError("the connection failed", where=described(exc)) from None
         return _HttpxAnswer(response)

@@ -85,7 +85,8 @@ def transport_error(config: VendorConfig, exc: BaseException, deployment: str) -
     if isinstance(exc, TimeoutError):
         return VendorTimeout(f"vendor '{config.name}' did not answer in time", code="vendor_timeout",
                              vendor=config.name)
-    log.warning("vendor %s, deployment %s: %s", config.name, deployment, " ".join(clip(str(exc), MESSAGE_LIMIT).split()))
+    log.warning("vendor %s, deployment %s: %s", config.name, deployment,
+                " ".join(clip(str(exc), MESSAGE_LIMIT).split()))
     reason = exc.reason if isinstance(exc, TransportError) else type(exc).__name__
     return VendorFailed(f"cannot talk to vendor '{config.name}': {redact(config, reason)}", code="vendor_unreachable",
                         vendor=config.name)
