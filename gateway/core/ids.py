@@ -2,8 +2,8 @@
 
 A completion's id is made for every request. `os.urandom(16)` per id is a system call per
 request, and on these virtual machines a system call is where the event loop's thread lets the
-ledger's thread take the interpreter: the id came out as several percent of the loop's time in a
-profile (py-spy, c=32). Drawing 4 KiB at a time gives the same bits, one call per 256 ids. A
+ledger's thread take the interpreter, which a profile showed (docs/performance.md). Drawing 4 KiB
+at a time gives the same bits, one call per 256 ids. A
 forked child starts with an empty block, so no two processes hand out the same ids.
 """
 

@@ -20,8 +20,8 @@ fields are encoded as one object, spliced after the line's own keys.
 
 The log's stream (http/log_stream.py) writes access lines together, at most `COALESCE_SECONDS`
 after the first of them or as soon as `COALESCE_BYTES` wait: a line-buffered stream makes a
-system call of every line, and on these machines that call cost a request at concurrency 1 about
-a tenth of its CPU time (bench.observability). Every other write to it (a record of any logger
+system call of every line, a large part of a request's CPU at concurrency 1 (bench.observability;
+docs/performance.md). Every other write to it (a record of any logger
 whose handler shares the stream, warnings and errors among them) first writes what waits, so
 lines keep their order; at exit what waits is written. A process killed outright loses at most
 the last `COALESCE_SECONDS` of access lines; the ledger, not the log, is the record of usage.

@@ -128,7 +128,7 @@ class Labels:
 
 
 class Metrics:
-    """This process's metrics, by the names the README documents.
+    """This process's metrics, by the names docs/operations.md#metrics documents.
 
     What is counted is kept in this process's memory and written to the shared files at most
     FLUSH_SECONDS later (and before this process answers a scrape, and at exit): a write to the

@@ -30,8 +30,8 @@ T = TypeVar("T")
 SQLITE_BUSY_TIMEOUT_MS = 5_000  # how long a writer waits for another process's write to finish
 # Prepared statements kept per connection, by sqlite3 (128 by default) and by SQLAlchemy's asyncpg
 # driver (100). The ledger's writer inserts batches of any size, each size a statement text of
-# its own, and a prepared multi-row INSERT is large: the defaults held tens of MB of them under
-# load (and as many plans in each PostgreSQL backend). Few slots keep memory flat; a statement
+# its own, and a prepared multi-row INSERT is large: the defaults held a great deal of memory
+# under load (and as many plans in each PostgreSQL backend). Few slots keep memory flat; a statement
 # prepared again costs one round trip, once per commit.
 CACHED_STATEMENTS = 16
 PG_CONNECT_TIMEOUT = 5.0  # seconds; asyncpg's own default (60 s) would hold a retry loop for a minute
@@ -109,7 +109,7 @@ def _sqlite_events(engine: AsyncEngine) -> None:
 
 def dialect(name: str) -> Any:
     """SQLAlchemy's dialect `name` ("sqlite", "postgresql", or a driver's: "postgresql.asyncpg"),
-    imported when first asked for: a gateway on SQLite never loads PostgreSQL's (MiBs of memory)."""
+    imported when first asked for: a gateway on SQLite never loads PostgreSQL's (and its memory)."""
     return importlib.import_module(f"sqlalchemy.dialects.{name}")
 
 

@@ -2,8 +2,8 @@
 
 Why not redis-py: on the request path its asyncio client cost several times more CPU per command
 than the same EVALSHA written and read on a bare asyncio connection (its pool, retry and parser
-machinery; README, Performance, has the figures, and bench/limits.py measures the limiter with
-this client). What the limits need is little: a handful of commands, scripts by their SHA, AUTH
+machinery; docs/performance.md#limits has the figures, and bench/limits.py measures the limiter
+with this client). What the limits need is little: a handful of commands, scripts by their SHA, AUTH
 and SELECT from the URL, TLS for rediss://. Commands from every request share the one connection,
 their replies matched in order (Redis answers in order), so many requests cost few system calls;
 a caller may keep most of a command's bytes from one call to the next (`Script`), and write one

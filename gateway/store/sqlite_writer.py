@@ -3,8 +3,8 @@ takes a whole batch in one call: BEGIN IMMEDIATE, the rows, their rollups, COMMI
 
 Why not the engine everything else uses: through SQLAlchemy's async engine every statement is a
 trip to aiosqlite's thread and back (a cursor, the statement, closing the cursor), a commit is a
-dozen statements, and the GIL changes hands at each trip; that cost about 1.3 ms of CPU a commit,
-twenty commits a second, whatever the load. Here a commit is one trip.
+dozen statements, and the GIL changes hands at each trip, a cost paid on every commit whatever
+the load (docs/performance.md has the figures). Here a commit is one trip.
 
 What it keeps: the rows are inserted with ON CONFLICT DO NOTHING, and the rollups get only the
 rows the insert wrote. Every row is normally new (ids are random), which the count of rows the
@@ -15,10 +15,9 @@ after an outage the connection is closed and the next batch opens a new one.
 
 The thread runs at a lower scheduling priority than the event loop's (`NICENESS` more): on a
 busy core a commit (a millisecond or more of SQLite's work) otherwise held the core for a whole
-time slice while a request waited for its loop. So the loop preempts it as soon as it has work.
-Pinned to one core at concurrency 1 that took p50 from 0.45-0.56 to 0.36-0.42 ms and p99 from 3.2
-to 2.6 ms. It still gets about a quarter of a contended core (a nice of 5 against 0), more than
-its rows need: at concurrency 32 on one core the ledger kept every row.
+time slice while a request waited for its loop. So the loop preempts it as soon as it has work,
+and the writer still gets a share of a contended core larger than its rows need (what it took off
+the request's latency, and that no row was lost under load: docs/performance.md).
 """
 
 from __future__ import annotations

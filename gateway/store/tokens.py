@@ -18,8 +18,8 @@ The bounds, since the text comes from clients and vendors alike:
   (every prompt sent and every text delivered, `counts`) tokenizes at most about BUDGET_CHARS
   characters in all: each distinct text is counted once however often it was sent, and when the
   distinct texts are longer together than the budget, each is counted on a prefix in proportion to
-  its length and the count scaled by its length (any tokenizer, the model's own included). The
-  README states what that costs in the worst case.
+  its length and the count scaled by its length (any tokenizer, the model's own included).
+  docs/performance.md#counting-an-estimated-usage states what that costs in the worst case.
 """
 
 from __future__ import annotations

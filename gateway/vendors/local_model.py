@@ -24,7 +24,7 @@ class LocalOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_path: Path | None = None  # any GGUF file; default: the packaged SmolLM2
-    # Engine slots decoded together (4 gave the best aggregate tokens/s on 2 cores: bench/local.py).
+    # Engine slots decoded together (bench/local.py finds the most tokens/s; docs/performance.md).
     parallel: PositiveInt = 4
     context_size: PositiveInt = 2048  # tokens per request (prompt + completion)
     threads: PositiveInt | None = None  # CPU threads; None: the engine's default
