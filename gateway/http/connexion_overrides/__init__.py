@@ -23,13 +23,9 @@ upgrade that removes a hook fails loudly at once instead of misbehaving later.
 5. The docs page (`DocsMiddleware`): Connexion's Swagger UI layer matches every request against
    its routes (and copies the scope) before passing it on; ours hands it only the requests under
    its own path, so the API's requests pay one string comparison.
-6. Fixed routes (`FixedRoutes`): a request for one of the contract's paths without parameters,
-   with a method of that path, goes from one dict lookup to its operation's own chain (security,
-   validation, the handler), each link calling the next directly. Connexion routes it through
-   Starlette's router (a Mount and a Route matched, a copy of the scope, a context variable) and
-   then looks the operation up again in every routed layer: about a tenth of a non-streamed
-   completion's CPU time at concurrency 1 (py-spy). The chain is Connexion's own, built from
-   openapi.json; every other request (404, 405, /docs, /ui, HEAD) takes Connexion's way.
+6. Fixed routes (`fixed_routes.FixedRoutes`): a request for one of the contract's paths without
+   parameters goes from one dict lookup to its operation's own chain, each link calling the next
+   directly (chain.py links them out of the layers Connexion built).
 """
 
 from __future__ import annotations
@@ -43,27 +39,22 @@ from connexion.apps.abstract import AbstractApp
 from connexion.apps.asynchronous import AsyncApi, AsyncApp, AsyncASGIApp
 from connexion.exceptions import UnsupportedMediaTypeProblem
 from connexion.lifecycle import ConnexionRequest
-from connexion.middleware.abstract import ROUTING_CONTEXT, RoutedAPI, RoutedMiddleware
-from connexion.middleware.lifespan import LifespanMiddleware
-from connexion.middleware.main import ConnexionMiddleware
 from connexion.middleware.request_validation import (
     RequestValidationAPI,
     RequestValidationMiddleware,
     RequestValidationOperation,
 )
-from connexion.middleware.response_validation import ResponseValidationOperation
-from connexion.middleware.routing import RoutingMiddleware
-from connexion.middleware.security import SecurityOperation
 from connexion.middleware.swagger_ui import SwaggerUIMiddleware
 from connexion.operations import AbstractOperation
 from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 from connexion.spec import OpenAPISpecification
 from connexion.validators import AbstractRequestBodyValidator
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.core.errors import UnsupportedMediaType, clip
 from gateway.http import hooks
+from gateway.http.connexion_overrides import chain, fixed_routes
 from gateway.http.context import HandlerRequest
 
 log = logging.getLogger("gateway")
@@ -93,15 +84,7 @@ _HOOKS: tuple[tuple[Any, str], ...] = (
     (AbstractRequestBodyValidator, "_required"),
     (AbstractRequestBodyValidator, "_schema"),
     (SwaggerUIMiddleware, "app"),  # the next layer, which DocsMiddleware calls for every other request
-    (ConnexionMiddleware, "middleware_stack"),  # the built layers, outermost first (FixedRoutes)
-    (RoutedMiddleware, "apis"),
-    (RoutedMiddleware, "app"),
-    (RoutedAPI, "operations"),
-    (SecurityOperation, "next_app"),
-    (RequestValidationOperation, "next_app"),
-    (ResponseValidationOperation, "next_app"),
-    (LifespanMiddleware, "next_app"),
-)
+) + chain.HOOKS + fixed_routes.HOOKS
 
 
 class ConnexionHookMissing(RuntimeError):
@@ -296,105 +279,3 @@ def docs_middleware(path: str) -> type[SwaggerUIMiddleware]:
                 await self.app(scope, receive, send)
 
     return DocsMiddleware
-
-
-# -- 6. fixed routes -------------------------------------------------------------------------
-Route = tuple[str, str, ASGIApp]  # the API's base path, the operation id, the first link of its chain
-
-
-class FixedRoutes:
-    """See 6. in the module's docstring. Sits inside Connexion's error handling (what the chain
-    raises is rendered as before) and before the layers it passes by: each of those must serve
-    only the paths under its `prefix` (the docs page, the dashboard), then Connexion's routing.
-    The chains are linked at the first request, once Connexion has built its layers (it does so at
-    the first request or the lifespan's start); a layer this does not know leaves every request
-    to Connexion's way, with a warning."""
-
-    def __init__(self, app: ASGIApp, *, spec: dict[str, Any]) -> None:
-        self.app = app
-        self._wanted = {(method.upper(), path): operation["operationId"]
-                        for path, item in spec["paths"].items() if "{" not in path
-                        for method, operation in item.items()
-                        if isinstance(operation, dict) and "operationId" in operation}
-        self._routes: dict[tuple[str, str], Route] | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope.get("root_path"):
-            routes = self._routes
-            if routes is None:
-                routes = self._routes = self._link(scope.get("app"))
-            route = routes.get((scope["method"], scope["path"]))
-            if route is not None:
-                base_path, operation_id, chain = route
-                # What Connexion's RoutingOperation leaves in the scope for the layers below it.
-                scope.setdefault("path_params", {})
-                scope.setdefault("extensions", {})[ROUTING_CONTEXT] = {"api_base_path": base_path,
-                                                                       "operation_id": operation_id}
-                await chain(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    @property
-    def linked(self) -> frozenset[tuple[str, str]]:
-        """The (method, path) pairs routed by lookup (none before the first request)."""
-        return frozenset(self._routes or ())
-
-    def _link(self, connexion_app: Any) -> dict[tuple[str, str], Route]:
-        try:
-            return self._linked(connexion_app)
-        except _Unlinkable as exc:
-            log.warning("every request takes Connexion's routing: %s", exc)
-            return {}
-
-    def _linked(self, connexion_app: Any) -> dict[tuple[str, str], Route]:
-        if not isinstance(connexion_app, ConnexionMiddleware) or not connexion_app.middleware_stack:
-            raise _Unlinkable("the app is not a built Connexion middleware stack")
-        stack = list(connexion_app.middleware_stack)
-        below = stack[[id(layer) for layer in stack].index(id(self)) + 1:]
-        passed: list[str] = []
-        while below and not isinstance(below[0], RoutingMiddleware):
-            prefix = getattr(below[0], "prefix", None)
-            if not isinstance(prefix, str) or not prefix:
-                raise _Unlinkable(f"{type(below[0]).__name__} may serve any path")
-            passed.append(prefix)
-            below.pop(0)
-        routed: list[RoutedMiddleware] = []
-        for layer in below[1:]:
-            if isinstance(layer, RoutedMiddleware):
-                routed.append(layer)
-            elif not isinstance(layer, LifespanMiddleware):  # lifespan passes every http request on
-                raise _Unlinkable(f"{type(layer).__name__} stands between the routed layers")
-        if not routed or any(len(layer.apis) != 1 or len(next(iter(layer.apis.values()))) != 1 for layer in routed):
-            raise _Unlinkable("not one API in every routed layer")
-        routes: dict[tuple[str, str], Route] = {}
-        for (method, path), operation_id in self._wanted.items():
-            if any(path == p or path.startswith(p.rstrip("/") + "/") for p in passed):
-                continue
-            chain = _chain(routed, operation_id)
-            if chain is not None:
-                routes[(method, path)] = (next(iter(routed[0].apis)), operation_id, chain)
-        return routes
-
-
-class _Unlinkable(Exception):
-    pass
-
-
-def _chain(routed: list[RoutedMiddleware], operation_id: str) -> ASGIApp | None:
-    """The operation's links, each pointed at the next one instead of at the next layer (which
-    would look the same operation up again): the first link, or None when a layer lacks it."""
-    links = []
-    for layer in routed:
-        link = next(iter(layer.apis.values()))[0].operations.get(operation_id)
-        if link is None:
-            return None
-        if link is layer.app:  # a layer with nothing to do for it hands it on (response validation off)
-            continue
-        links.append((layer, link))
-    # Only lifespan layers, or routed ones handing it on, stand between two links: calling the next
-    # link is what they would do.
-    if not links or any(getattr(link, "next_app", None) is not layer.app for layer, link in links[:-1]):
-        return None
-    for (_, link), (_, following) in zip(links, links[1:], strict=False):
-        link.next_app = following
-    return links[0][1]
