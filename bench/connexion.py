@@ -7,10 +7,6 @@ Variants (gateway/http/connexion_overrides/ has each override):
   as built       the app as `gateway serve` builds it
   routing        no FixedRoutes: each request through Connexion's routing, then a lookup of the
                  operation in every routed layer
-  routing+docs   that, and Connexion's Swagger UI layer as it comes: what the docs page's override
-                 buys when the fixed routes are not linked
-  docs           Connexion's Swagger UI layer as it comes, with the `prefix` FixedRoutes needs to
-                 pass it by
   key check      Connexion's wrapper around the key check (it reads the check's signature twice a
                  request), the key check given the signature that wrapper calls
   validation     Connexion's RequestValidationMiddleware (validators rebuilt every request), with
@@ -44,8 +40,6 @@ from tests.provision import sqlite_database
 VARIANTS: dict[str, frozenset[str]] = {
     "as built": frozenset(),
     "routing": frozenset({"routing"}),
-    "routing+docs": frozenset({"routing", "docs"}),
-    "docs": frozenset({"docs"}),
     "key check": frozenset({"key check"}),
     "validation": frozenset({"validation"}),
 }
@@ -54,7 +48,6 @@ VARIANTS: dict[str, frozenset[str]] = {
 def give_back(jobs: frozenset[str]) -> None:
     """Build the app with Connexion's own layers or handlers for `jobs` (before `create_app`)."""
     from connexion.middleware.request_validation import RequestValidationMiddleware
-    from connexion.middleware.swagger_ui import SwaggerUIMiddleware
     from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 
     from gateway.http import app, security
@@ -83,8 +76,6 @@ def give_back(jobs: frozenset[str]) -> None:
                 continue
             if "validation" in jobs and layer is PreparedValidationMiddleware:
                 layer = RequestValidationMiddleware
-            if "docs" in jobs and isinstance(layer, type) and issubclass(layer, SwaggerUIMiddleware):
-                layer = type("SwaggerUI", (SwaggerUIMiddleware,), {"prefix": layer.prefix})
             stack.append(layer)
         return stack
 
