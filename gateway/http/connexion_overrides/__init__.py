@@ -3,16 +3,18 @@
 Written against Connexion 3.3.0 (`CONNEXION_VERSION`). Each module declares the private names it
 relies on (its `HOOKS`); `check_hooks()` asserts that every one of them still exists. The app
 calls it at start-up and tests/test_connexion_hooks.py calls it too, so an upgrade that removes
-a hook fails loudly at once instead of misbehaving later.
+a hook fails loudly at once instead of misbehaving later. What Connexion still does per request,
+why each job below is the gateway's, the measurement and what an upgrade must check:
+docs/decisions/0001-connexion.md.
 
 - spec_loading.py: OpenAPI 3.1 loads (Connexion refuses it).
-- fixed_routes.py: the contract's fixed paths routed by one lookup, past Connexion's routing;
+- fixed_routes.py: the contract's fixed paths routed by one lookup, past Connexion's routing.
 - chain.py: each operation's chain linked out of the layers Connexion built, link to link.
 - prepared_validation.py: the validation layer, its validators built once per operation, and the
   class through which Connexion hands a JSON body to http/validation.py.
 - direct_call.py: the handler called with one HandlerRequest, not with injected arguments.
 - key_check.py: the security schemes answered by http/security.py's key check, called directly.
-- docs_page.py: the docs page's layer sees only the requests under its own path.
+- docs_page.py: Connexion's docs page layer, naming the one path it serves.
 """
 
 from __future__ import annotations
