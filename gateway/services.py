@@ -20,7 +20,7 @@ from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
 from gateway.http import server
-from gateway.http.connexion_overrides import DirectCallApp
+from gateway.http.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database

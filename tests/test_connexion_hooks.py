@@ -1,4 +1,4 @@
-"""The Connexion internals the gateway relies on (gateway/http/connexion_overrides.py) still exist:
+"""The Connexion internals the gateway relies on (gateway/http/connexion_overrides/) still exist:
 an upgrade that removes one fails here, and at start-up, naming it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/connexion_overrides.py): in
+"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/connexion_overrides/fixed_routes.py): in
 the app as `gateway serve` builds it, every operation of a path without parameters is linked, with
 response validation on or off and behind CORS, and what is not an operation's request still takes
 Connexion's way (405 with its Allow header, 404, the docs page, the dashboard). A layer the
@@ -18,7 +18,7 @@ from gateway import services
 from gateway.http import app as app_module
 from gateway.http import observability
 from gateway.http.app import spec_path
-from gateway.http.connexion_overrides import FixedRoutes
+from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
 from tests.fakes.server import free_port
 from tests.support import SHARED_TLS, gateway_env, served_in_process
 

@@ -2,7 +2,7 @@
 security handlers and error rendering. What a request meets, outermost first: CORS (when
 GATEWAY_CORS_ORIGINS allows browser pages of other origins), the metrics, traces and access log
 of completions (http/observability.py), Connexion's error handling, the contract's fixed paths
-routed by one lookup (FixedRoutes, http/connexion_overrides.py), the docs page (/docs/), the usage
+routed by one lookup (http/connexion_overrides/fixed_routes.py), the docs page (/docs/), the usage
 dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not operations of it),
 Connexion's routing, the key check (http/security.py), the body and parameter validation
 (http/validation.py), then the handler the operationId maps to."""
@@ -29,15 +29,12 @@ from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
 from gateway.core.redaction import Redactor
 from gateway.http import observability, validation
-from gateway.http.connexion_overrides import (
-    DirectCallApp,
-    FixedRoutes,
-    Handler,
-    PreparedValidationMiddleware,
-    accept_openapi_31,
-    check_hooks,
-    docs_middleware,
-)
+from gateway.http.connexion_overrides import check_hooks
+from gateway.http.connexion_overrides.direct_call import DirectCallApp, Handler
+from gateway.http.connexion_overrides.docs_page import docs_middleware
+from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
+from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
+from gateway.http.connexion_overrides.spec_loading import accept_openapi_31
 from gateway.http.dashboard import DashboardMiddleware
 from gateway.http.security import SECURITY_MAP
 

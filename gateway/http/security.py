@@ -10,7 +10,7 @@ from typing import Any
 from connexion.lifecycle import ConnexionRequest
 
 from gateway.core.errors import AuthenticationFailed
-from gateway.http.connexion_overrides import security_map
+from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
 
 

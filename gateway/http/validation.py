@@ -32,7 +32,7 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope
 
 from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
-from gateway.http.connexion_overrides import body_validator
+from gateway.http.connexion_overrides.prepared_validation import body_validator
 from gateway.http.context import BODY_ARRIVED_KEY, BODY_KEY
 
 # Levels of JSON nesting a body may have: the contract's deepest value (a list of prompts inside
@@ -197,8 +197,8 @@ _PARAMETER_SCHEMAS = SchemaValidators(validate_formats=True)  # the spec's param
 
 
 class ParameterValidator:
-    """Connexion's `validator_map["parameter"]`, made once per operation (http/connexion_overrides.py);
-    the compiled validators are shared."""
+    """Connexion's `validator_map["parameter"]`, made once per operation
+    (http/connexion_overrides/prepared_validation.py); the compiled validators are shared."""
 
     def __init__(self, parameters: list[dict[str, Any]], uri_parser: Any, strict_validation: bool = False,
                  security_query_params: list[str] | None = None) -> None:
