@@ -132,5 +132,7 @@ def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: R
         key = "$KEY"
         print("gateway: KEY is the key printed at the first start, or a new one from "
               f"`gateway keys create --account {accounts.DEFAULT_ACCOUNT}`", flush=True)
-    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H 'x-api-key: {key}' "
+    # The key's header in double quotes, so that a shell expands $KEY in it (single quotes would
+    # send the four characters "$KEY"); a written-out key has no character a shell reads there.
+    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H \"x-api-key: {key}\" "
           f"-H 'content-type: application/json' -d '{body}'", flush=True)

@@ -137,6 +137,16 @@ def test_auth_failures(gateway, database, headers, status, type_):
     assert r.json()["error"]["type"] == type_
 
 
+def test_a_client_without_a_key_is_told_how_to_send_one(gateway):
+    """The message survives the gateway's own secret scrubber whole: it names both ways of sending
+    a key and nothing in it reads as a secret."""
+    r = httpx.post(f"{gateway.url}/v5/completions", json={"model": "fake/m", "prompt": "x"}, verify=SHARED_TLS)
+    assert r.status_code == 401
+    message = r.json()["error"]["message"]
+    assert "[redacted]" not in message
+    assert "x-api-key" in message and "Authorization" in message and "bearer" in message.lower()
+
+
 def test_bearer_and_account_selection_work(gateway, database):
     for headers in ({"authorization": f"Bearer {database.key}"},
                     {"x-api-key": database.multi_key, "x-selected-account-id": "acct-b"}):

@@ -58,3 +58,12 @@ def test_the_usage_reports_names_in_the_spec_are_the_codes():
     parameters = {p["name"]: p for p in spec["paths"]["/v5/usage"]["get"]["parameters"]}
     assert parameters["group_by"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(DIMENSIONS))
     assert parameters["outcome"]["schema"]["pattern"] == "^({0})(,({0}))*$".format("|".join(OUTCOMES))
+
+
+def test_the_usage_description_says_a_limits_refusals_are_counted():
+    """A request a limit refused is recorded (outcome `refused`) and counted in a line's
+    `refused_requests`: the report's description must say so, not that refusals go unrecorded."""
+    from gateway.store.meter import REFUSED
+
+    description = load(ROOT / "openapi.json")["paths"]["/v5/usage"]["get"]["description"]
+    assert f"`{REFUSED}`" in description and "`refused_requests`" in description

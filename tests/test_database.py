@@ -74,12 +74,25 @@ def test_the_head_read_off_the_file_names_is_alembics_and_a_database_at_it_start
     assert second.stdout.strip() == "[]"  # at the head: nothing to import
 
 
+def pasted(log: str, env: dict[str, str]) -> str:
+    """What the curl line a gateway printed for people answers when pasted into a shell (bash, as
+    a user's terminal runs it) with `env`."""
+    (line,) = [line.strip() for line in log.splitlines() if line.strip().startswith("curl ")]
+    run = subprocess.run(["bash", "-c", line], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, upstream):
     """Two gateways starting together on an empty database: exactly one sets it up and prints the
     key, which works on both; the other starts on a database that is set up by then, as a restart
-    does, and prints nothing."""
+    does, and prints no key. The call each prints works when pasted into a shell: the first with
+    the key written out, the restart's with the key in $KEY."""
     with empty_database(backend_kind) as url:
-        env = gateway_env(upstream.url, url)
+        # One vendor, the fake, which answers whatever model the printed call names.
+        env = {name: value for name, value in gateway_env(upstream.url, url).items()
+               if not name.startswith(("GATEWAY_VENDOR_DOWN_", "GATEWAY_VENDOR_RETRYING_", "GATEWAY_FALLBACKS"))}
         processes = [GatewayProcess(env), GatewayProcess(env)]
         starters = [threading.Thread(target=process.start) for process in processes]
         try:
@@ -91,7 +104,11 @@ def test_first_start_creates_one_account_and_prints_its_key_once(backend_kind, u
             keys = sorted(set(re.findall(r"sk-gw-[A-Za-z0-9_-]{43}", logs)))  # the key, and the call to paste
             assert len(keys) == 1 and logs.count("empty database") == 1, logs
             (announcer,) = [p for p in processes if "empty database" in p.log()]
-            assert f"curl http://127.0.0.1:{announcer.port}/v5/completions -H 'x-api-key: {keys[0]}'" in announcer.log()
+            (restarted,) = [p for p in processes if p is not announcer]
+            assert keys[0] not in restarted.log()
+            for process, env in ((announcer, {}), (restarted, {"KEY": keys[0]})):
+                answer = json.loads(pasted(process.log(), env))
+                assert answer.get("object") == "text_completion", (answer, process.log())
             for process in processes:
                 r = httpx.get(f"{process.url}/v5/usage", headers={"x-api-key": keys[0]}, verify=SHARED_TLS)
                 assert r.status_code == 200 and r.json()["accounts"] == ["default"]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.fuzz import short_fuzz
-from tests.gateway_process import GatewayProcess
+from tests.gateway_process import ROOT, GatewayProcess
 from tests.support import (
     LOCAL_CONTEXT,
     LOCAL_MODEL,
@@ -25,6 +25,9 @@ from tests.support import (
 pytestmark = pytest.mark.slow
 
 PROMPT = "The capital of France is"
+# The request examples of the contract, which the docs page (Swagger UI) offers and fills in.
+EXAMPLES = json.loads((ROOT / "openapi.json").read_text())["paths"]["/v5/completions"]["post"]["requestBody"][
+    "content"]["application/json"]["examples"]
 
 
 def complete(client: httpx.Client, **body) -> dict:
@@ -388,6 +391,20 @@ def test_official_sdks_stream_and_end_cleanly(local_gateway, database):
     texts = [c.choices[0].text for c in sgp.completions.create(model=LOCAL_MODEL, prompt=PROMPT, max_tokens=4,
                                                                temperature=0, stream=True) if c.choices]
     assert "".join(texts) == " Paris.\n\n"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_contracts_request_examples_are_answered_by_the_embedded_model(local, name):
+    """What the docs page offers a new user works against `make serve` as it is."""
+    body = EXAMPLES[name]["value"]
+    r = local.post("/v5/completions", json=body)
+    assert r.status_code == 200, r.text
+    if body.get("stream"):
+        texts, _, usage, _ = summary(chunks_of(r.text))
+        assert usage is not None
+    else:
+        texts = {choice["index"]: choice["text"] for choice in r.json()["choices"]}
+    assert sorted(texts) == list(range(body.get("n", 1))) and all(texts.values())
 
 
 def test_readyz_reports_the_loaded_model(local_gateway, database):

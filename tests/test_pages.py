@@ -1,5 +1,5 @@
 """The pages a browser meets, in real headless Chromium: the interactive docs at /docs/ (its "Try it
-out" against the fake vendor), and a page of another origin calling /v5/completions with fetch,
+out" against the fake vendor, and as shipped, with the body it fills in, against the embedded model), and a page of another origin calling /v5/completions with fetch,
 streams included, allowed or not by GATEWAY_CORS_ORIGINS.
 
 Tests name the databases and gateways they use before `page`: Playwright's browser runs an event
@@ -168,3 +168,30 @@ def test_the_docs_page_lists_every_operation_and_tries_a_completion(database, ga
     screenshot(page, "docs-try-it-out-answer", full_page=False)
     outside = [url for url in requested if not url.startswith(gateway.url)]
     assert not outside, f"the page fetched from elsewhere: {outside}"
+
+
+def test_the_docs_page_tries_a_completion_as_shipped_on_the_embedded_model(database, local_gateway, page):
+    """A new user's first try: authorize, "Try it out", "Execute", changing nothing. The body the
+    page fills in is the contract's first request example, and the embedded model answers it."""
+    page.goto(f"{local_gateway.url}/docs/")
+    completions = page.locator(".opblock-post .opblock-summary").filter(has_text="/v5/completions")
+    completions.wait_for()
+    page.locator("button.authorize").first.click()
+    dialog = page.locator(".modal-ux")
+    dialog.locator("input").first.fill(database.key)
+    dialog.locator("button.authorize").first.click()
+    dialog.locator("button.btn-done").first.click()
+
+    completions.click()
+    operation = page.locator(".opblock-post").filter(has_text="/v5/completions")
+    operation.locator("button.try-out__btn").click()
+    sent = json.loads(operation.locator("textarea.body-param__text").input_value())
+    operation.locator("button.execute").click()
+    status = operation.locator(".live-responses-table tr.response td.response-col_status").first
+    status.wait_for()
+    answer = operation.locator(".live-responses-table .microlight").first.inner_text()
+    operation.locator(".live-responses-table").first.scroll_into_view_if_needed()
+    screenshot(page, "docs-try-it-out-as-shipped", full_page=False)
+    assert status.inner_text().strip() == "200", answer
+    completion = json.loads(answer)
+    assert completion["model"] == sent["model"] == "local/smollm2-135m" and completion["choices"][0]["text"]

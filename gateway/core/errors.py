@@ -320,7 +320,9 @@ _BY_STATUS: dict[int, type[GatewayError]] = {
     415: UnsupportedMediaType,
 }
 _MESSAGES = {
-    401: "missing API key: send x-api-key or Authorization: Bearer <key>",
+    # Worded so that the secret scrubber (gateway/core/redaction.py) finds no header value in it:
+    # "Authorization: Bearer <key>" reads as a leaked header and reaches the client redacted.
+    401: "missing API key: send your key in x-api-key, or in Authorization as a bearer token",
     404: "no such path",
     405: "method not allowed on this path",
 }

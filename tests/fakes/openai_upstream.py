@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -226,6 +227,14 @@ def logprobs_for(tokens: list[str], k: int, offset: int = 0) -> dict[str, Any]:
     }
 
 
+def prompt_logprobs(prompt: str, k: int) -> dict[str, Any]:
+    """An echoed prompt's logprobs as OpenAI streams them in the echo's chunk: a token per word (with
+    the whitespace before it), the first one unscored (`null`, as it has nothing before it)."""
+    scored = logprobs_for(re.findall(r"\s*\S+|\s+", prompt), k)
+    scored["token_logprobs"][0] = scored["top_logprobs"][0] = None
+    return scored
+
+
 def ignoring(request: dict[str, Any], parameters: list[str]) -> dict[str, Any]:
     """The request as a server that ignores `parameters` reads it."""
     read = {name: value for name, value in request.items() if name not in parameters}
@@ -285,7 +294,9 @@ def stream_events(request: dict[str, Any], with_usage: bool = True):
         for i in range(n):
             index = p * n + i
             if request.get("echo"):
-                yield chunk([{"index": index, "text": prompt, "finish_reason": None, "logprobs": None}])
+                scored = prompt and request.get("logprobs") is not None
+                lp = prompt_logprobs(prompt, request["logprobs"]) if scored else None
+                yield chunk([{"index": index, "text": prompt, "finish_reason": None, "logprobs": lp}])
             offset = len(prompt) if request.get("echo") else 0
             for t in tokens:
                 lp = logprobs_for([t], request["logprobs"], offset) if request.get("logprobs") is not None else None
