@@ -410,7 +410,7 @@ def test_the_contracts_request_examples_are_answered_by_the_embedded_model(local
 def test_readyz_reports_the_loaded_model(local_gateway, database):
     ready = httpx.get(f"{local_gateway.url}/readyz", headers={"x-api-key": database.key}, verify=SHARED_TLS).json()
     assert ready == {"status": "ok", "checks": {"local": "ok", "database": "ok", "limits": "ok"}}
-    assert "model 'smollm2-135m'" in local_gateway.log() and "loaded in" in local_gateway.log()
+    assert "model 'smollm2-135m'" in local_gateway.log() and "loaded and warmed up in" in local_gateway.log()
 
 
 def test_a_model_that_does_not_load_is_reported_not_ready(tmp_path, database):

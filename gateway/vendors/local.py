@@ -155,7 +155,7 @@ class LocalAdapter:
             log.error("vendor '%s': %s", self.name, self._failure)
             return
         self._loaded = True
-        log.info("vendor '%s': model '%s' (%s) loaded in %.2f s", self.name, self.model, path,
+        log.info("vendor '%s': model '%s' (%s) loaded and warmed up in %.2f s", self.name, self.model, path,
                  time.perf_counter() - started)
 
     async def close(self) -> None:

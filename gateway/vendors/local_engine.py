@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+WARM_UP = "Hello"  # the prompt of the generation that warms the engine as it loads
 FORCE = 100  # a logit bias that makes the engine sample the biased token (and report it unbiased)
 LOOKUP_SIZES = (256, None)  # top-k sizes tried when looking a token up; None: the whole vocabulary
 
@@ -119,6 +120,10 @@ class Engine:
         self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
         self._counting = httpx.Client(base_url=url, headers=headers, timeout=COUNT_TOKENS_TIMEOUT)
         self._server = server
+        # One token generated before the engine says it is ready: the first generation pages the
+        # weights in and sets up the engine's compute buffers, which otherwise the first client's
+        # request waits for (seconds on a cold or busy machine).
+        self._call({"prompt": WARM_UP, "max_tokens": 1, "temperature": 0})
 
     async def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
