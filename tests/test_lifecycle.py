@@ -13,7 +13,7 @@ from gateway import services
 from gateway.http.lifecycle import _Answer, header_value
 from handlers import completions
 from tests.fakes.server import free_port
-from tests.provision import ledger_row, ledger_rows, new_key, run_cli
+from tests.provision import ledger_row, ledger_rows, new_key, run_cli, sqlite_database
 from tests.support import SHARED_TLS, gateway_env, served_in_process
 
 SCOPE = {"type": "http", "method": "POST", "path": "/v5/completions", "headers": []}
@@ -51,16 +51,18 @@ def test_what_a_header_cannot_carry_is_percent_encoded():
 
 
 @pytest.fixture(scope="module")
-def in_process(upstream, database):
+def in_process(upstream):
     """The gateway in this process (so a test can make it fail where it wants), one request at a
-    time (GATEWAY_MAX_CONCURRENT=1), and a key allowed one request in flight."""
-    settings = services.load_settings(gateway_env(upstream.url, database.url, GATEWAY_PORT=str(free_port()),
-                                                  GATEWAY_MAX_CONCURRENT="1", GATEWAY_LIMITS_REFRESH_SECONDS="0.1"))
-    key, key_id, account = new_key(database.url)
-    run_cli(database.url, "limits", "set", "--key", key_id, "--concurrent", "1")
-    with served_in_process(services.create_app(settings), settings) as url, \
-            httpx.Client(base_url=url, headers={"x-api-key": key}, timeout=30, verify=SHARED_TLS) as client:
-        yield client, account
+    time (GATEWAY_MAX_CONCURRENT=1), and a key allowed one request in flight, on a database of its
+    own (a limit in the session's would stop the other tests' gateways of several workers)."""
+    with sqlite_database() as database:
+        settings = services.load_settings(gateway_env(upstream.url, database.url, GATEWAY_PORT=str(free_port()),
+                                                      GATEWAY_MAX_CONCURRENT="1"))
+        key, key_id, account = new_key(database.url)
+        run_cli(database.url, "limits", "set", "--key", key_id, "--concurrent", "1")
+        with served_in_process(services.create_app(settings), settings) as url, \
+                httpx.Client(base_url=url, headers={"x-api-key": key}, timeout=30, verify=SHARED_TLS) as client:
+            yield client, account, database.url
 
 
 def assert_everything_given_back(client: httpx.Client) -> None:
@@ -72,21 +74,21 @@ def assert_everything_given_back(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_model_name_a_header_cannot_carry_is_answered_and_billed(in_process, database, stream):
-    client, account = in_process
+def test_a_model_name_a_header_cannot_carry_is_answered_and_billed(in_process, stream):
+    client, account, url = in_process
     r = client.post("/v5/completions", json={"model": "fake/ok€\x7f", "prompt": "x", "max_tokens": 2,
                                              "stream": stream})
     assert r.status_code == 200, r.text
     assert r.headers["x-gateway-model"] == "fake/ok%E2%82%AC%7F"
-    row = ledger_row(database.url, account, r.headers["x-request-id"])
+    row = ledger_row(url, account, r.headers["x-request-id"])
     assert (row["outcome"], row["model"]) == ("completed", "fake/ok€\x7f")
     assert_everything_given_back(client)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_failure_while_shaping_the_answer_writes_one_row_and_gives_everything_back(in_process, database,
-                                                                                     monkeypatch, upstream, stream):
-    client, account = in_process
+def test_a_failure_while_shaping_the_answer_writes_one_row_and_gives_everything_back(in_process, monkeypatch,
+                                                                                     upstream, stream):
+    client, account, url = in_process
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug while shaping the answer")
@@ -95,9 +97,9 @@ def test_a_failure_while_shaping_the_answer_writes_one_row_and_gives_everything_
     r = client.post("/v5/completions", json={"model": "fake/m", "prompt": "x", "max_tokens": 2, "stream": stream})
     monkeypatch.undo()
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error", r.text
-    row = ledger_row(database.url, account, r.headers["x-request-id"])
+    row = ledger_row(url, account, r.headers["x-request-id"])
     assert (row["outcome"], row["cost_nanos"]) == ("gateway_error", 0)  # the client got nothing
-    assert [other for other in ledger_rows(database.url, account) if other["request_id"] == row["request_id"]] == [row]
+    assert [other for other in ledger_rows(url, account) if other["request_id"] == row["request_id"]] == [row]
     assert upstream.open_streams == 0  # the vendor's stream it had begun was let go
     assert_everything_given_back(client)
 
