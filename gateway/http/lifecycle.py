@@ -4,8 +4,8 @@ admitted to the moment it is over, and the one way each of those is given back, 
 
 | held                        | taken                            | given back                                  |
 | --------------------------- | -------------------------------- | ------------------------------------------- |
-| a slot of the gateway's     | `Lifecycle(...)` (a 503 when     | `end()`                                     |
-| admission                   | there is none)                   |                                             |
+| a slot of the gateway's     | `Lifecycle(...)` (a 503 when     | `end()`, or once the vendor finished        |
+| admission                   | there is none)                   | (`finish`, `failed_midway`)                 |
 | the meter: its one ledger   | `Lifecycle(...)`                 | closed once: `finish` (the vendor's usage), |
 | row                         |                                  | `fail`, or by `end()` as `left`             |
 | the limits' claim           | `Lifecycle(...)`, asked before   | settled with the meter's row when it is     |
@@ -123,12 +123,15 @@ class Lifecycle:
 
     def finish(self, billed: Usage | None, answer: Sequence[Choice] = ()) -> None:
         """The vendor finished: its row records `billed` (None: the vendor reported none, estimated);
-        `answer` is a plain answer's choices, sent."""
+        `answer` is a plain answer's choices, sent. What is left is writing (a stream's last events):
+        the admission slot is given back now, before the client can have read them and asked again."""
         self.meter.finish(billed, answer)
+        self._leave()
 
     def failed_midway(self, exc: BaseException) -> None:
-        """The answer had begun when `exc` ended it (a stream's error event follows)."""
+        """The answer had begun when `exc` ended it (a stream's error event follows, as its end)."""
         self.meter.fail(exc)
+        self._leave()
 
     async def fail(self, exc: BaseException) -> NoReturn:
         """The request failed with `exc` before its answer began: everything it holds is given back,
@@ -155,6 +158,9 @@ class Lifecycle:
         """The request is over: its admission slot is given back, and a meter still open closes as
         the client's leaving (a stream whose response ended before the vendor did)."""
         self.meter.left()  # a no-op once closed
+        self._leave()
+
+    def _leave(self) -> None:
         if self._admitted:
             self._admitted = False
             self._admission.leave()
