@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from bench.run import BODY
+from tests.fakes.httpx_client import answered_by
 
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
 
@@ -81,7 +82,7 @@ async def drive(env: Mapping[str, str], requests: int, key: str,
     life = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
                                    lifespan_receive, lifespan_send))
     await started.wait()
-    state["services"].registry.get("fake").use_transport(httpx.MockTransport(_answer))
+    state["services"].registry.get("fake").use_clients(answered_by(_answer))
     body = orjson.dumps(BODY)
     headers = [(b"host", b"bench"), (b"content-type", b"application/json"), (b"x-api-key", key.encode()),
                (b"content-length", str(len(body)).encode())]

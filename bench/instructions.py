@@ -46,8 +46,8 @@ def main(requests: int, against: Path | None = None) -> int:
     vendor = start_vendor(vendor_port)
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(sqlite_database())
+        # (no `server` option, as in bench/run.py: checkouts before it refuse it)
         env = {"GATEWAY_DATABASE_URL": db.url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
-               "GATEWAY_VENDOR_FAKE_SERVER": "openai",
                "GATEWAY_VENDOR_FAKE_BASE_URL": f"http://127.0.0.1:{vendor_port}/v1",
                "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_LOG_LEVEL": "warning",
                "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port)}
@@ -89,7 +89,7 @@ async def _serve_requests(gateway: subprocess.Popen, port: int, key: str, body: 
         deadline = time.monotonic() + 300
         while True:  # valgrind takes a while to start a gateway
             if gateway.poll() is not None:
-                raise RuntimeError("the gateway under valgrind exited")
+                raise RuntimeError(f"the gateway under valgrind exited: {gateway.stderr.read()[-2000:]}")
             with contextlib.suppress(aiohttp.ClientError):
                 async with session.get(f"{url}/readyz") as ready:
                     if ready.status == 200:

@@ -34,6 +34,7 @@ from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.vendors import registry
 from gateway.vendors.balancer import Balancer
+from tests.fakes.httpx_client import answered_by
 from tests.fakes.openai_upstream import completion
 
 ROUTINGS = ("least_outstanding", "weighted_random", "p2c_ewma")
@@ -74,7 +75,7 @@ def adapter(deployments: int, routing: str):
                           deployments=tuple(Deployment(base_url=f"http://d{i}.test/v1", api_key="sk-bench-key")
                                             for i in range(deployments)))
     vendor = registry.build(config, Settings())
-    vendor.use_transport(httpx.MockTransport(answer))
+    vendor.use_clients(answered_by(answer))
     return vendor
 
 

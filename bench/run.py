@@ -1,7 +1,7 @@
 """`make bench`: the gateway against the vendor it fronts, measured side by side in one run.
 
-A fast fake OpenAI-compatible vendor runs in its own process; gateways (one per HTTP library:
-aiohttp and httpx's own pool) run as `gateway serve`, one worker each. A closed-loop load
+A fast fake OpenAI-compatible vendor runs in its own process; the gateway runs as `gateway serve`,
+one worker (and, with --against, another checkout's gateway beside it). A closed-loop load
 generator (aiohttp, in this process) measures, calling the vendor directly and through each
 gateway, round-robin in short rounds so machine noise hits every variant alike:
 - requests/s and latency p50/p99 at concurrency 1 and 32, and each gateway's CPU per request
@@ -238,18 +238,20 @@ def main() -> int:
     db = database.enter_context(sqlite_database())  # both gateways write their ledger rows to it
     env = {
         "GATEWAY_DATABASE_URL": db.url,
-        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai", "GATEWAY_VENDOR_FAKE_SERVER": "openai",
+        # (no `server` option, which checkouts before it refuse: the fake is served as unidentified,
+        # which serves the bench's one-prompt request as OpenAI's would be)
+        "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
         "GATEWAY_VENDOR_FAKE_BASE_URL": f"{vendor_url}/v1",
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         "GATEWAY_LOG_LEVEL": "warning",
     }
-    gateways = {f"gateway ({t})": GatewayProcess({**env, "GATEWAY_HTTP_TRANSPORT": t}) for t in ("aiohttp", "httpx")}
+    gateways = {"gateway": GatewayProcess(env)}
     keys = {name: db.key for name in gateways}
     if args.against:
         # Its own database, empty: the other checkout's schema may differ; it makes its first key.
         other_url = database.enter_context(empty_database("sqlite"))
-        name = f"{revision(args.against)} (aiohttp)"
-        gateways[name] = GatewayProcess({**env, "GATEWAY_DATABASE_URL": other_url, "GATEWAY_HTTP_TRANSPORT": "aiohttp"},
+        name = revision(args.against)
+        gateways[name] = GatewayProcess({**env, "GATEWAY_DATABASE_URL": other_url},
                                         cwd=args.against.resolve(), python=checkout_python(args.against))
     try:
         for g in gateways.values():
@@ -260,7 +262,7 @@ def main() -> int:
         for name, g in gateways.items():
             assert g.proc is not None
             targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]}, g.proc.pid)
-        print(f"cpus: {os.cpu_count()}; one gateway worker per transport; vendor: tests/fakes/openai_upstream.py")
+        print(f"cpus: {os.cpu_count()}; one worker per gateway; vendor: tests/fakes/openai_upstream.py")
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
         for g in gateways.values():

@@ -131,7 +131,7 @@ class _EventStream:
 
     def _events_of(self, batch: list[Chunk], finished: set[int]) -> bytes:
         """The events of chunks that arrived together, as one piece of the body."""
-        prefix, life = self._prefix, self._life
+        prefix, sent = self._prefix, self._life.meter.sent  # (per chunk: one call, not two)
         events = []
         for chunk in batch:
             if chunk.usage is not None:
@@ -149,7 +149,7 @@ class _EventStream:
                 if c.text or finish or c.logprobs:
                     choices.append({"index": c.index, "text": c.text, "finish_reason": finish, "logprobs": c.logprobs})
             if choices:
-                life.sent(chunk.choices)
+                sent(chunk.choices)
                 events.append(prefix + orjson.dumps(choices) + b"}\n\n")
         return b"".join(events)
 

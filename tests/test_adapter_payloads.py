@@ -23,9 +23,10 @@ from gateway.vendors.local import LocalAdapter, engine_seed
 from gateway.vendors.local_engine import EngineOptions
 from gateway.vendors.local_model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob
+from tests.fakes.httpx_client import answered_by
 from tests.support import contains
 
-SETTINGS = Settings(http_transport="httpx")
+SETTINGS = Settings()
 # A value other than the default for every parameter (`prompt`: a list of several).
 VALUES: dict[str, Any] = {
     "prompt": ["first prompt", "second prompt"],
@@ -79,7 +80,7 @@ async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[di
     vendor_config = VendorConfig(name=protocol, protocol=protocol, base_url="http://vendor.test", api_key="sk-test",
                                  options=options)
     adapter = registry.build(vendor_config, SETTINGS)
-    adapter.use_transport(httpx.MockTransport(vendor))
+    adapter.use_clients(answered_by(vendor))
     try:
         await adapter.complete(call)
     finally:
@@ -221,7 +222,7 @@ def _reached(protocol: str, stream: bool) -> list:
         else:
             adapter = registry.build(VendorConfig(name=protocol, protocol=protocol, base_url="http://vendor.test",
                                                   api_key="sk-test", options=HTTP_VENDORS[protocol]), SETTINGS)
-            adapter.use_transport(httpx.MockTransport(lambda request: reached.append(request) or httpx.Response(
+            adapter.use_clients(answered_by(lambda request: reached.append(request) or httpx.Response(
                 200, json=ANSWERS[protocol])))
             model = "m"
         call = dataclasses.replace(call_with("max_tokens"), model=model, logprobs=1 if protocol == "local" else None,

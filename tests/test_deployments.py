@@ -16,6 +16,7 @@ from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.core.errors import GatewayError, RateLimited, VendorFailed, VendorNotReady
 from gateway.vendors import http as vendor_http
 from gateway.vendors import registry
+from tests.fakes.httpx_client import answered_by
 from tests.fakes.openai_upstream import completion, stream_events
 from tests.support import ManualClock
 
@@ -54,7 +55,7 @@ class Vendor:
             self.headers.append(request.headers)
             return handlers.get(host, ok)(host, request)
 
-        self.adapter.use_transport(httpx.MockTransport(answer))
+        self.adapter.use_clients(answered_by(answer))
 
     def state(self, name: str):
         return next(s for s in self.adapter.balancer.snapshot() if s.name == name)

@@ -15,6 +15,7 @@ from gateway.core.config import VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, RateLimited
 from gateway.vendors import http as vendor_http
 from gateway.vendors import vendor_errors
+from gateway.vendors.transport_http1 import Http1Client
 from tests.support import chunks_of, gateway_env, sse_events
 
 
@@ -144,7 +145,7 @@ def call_with_retries(upstream, model: str, monkeypatch) -> tuple[object, list[f
         return vendor_errors.vendor_error(config, status, vendor_errors.error_message(body), retry_after)
 
     async def call() -> object:
-        deployments = vendor_http.Deployments(config, "aiohttp", lambda key: {})
+        deployments = vendor_http.Deployments(config, Http1Client, lambda key: {})
         try:
             payload = {"model": model, "prompt": f"p-{time.monotonic_ns()}", "max_tokens": 1}
             return await deployments.post_json("/completions", payload, on_error, [])

@@ -17,8 +17,6 @@ SAMPLES = {int: "4242", float: "2.5", bool: "1", str: "something-else"}
 
 
 def sample(name: str) -> tuple[str, object]:
-    if name == "http_transport":
-        return "httpx", "httpx"
     if name == "log_level":
         return "DEBUG", "debug"  # case does not matter
     if name == "limits_on_store_failure":
@@ -59,7 +57,7 @@ def test_the_environment_overrides_the_toml_file(tmp_path):
         ({"GATEWAY_PORT": "eighty"}, "GATEWAY_PORT"),
         ({"GATEWAY_PORT": "70000"}, "GATEWAY_PORT"),
         ({"GATEWAY_MAX_CONCURRENT": "0"}, "GATEWAY_MAX_CONCURRENT"),
-        ({"GATEWAY_HTTP_TRANSPORT": "curl"}, "GATEWAY_HTTP_TRANSPORT"),
+        ({"GATEWAY_HTTP_TRANSPORT": "aiohttp"}, "GATEWAY_HTTP_TRANSPORT is no longer a setting"),
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_NOPE": "1"}, "unknown vendor setting"),
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_CONNECT": "-1"}, "vendor 'x'.*connect"),
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_ENABLED": "perhaps"}, "vendor 'x' enabled"),

@@ -33,6 +33,7 @@ from gateway.vendors.local import _Piece
 from gateway.vendors.local_engine import EngineError
 from gateway.vendors.sse_reader import EventParser, MalformedStream
 from gateway.vendors.vendor_errors import retry_after_seconds
+from tests.fakes.httpx_client import answered_by
 from tests.vendor_answers import (
     ANTHROPIC_EVENT,
     ANTHROPIC_MESSAGE,
@@ -323,7 +324,7 @@ def test_an_error_never_renders_an_unbounded_retry_after(wait):
 def adapter(protocol: str):
     config = VendorConfig(name="v", protocol=protocol, base_url="http://vendor.test/v1", api_key=KEY,
                           options={"max_candidates": "3"} if protocol == "gemini" else {})
-    return registry.build(config, Settings(http_transport="httpx"))
+    return registry.build(config, Settings())
 
 
 ADAPTERS = {protocol: adapter(protocol) for protocol in ("openai", "anthropic", "gemini")}
@@ -338,7 +339,7 @@ def dumps(value) -> bytes:
 
 
 def serve(vendor, body: bytes, content_type: str) -> None:
-    vendor.use_transport(httpx.MockTransport(lambda request: httpx.Response(
+    vendor.use_clients(answered_by(lambda request: httpx.Response(
         200, content=body, headers={"content-type": content_type})))
 
 

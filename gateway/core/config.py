@@ -147,9 +147,6 @@ class Settings(Frozen):
     # Response validation against openapi.json: on in tests, off in production (it costs much of
     # the throughput, and turns every stream into a buffered body).
     validate_responses: bool = False
-    # Which HTTP client the vendor calls use: the gateway's own HTTP/1.1 client, aiohttp's, or
-    # httpx's own pool (vendors/transport.py; bench/ compares them).
-    http_transport: Literal["builtin", "aiohttp", "httpx"] = "builtin"
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"],
                          BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v)] = "info"
     # Accounts, keys and the usage ledger. SQLite (a file, created on first start) suits one
@@ -192,6 +189,13 @@ class Settings(Frozen):
 SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks", "prices"))
 
 
+# Settings that were removed, and why: set, they are a startup error rather than ignored.
+REMOVED = {
+    "GATEWAY_HTTP_TRANSPORT": "vendors are called through the gateway's own HTTP/1.1 client only (aiohttp's and "
+                              "httpx's were removed); unset it",
+}
+
+
 def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol] | None = None) -> Settings:
     """The settings from GATEWAY_CONFIG's file and the environment (`env`, default os.environ).
 
@@ -199,6 +203,9 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
     option names are what GATEWAY_VENDOR_<NAME>_<OPTION> may name. None skips the vendors
     altogether, for tools that only need the server settings (the migrations' command line)."""
     env = os.environ if env is None else env
+    for var, why in REMOVED.items():
+        if var in env:
+            raise ConfigError(f"{var} is no longer a setting: {why}")
     path = env.get("GATEWAY_CONFIG")
     data = _read_toml(Path(path)) if path else {}
     server = dict(data.get("gateway", {}))

@@ -28,7 +28,7 @@ class Expected:
     prompt when the vendor was asked to echo, each with logprobs when asked for them. A stream's
     chunks are shown to it as they come (`batch`), and its clean end (`ended`)."""
 
-    __slots__ = ("vendor", "choices", "_n", "_echoed", "_logprobs", "_seen", "_heads")
+    __slots__ = ("vendor", "choices", "_n", "_echoed", "_logprobs", "_seen", "_heads", "_done")
 
     def __init__(self, call: CompletionCall, vendor: str) -> None:
         self.vendor = vendor
@@ -38,6 +38,9 @@ class Expected:
         self._logprobs = call.logprobs is not None
         self._seen: set[int] = set()
         self._heads: dict[int, str] = {}  # a stream's text per choice until its echo came whole (ECHOED)
+        # Nothing left to check in a stream's chunks: every choice came, and no piece is checked
+        # (no echo, no logprobs). Most streams are done after their first chunk.
+        self._done = False
 
     def result(self, result: Result) -> Result:
         """`result`, when it answers the call (its usage raised where it cannot cover its text)."""
@@ -60,6 +63,8 @@ class Expected:
 
     def batch(self, chunks: list[Chunk]) -> None:
         """A stream's chunks of one read, as the vendor sent them."""
+        if self._done:
+            return
         seen, echoed, logprobs = self._seen, self._echoed, self._logprobs
         for chunk in chunks:
             for choice in chunk.choices:
@@ -68,6 +73,7 @@ class Expected:
                     self._echo_piece(choice)
                 if logprobs and choice.text and choice.logprobs is None:
                     raise self._failed("returned no logprobs although they were asked for")
+        self._done = echoed is None and not logprobs and len(seen) == self.choices
 
     def ended(self) -> None:
         """The vendor ended its stream cleanly: every choice must have come, echoed."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -18,14 +18,12 @@ from gateway.core.completion import cleared
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
 from gateway.core.streams import Watch
+from gateway.core.vendor_config import Timeouts
 from gateway.vendors.balancer import Balancer, Member, Ticket
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
 from gateway.vendors.transport import Answer, Client, TooLarge, TransportError, read_body
 from gateway.vendors.transport_http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
-
-if TYPE_CHECKING:
-    import httpx
 
 # Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -51,6 +49,9 @@ sleep = asyncio.sleep
 
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
 ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
+# What makes a deployment's client, for the process's life, from its headers and timeouts: the
+# gateway's own HTTP/1.1 client (vendors/transport_http1.py), or a test's.
+Clients = Callable[[Mapping[str, str], Timeouts], Client]
 
 
 class HttpAdapter:
@@ -65,17 +66,17 @@ class HttpAdapter:
         self._config = config
         self._headers = headers
         self._paths = tuple(paths)
-        self._deployments = Deployments(config, settings.http_transport, headers, self._paths)
+        self._deployments = Deployments(config, Http1Client, headers, self._paths)
 
     @property
     def balancer(self) -> Balancer:
         """The deployments' routing and health state (GET /v5/vendors reads it)."""
         return self._deployments.balancer
 
-    def use_transport(self, transport: httpx.AsyncBaseTransport) -> None:
-        """Send this vendor's requests through `transport` instead of the network, with the same
-        headers, base URLs and timeouts (in-process tests: httpx.MockTransport)."""
-        self._deployments = Deployments(self._config, transport, self._headers, self._paths, self.balancer)
+    def use_clients(self, clients: Clients) -> None:
+        """Send this vendor's requests through the clients `clients` makes instead of the gateway's
+        own, with the same headers, base URLs and timeouts (in-process tests and benchmarks)."""
+        self._deployments = Deployments(self._config, clients, self._headers, self._paths, self.balancer)
 
     async def start(self) -> None:
         return None
@@ -94,23 +95,6 @@ class HttpAdapter:
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         raise NotImplementedError  # each adapter reads its vendor's error body
-
-
-def pooled_client(config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
-                  headers: Mapping[str, str]) -> Client:
-    """One client per deployment for the process's life. `transport` picks it: "builtin" (the
-    gateway's own HTTP/1.1 client, vendors/transport_http1.py), "aiohttp" (aiohttp's pool,
-    directly), "httpx" (httpx's own pool; bench/ measures them), or an httpx transport of the
-    caller's."""
-    if transport == "builtin":
-        return Http1Client(headers, config.timeouts)
-    if transport == "aiohttp":
-        from gateway.vendors.transport_aiohttp import AiohttpClient  # only a gateway that asked for it imports aiohttp
-
-        return AiohttpClient(headers, config.timeouts)
-    from gateway.vendors.transport_httpx import HttpxClient  # only a gateway that asked for it imports httpx
-
-    return HttpxClient(headers, config.timeouts, None if transport == "httpx" else transport)
 
 
 class _Upstream:
@@ -134,15 +118,13 @@ class Deployments:
     (vendors/balancer.py) picks, and tells it how the deployment answered. The name of the
     deployment whose answer a call ends with is appended to `served` (for the ledger)."""
 
-    def __init__(self, config: VendorConfig, transport: str | httpx.AsyncBaseTransport,
-                 headers: Callable[[str], Mapping[str, str]], paths: Iterable[str] = (),
-                 balancer: Balancer | None = None) -> None:
+    def __init__(self, config: VendorConfig, clients: Clients, headers: Callable[[str], Mapping[str, str]],
+                 paths: Iterable[str] = (), balancer: Balancer | None = None) -> None:
         self.config = config
         self.balancer = balancer or Balancer(config.name, config.targets, config.routing, config.health)
         paths = tuple(paths)
         self._upstreams = [
-            _Upstream(member, pooled_client(config, transport, headers(deployment.secret)), deployment.base_url,
-                      paths)
+            _Upstream(member, clients(headers(deployment.secret), config.timeouts), deployment.base_url, paths)
             for member, deployment in zip(self.balancer.members, config.targets, strict=True)
         ]
 

@@ -1,19 +1,13 @@
-"""The HTTP clients under the vendor adapters: one small interface, three clients behind it.
+"""The HTTP client under the vendor adapters: one small interface, and the gateway's own client
+behind it (`Http1Client`, vendors/transport_http1.py).
 
 `Client.send` posts a body and returns the vendor's `Answer` once its head has arrived; the body is
 then read a piece at a time, as the network delivers it (`Answer.read`). What can go wrong is
 either a `TimeoutError` or a `TransportError` (with `dropped` when the connection closed before
-any answer came), whichever library is underneath, so vendors/http.py handles failures once.
-
-- `Http1Client` (vendors/transport_http1.py), the default: the gateway's own HTTP/1.1 client,
-  which does what a vendor call needs and nothing else.
-- `AiohttpClient` (vendors/transport_aiohttp.py; `GATEWAY_HTTP_TRANSPORT=aiohttp`): aiohttp's pool,
-  called directly, the default before: it cost a request about a fifth of the gateway's CPU. httpx's
-  own pool is slower still under concurrency (encode/httpx#3215), and httpx's API over aiohttp
-  (httpx-aiohttp) costs a request and every piece of a stream several layers of Python more.
-- `HttpxClient` (vendors/transport_httpx.py, imported only when used): httpx's own pool
-  (`GATEWAY_HTTP_TRANSPORT=httpx`, which bench/ compares), or any httpx transport of the caller's
-  (in-process tests answer through httpx.MockTransport).
+any answer came), so vendors/http.py handles failures once. In-process tests and benchmarks put
+clients of their own behind the same interface (`HttpAdapter.use_clients`; tests/fakes/
+httpx_client.py). aiohttp's pool (the default once) and httpx's were measured against this client
+and removed: docs/performance.md has the comparison.
 """
 
 from __future__ import annotations

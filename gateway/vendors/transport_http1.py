@@ -1,12 +1,11 @@
-"""`Http1Client`: a deployment's connections through the gateway's own HTTP/1.1 client, the
-default (vendors/transport.py has the interface; GATEWAY_HTTP_TRANSPORT=aiohttp or httpx picks a
-library instead).
+"""`Http1Client`: a deployment's connections through the gateway's own HTTP/1.1 client, the only
+one (vendors/transport.py has the interface).
 
 Why our own: a vendor call is one POST of a JSON body, and its answer a status, a few headers and a
-body read as it comes. aiohttp's client spent about a fifth of the gateway's CPU on a request doing
-that (its session, request, payload, writer, timer and tracing objects), and a stream's pieces
-went through its stream reader. The parsing is llhttp here as there (httptools, which uvicorn
-parses requests with already).
+body read as it comes. A general client library spends much of a request's CPU on its session,
+request, payload, writer, timer and tracing objects (aiohttp's did: docs/performance.md), and a
+stream's pieces go through its stream reader. The parsing is llhttp here as there (httptools,
+which uvicorn parses requests with already).
 
 What it keeps of a library's duties:
 - a pool of kept-alive connections, at most MAX_CONNECTIONS open; a connection is used again only

@@ -19,9 +19,9 @@ class ServerThread:
     def __init__(self, app, port: int | None = None) -> None:
         self.port = port or free_port()
         # Keep idle connections open like hosted vendors do (a minute or more). With uvicorn's 5 s
-        # default the fake closes them while the gateway's pool (aiohttp keeps them 15 s) may be
-        # reusing one, and a request a few seconds after a burst failed now and then with "Can not
-        # write request body". Upstreams with short keep-alives (vLLM) are the vendor layer's to handle.
+        # default the fake closes them while the gateway's pool (it keeps them 15 s) may be reusing
+        # one, and a request a few seconds after a burst failed now and then. Upstreams with short
+        # keep-alives (vLLM, llama.cpp) are the vendor layer's to handle (tests/test_llamacpp_upstream.py).
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
                                 loop="asyncio", http="httptools", timeout_keep_alive=75)
         self.server = uvicorn.Server(config)

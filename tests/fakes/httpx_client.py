@@ -1,28 +1,37 @@
-"""`HttpxClient`: a deployment's connections through httpx (vendors/transport.py has the
-interface and the default client). A module of its own so that a gateway on aiohttp, the default,
-never imports httpx."""
+"""The gateway's client interface (gateway/vendors/transport.py `Client`) answered in-process, for
+tests and benchmarks that call an adapter without a network: `answered_by(handler)` makes the
+clients a vendor's deployments use (`HttpAdapter.use_clients`), each handing every request, as an
+httpx.Request, to `handler`, which returns the httpx.Response the vendor would (httpx.MockTransport's
+contract). The requests carry the deployment's headers, URLs and timeouts as the gateway's own
+client would send them; what they never exercise is that client (tests/test_transport_http1.py
+and every test over real HTTP do)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import httpx
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, described, tls
+from gateway.vendors.transport import Answer, Client, TransportError, described
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def answered_by(handler: Handler) -> Callable[[Mapping[str, str], Timeouts], Client]:
+    """Clients whose every request `handler` answers."""
+    return lambda headers, timeouts: HttpxClient(headers, timeouts, httpx.MockTransport(handler))
 
 
 class HttpxClient:
-    """One deployment's connections through httpx: its own pool, or `transport`."""
+    """One deployment's connections through an httpx transport (here, httpx.MockTransport)."""
 
-    def __init__(self, headers: Mapping[str, str], timeouts: Timeouts,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    def __init__(self, headers: Mapping[str, str], timeouts: Timeouts, transport: httpx.AsyncBaseTransport) -> None:
         self._client = httpx.AsyncClient(
             headers={**headers, "content-type": "application/json"},
             timeout=httpx.Timeout(connect=timeouts.connect, read=timeouts.total, write=timeouts.connect,
                                   pool=timeouts.connect),
-            transport=transport or httpx.AsyncHTTPTransport(limits=limits, verify=tls()),
+            transport=transport,
         )
 
     async def send(self, url: str, body: bytes) -> Answer:
