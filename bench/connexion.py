@@ -34,8 +34,8 @@ from typing import Any
 import uvloop
 
 from bench import inprocess
-from bench.observability import counted
-from tests.provision import sqlite_database
+from bench.harness import VALGRIND, collected, counted
+from tests.support.provision import sqlite_database
 
 VARIANTS: dict[str, frozenset[str]] = {
     "as built": frozenset(),
@@ -105,9 +105,9 @@ def main() -> int:
             for name in VARIANTS:
                 command = [sys.executable, "-m", "bench.connexion", "--variant", name, "--requests", str(args.requests),
                            "--db", db.url, "--key", db.key] + (["--callgrind"] if args.callgrind else [])
-                done = subprocess.run((inprocess.VALGRIND if args.callgrind else []) + command, capture_output=True,
+                done = subprocess.run((VALGRIND if args.callgrind else []) + command, capture_output=True,
                                       text=True, check=True, env=env)
-                results[name].append(inprocess.collected(done.stderr) / args.requests if args.callgrind
+                results[name].append(collected(done.stderr) / args.requests if args.callgrind
                                      else float(done.stdout.split()[-1]) * 1e6)
     unit = "instructions" if args.callgrind else "µs of CPU"
     print(f"cpus: {os.cpu_count()}; {args.requests} completions per run in-process, {args.rounds} runs per variant, "

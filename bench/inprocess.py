@@ -12,28 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 
 import httpx
 import orjson
 
-from bench.run import BODY
-from tests.fakes.httpx_client import answered_by
-
-VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
-
-
-def callgrind(on: bool) -> None:
-    """Count instructions from now on (or stop): this process runs under valgrind's callgrind."""
-    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], capture_output=True,
-                   check=True)
-
-
-def collected(stderr: str) -> int:
-    """The instructions valgrind counted, from its summary ("Collected : <instructions>")."""
-    return int([line for line in stderr.splitlines() if "Collected :" in line][-1].split()[-1])
+from bench.harness import BODY
+from tests.support.fakes.httpx_client import answered_by
 
 
 async def _answer(request: httpx.Request) -> httpx.Response:

@@ -19,16 +19,15 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 
-from bench.run import BODY, STREAMS, Sample, checkout_python, one_request, revision, start_vendor
-from tests.fakes.server import free_port
-from tests.gateway_process import ROOT
-from tests.provision import sqlite_database
+from bench.harness import BODY, STREAMS, Sample, checkout_python, one_request, revision, start_vendor
+from tests.support.fakes.server import free_port
+from tests.support.gateway_process import ROOT
+from tests.support.provision import sqlite_database
 
 COMMIT_INTERVAL = 2.0  # seconds: the ledger's 0.05 times valgrind's slow-down, roughly
 CONCURRENCY = 8

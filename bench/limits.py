@@ -41,15 +41,29 @@ import aiohttp
 import uvloop
 
 from bench import inprocess
-from bench.run import BODY, Sample, checkout_python, closed_loop, revision, start_vendor
+from bench.harness import (
+    BODY,
+    VALGRIND,
+    Sample,
+    _children,
+    callgrind,
+    checkout_python,
+    closed_loop,
+    collected,
+    cores_apart,
+    cpu_seconds,
+    pin,
+    revision,
+    start_vendor,
+)
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import Limiter
 from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
-from tests.fakes.server import free_port
-from tests.gateway_process import GatewayProcess
-from tests.provision import new_key, run_cli, sqlite_database
-from tests.support import RedisServer, redis_prefix, remove_redis_keys
+from tests.support.fakes.server import free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import new_key, run_cli, sqlite_database
+from tests.support.redis_servers import RedisServer, redis_prefix, remove_redis_keys
 
 LIMITS = Limits(rpm=10**9, tpm=10**12, concurrent=10**6, budgets=(Budget(TOKENS, 10**15, "month"),))
 ROW = {"total_tokens": 20}
@@ -129,9 +143,9 @@ def one_variant(name: str, redis_url: str, prefix: str, requests: int) -> None:
 
     async def run() -> None:
         stores = await _stores(redis_url, prefix)
-        inprocess.callgrind(True)
+        callgrind(True)
         await limiter_cost(stores[store_name], subjects, requests)
-        inprocess.callgrind(False)
+        callgrind(False)
         await stores["redis"].close()
 
     uvloop.run(run())
@@ -143,10 +157,10 @@ def part_limiter_callgrind(redis_url: str, requests: int, rounds: int) -> None:
     try:
         for _ in range(rounds):
             for name in VARIANTS:
-                command = [*inprocess.VALGRIND, sys.executable, "-m", "bench.limits", "--variant", name, "--requests",
+                command = [*VALGRIND, sys.executable, "-m", "bench.limits", "--variant", name, "--requests",
                            str(requests), "--redis", redis_url, "--prefix", prefix]
                 done = subprocess.run(command, capture_output=True, text=True, check=True)
-                results[name].append(inprocess.collected(done.stderr) / requests)
+                results[name].append(collected(done.stderr) / requests)
     finally:
         remove_redis_keys(prefix, redis_url)
     print(f"\n1. the limiter in-process under callgrind, {requests} requests x {rounds} runs (median), "
@@ -167,7 +181,7 @@ def gateway_variant(db_url: str, key: str, redis: str, prefix: str, requests: in
         # run would do so many times, and the slower variant more often. Counting instructions,
         # they are read once, at the start (as the ledger commits once: bench/inprocess.py).
         env |= {"GATEWAY_KEY_CACHE_SECONDS": "3600", "GATEWAY_LIMITS_CACHE_SECONDS": "3600"}
-    return uvloop.run(inprocess.drive(env, requests, key, inprocess.callgrind if callgrind else None))
+    return uvloop.run(inprocess.drive(env, requests, key, callgrind if callgrind else None))
 
 
 def part_gateway_in_process(redis: str, requests: int, rounds: int, callgrind: bool) -> None:
@@ -183,9 +197,9 @@ def part_gateway_in_process(redis: str, requests: int, rounds: int, callgrind: b
                 for name, key in keys.items():
                     command = [sys.executable, "-m", "bench.limits", "--gateway-variant", "--db", db.url, "--key", key,
                                "--redis", redis, "--prefix", prefix, "--requests", str(requests)]
-                    done = subprocess.run((inprocess.VALGRIND + command + ["--callgrind"]) if callgrind else command,
+                    done = subprocess.run((VALGRIND + command + ["--callgrind"]) if callgrind else command,
                                           capture_output=True, text=True, check=True)
-                    results[name].append(inprocess.collected(done.stderr) / requests if callgrind
+                    results[name].append(collected(done.stderr) / requests if callgrind
                                          else float(done.stdout.split()[-1]) * 1e6)
     finally:
         remove_redis_keys(prefix, redis)
@@ -208,17 +222,6 @@ async def _seed(store, subjects: dict[Subject, Limits]) -> None:
     await settled(store, Claim("seed", 0, charges), 0, {}, now)
 
 
-def cpu_seconds(pid: int) -> float:
-    """A process's user + system CPU time, its workers' included."""
-    total = 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    for p in [pid, *_children(pid)]:
-        with open(f"/proc/{p}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
-
-
 def switches(pid: int) -> tuple[int, int]:
     """A process's context switches so far, its workers' included: (voluntary: it waited, for
     Redis, a vendor or a client; involuntary: it was preempted, by another process wanting its core)."""
@@ -231,29 +234,6 @@ def switches(pid: int) -> tuple[int, int]:
                 elif line.startswith("nonvoluntary_ctxt_switches"):
                     involuntary += int(line.split()[1])
     return voluntary, involuntary
-
-
-def cores_apart() -> tuple[set[int], set[int]]:
-    """(a core for the gateway, the others for the load generator and the vendor), of this
-    process's CPUs (all of them twice on a machine of one)."""
-    everything = os.sched_getaffinity(0)
-    return {max(everything)}, everything - {max(everything)} or everything
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of a process (and of its workers) onto `cpus`."""
-    for p in [pid, *_children(pid)]:
-        for task in os.listdir(f"/proc/{p}/task"):
-            with contextlib.suppress(ProcessLookupError):
-                os.sched_setaffinity(int(task), cpus)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as file:
-            return [int(c) for c in file.read().split()]
-    except OSError:
-        return []
 
 
 async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], seconds: float, rounds: int,
@@ -271,10 +251,10 @@ async def per_request_cpu(targets: dict[str, tuple[GatewayProcess, str]], second
         for _ in range(rounds):
             for name, (gateway, key) in targets.items():
                 sample = Sample()
-                before, switched = cpu_seconds(gateway.proc.pid), switches(gateway.proc.pid)
+                before, switched = cpu_seconds(gateway.proc.pid, workers=True), switches(gateway.proc.pid)
                 await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, concurrency,
                                   seconds, sample)
-                used = cpu_seconds(gateway.proc.pid) - before
+                used = cpu_seconds(gateway.proc.pid, workers=True) - before
                 voluntary, involuntary = (b - a for a, b in zip(switched, switches(gateway.proc.pid)))
                 if sample.errors:
                     raise RuntimeError(f"{name}: {sample.errors} errors")
@@ -322,11 +302,11 @@ async def throughput(targets: dict[str, tuple[GatewayProcess, str]], vendor: sub
             await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 8, 0.5, Sample())
         for _ in range(rounds):
             for name, (gateway, key) in targets.items():
-                before = (cpu_seconds(gateway.proc.pid), cpu_seconds(vendor.pid), time.process_time(),
+                before = (cpu_seconds(gateway.proc.pid, workers=True), cpu_seconds(vendor.pid, workers=True), time.process_time(),
                           machine_cpu_seconds())
                 await closed_loop(session, f"{gateway.url}/v5/completions", BODY, {"x-api-key": key}, 32, seconds,
                                   samples[name])
-                after = (cpu_seconds(gateway.proc.pid), cpu_seconds(vendor.pid), time.process_time(),
+                after = (cpu_seconds(gateway.proc.pid, workers=True), cpu_seconds(vendor.pid, workers=True), time.process_time(),
                          machine_cpu_seconds())
                 used = [b - a for a, b in zip(before, after)]
                 used[3] -= sum(used[:3])  # the rest of the machine
@@ -370,7 +350,7 @@ def main() -> int:
             print(gateway_variant(args.db, args.key, args.redis, args.prefix, args.requests, args.callgrind))
         return 0
     print(f"cpus: {os.cpu_count()}; load average {os.getloadavg()[0]:.2f}; redis: {args.redis}; "
-          "vendor: tests/fakes/openai_upstream.py")
+          "vendor: tests/support/fakes/openai_upstream.py")
     if args.callgrind:
         part_limiter_callgrind(args.redis, args.requests, args.rounds)
     else:

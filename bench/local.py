@@ -27,9 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from gateway.vendors.local_model import PACKAGED_NAME
-from tests.gateway_process import GatewayProcess
-from tests.llamacpp import EngineServer
-from tests.provision import TestDatabase, sqlite_database
+from tests.support.gateway_process import GatewayProcess
+from tests.support.llamacpp import EngineServer
+from tests.support.provision import TestDatabase, sqlite_database
 
 PROMPT = "Once upon a time"
 NO_EOS = {"0": -100, "2": -100}

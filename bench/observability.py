@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import os
 import statistics
 import subprocess
@@ -46,11 +45,21 @@ import aiohttp
 import uvloop
 
 from bench import inprocess
-from bench.limits import cores_apart, pin
-from bench.run import BODY, Sample, closed_loop, start_vendor
-from tests.fakes.server import free_port
-from tests.gateway_process import GatewayProcess
-from tests.provision import sqlite_database
+from bench.harness import (
+    BODY,
+    VALGRIND,
+    Sample,
+    closed_loop,
+    collected,
+    cores_apart,
+    counted,
+    cpu_seconds,
+    pin,
+    start_vendor,
+)
+from tests.support.fakes.server import free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import sqlite_database
 
 VARIANTS = {
     "off": {"GATEWAY_METRICS": "0", "GATEWAY_LOG_LEVEL": "warning"},
@@ -58,16 +67,6 @@ VARIANTS = {
     "metrics+text": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info"},
     "metrics+json": {"GATEWAY_METRICS": "1", "GATEWAY_LOG_LEVEL": "info", "GATEWAY_LOG_FORMAT": "json"},
 }
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
-
-
 async def measure(gateways: dict[str, GatewayProcess], key: str, seconds: float, rounds: int) -> None:
     headers = {"x-api-key": key}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
@@ -110,10 +109,10 @@ def in_process(requests: int, rounds: int, callgrind: bool) -> None:
             for name in VARIANTS:
                 command = [sys.executable, "-m", "bench.observability", "--variant", name, "--requests", str(requests),
                            "--db", db.url, "--key", db.key] + (["--callgrind"] if callgrind else [])
-                done = subprocess.run((inprocess.VALGRIND if callgrind else []) + command, capture_output=True,
+                done = subprocess.run((VALGRIND if callgrind else []) + command, capture_output=True,
                                       text=True, check=True, env=env)
                 if callgrind:
-                    results[name].append(inprocess.collected(done.stderr) / requests)
+                    results[name].append(collected(done.stderr) / requests)
                 else:
                     results[name].append(float(done.stdout.split()[-1]) * 1e6)
     unit = "instructions" if callgrind else "µs CPU"
@@ -124,16 +123,6 @@ def in_process(requests: int, rounds: int, callgrind: bool) -> None:
         median = statistics.median(values)
         print(f"{name:<14}{median:>10.0f}{median / base:>8.3f}{median - base:>9.0f}   "
               + " ".join(f"{v:.0f}" for v in values))
-
-
-def counted(on: bool) -> None:
-    """Instructions counted from now on (or no longer), the heap left by the warm-up frozen first:
-    a full collection of it falling in one run and not in another moved a variant's count by
-    several per cent (what a request allocates is still collected, and counted)."""
-    if on:
-        gc.collect()
-        gc.freeze()
-    inprocess.callgrind(on)
 
 
 def main() -> int:
@@ -178,7 +167,7 @@ def main() -> int:
                     pin(g.proc.pid, own)
                 pin(vendor.pid, rest)
                 os.sched_setaffinity(0, rest)
-            print(f"cpus: {os.cpu_count()}; one gateway process per variant; vendor: tests/fakes/openai_upstream.py")
+            print(f"cpus: {os.cpu_count()}; one gateway process per variant; vendor: tests/support/fakes/openai_upstream.py")
             asyncio.run(measure(gateways, db.key, args.seconds, args.rounds))
         finally:
             for g in gateways.values():

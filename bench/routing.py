@@ -34,8 +34,8 @@ from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.vendors import registry
 from gateway.vendors.balancer import Balancer
-from tests.fakes.httpx_client import answered_by
-from tests.fakes.openai_upstream import completion
+from tests.support.fakes.httpx_client import answered_by
+from tests.support.fakes.openai_upstream import completion
 
 ROUTINGS = ("least_outstanding", "weighted_random", "p2c_ewma")
 

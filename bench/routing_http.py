@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from pathlib import Path
 
 import aiohttp
 
-from bench.run import BODY, Sample, closed_loop, start_vendor
-from tests.fakes.server import free_port
-from tests.gateway_process import GatewayProcess
-from tests.provision import sqlite_database
+from bench.harness import BODY, Sample, closed_loop, cpu_seconds, start_vendor
+from tests.support.fakes.server import free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import sqlite_database
 
 VARIANTS = {"1 deployment": "one", "3, least_outstanding": "three"}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(url: str, key: str, pid: int, seconds: float, rounds: int) -> None:

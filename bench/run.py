@@ -30,96 +30,26 @@ import contextlib
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
-from tests.fakes.server import free_port
-from tests.gateway_process import ROOT, GatewayProcess
-from tests.provision import empty_database, sqlite_database
-
-BODY = {"model": "fake/bench", "prompt": "The quick brown fox", "max_tokens": 16}
-STREAM_BODY = {**BODY, "max_tokens": 64, "stream": True}
-STREAMS = {  # name: (body, tokens)
-    "64 tokens": ({**STREAM_BODY, "stream_options": {"include_usage": True}}, 64),
-    "1 token": ({**STREAM_BODY, "max_tokens": 1, "stream_options": {"include_usage": True}}, 1),
-    "64 paced": ({**STREAM_BODY, "model": "fake/slow-1", "stream_options": {"include_usage": True}}, 64),
-}
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Sample:
-    latencies: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    errors: int = 0
-    first_bytes: list[float] = field(default_factory=list)  # a stream's time to its first event
-    cpu: float = 0.0  # seconds of the gateway's CPU during this sample's rounds
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies) / self.seconds if self.seconds else 0.0
-
-    def pct(self, q: float, of: str = "latencies") -> float:
-        data = sorted(getattr(self, of))
-        return data[min(len(data) - 1, int(q * len(data)))] * 1000 if data else float("nan")
-
-    @property
-    def cpu_per_request(self) -> float:
-        """Milliseconds of the gateway's CPU per request answered."""
-        return self.cpu / len(self.latencies) * 1000 if self.latencies else float("nan")
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of process `pid` so far (0 for the vendor called directly)."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
-
-
-async def one_request(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, sample: Sample) -> None:
-    """One request, its latency (and a stream's time to its first event) recorded in `sample`."""
-    start = time.perf_counter()
-    first = None
-    try:
-        async with session.post(url, json=body, headers=headers) as response:
-            if body.get("stream"):  # read as it comes: when did the first event arrive?
-                tail = b""
-                async for piece in response.content.iter_any():
-                    if first is None and b"data: {" in tail + piece:
-                        first = time.perf_counter() - start
-                    tail = (tail + piece)[-8:]
-                ok = response.status == 200 and tail.endswith(b"[DONE]\n\n")
-            else:
-                await response.read()
-                ok = response.status == 200
-    except aiohttp.ClientError:
-        ok = False
-    if ok:
-        sample.latencies.append(time.perf_counter() - start)
-        if first is not None:
-            sample.first_bytes.append(first)
-    else:
-        sample.errors += 1
-
-
-async def closed_loop(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, concurrency: int,
-                      seconds: float, sample: Sample) -> None:
-    stop_at = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        while time.perf_counter() < stop_at:
-            await one_request(session, url, body, headers, sample)
-
-    began = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    sample.seconds += time.perf_counter() - began
+from bench.harness import (
+    BODY,
+    STREAM_BODY,
+    STREAMS,
+    Sample,
+    checkout_python,
+    closed_loop,
+    cpu_seconds,
+    revision,
+    start_vendor,
+)
+from tests.support.fakes.server import free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import empty_database, sqlite_database
 
 
 async def stream_once(session: aiohttp.ClientSession, url: str, headers: dict) -> tuple[float, float]:
@@ -130,22 +60,6 @@ async def stream_once(session: aiohttp.ClientSession, url: str, headers: dict) -
             if first is None and line.startswith(b"data: {"):
                 first = time.perf_counter() - start
     return first or float("nan"), time.perf_counter() - start
-
-
-def start_vendor(port: int) -> subprocess.Popen:
-    code = ("import uvicorn; from tests.fakes.openai_upstream import FakeOpenAI; "
-            f"uvicorn.run(FakeOpenAI(), host='127.0.0.1', port={port}, log_level='warning', "
-            "loop='uvloop', http='httptools', access_log=False)")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
-    deadline = time.monotonic() + 10
-    import socket
-
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.05)
-    raise RuntimeError("vendor did not start")
 
 
 Target = tuple[str, dict, int | None]  # URL, headers, the gateway's process id (None: the vendor)
@@ -206,19 +120,6 @@ async def measure(targets: dict[str, Target], seconds: float, count: int) -> Non
             print(f"{name:<22}{ttfb:>9.2f}{total:>10.2f}")
 
 
-def revision(checkout: Path) -> str:
-    """Another checkout's commit (short), for the tables."""
-    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or checkout.name
-
-
-def checkout_python(checkout: Path) -> str:
-    """The interpreter of another checkout: its own virtual environment (its dependencies may differ
-    from this one's), else this one's."""
-    venv = checkout.resolve() / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description="gateway vs direct vendor, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
@@ -262,7 +163,7 @@ def main() -> int:
         for name, g in gateways.items():
             assert g.proc is not None
             targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]}, g.proc.pid)
-        print(f"cpus: {os.cpu_count()}; one worker per gateway; vendor: tests/fakes/openai_upstream.py")
+        print(f"cpus: {os.cpu_count()}; one worker per gateway; vendor: tests/support/fakes/openai_upstream.py")
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
         for g in gateways.values():

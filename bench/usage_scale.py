@@ -50,8 +50,8 @@ from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
 from gateway.store.prices import Prices
 from gateway.store.tables import ledger, metadata, rollup_tables
-from tests.gateway_process import GatewayProcess
-from tests.provision import create_key, empty_database
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import create_key, empty_database
 
 MONTH = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
 ACCOUNTS = [f"acct-{i:02d}" for i in range(20)]

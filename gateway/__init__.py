@@ -1,7 +1,7 @@
 """The completions gateway: Scale GP's `POST /v5/completions` (the OpenAI legacy text-completions
 contract) in front of many model vendors, with one key system and one usage ledger.
 
-The package's folders are its layers; imports run one way (tests/test_layers.py checks it):
+The package's folders are its layers; imports run one way (tests/unit/test_layers.py checks it):
 
     http/      Connexion assembly and fast path, validation, security, SSE writer, server, logs
       -> planner/   request -> vendor calls -> answer: capabilities, emulations, fan-out, fallbacks,

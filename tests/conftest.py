@@ -1,22 +1,44 @@
 """Shared fixtures: a fake OpenAI-compatible vendor on loopback and the real gateway in front of it,
-on a SQLite database whose accounts and keys were made with the gateway's CLI (tests/provision.py):
+on a SQLite database whose accounts and keys were made with the gateway's CLI (tests/support/provision.py):
 `database.key` grants acct-a, `database.multi_key` grants acct-a and acct-b. The vendor tests'
-gateway (fake Anthropic, Gemini and OpenAI-compatible vendors) is the plugin tests/vendor_fixtures.py.
-Helpers are in tests/support.py."""
+gateway (fake Anthropic, Gemini and OpenAI-compatible vendors) is the plugin tests/support/vendor_fixtures.py.
+Helpers are in tests/support/."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.fakes.openai_upstream import FakeOpenAI
-from tests.fakes.server import serve
-from tests.gateway_process import GatewayProcess
-from tests.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
-from tests.support import (LOCAL_CONTEXT, LOCAL_PARALLEL, LOCAL_THREADS, LOCAL_TIMEOUT, SHARED_TLS, gateway_env,
-                           local_env)
+from tests.support.environments import (
+    LOCAL_CONTEXT,
+    LOCAL_PARALLEL,
+    LOCAL_THREADS,
+    LOCAL_TIMEOUT,
+    SHARED_TLS,
+    gateway_env,
+    local_env,
+)
+from tests.support.fakes.openai_upstream import FakeOpenAI
+from tests.support.fakes.server import serve
+from tests.support.gateway_process import GatewayProcess
+from tests.support.provision import TestDatabase, empty_database, postgres_unavailable, provision, sqlite_database
 
-pytest_plugins = ["tests.vendor_fixtures", "tests.browser"]
+pytest_plugins = ["tests.support.vendor_fixtures", "tests.support.browser"]
+
+
+# What a test needs besides Python, as markers (`-m "not postgres"`, `-m chromium`...): given by the
+# fixtures it uses; modules that talk to Redis or PostgreSQL directly mark themselves.
+_NEEDS = {"postgres": "postgres", "page": "chromium", "browser": "chromium"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        needs = {mark for fixture, mark in _NEEDS.items() if fixture in item.fixturenames}
+        if "postgresql" in params.values():
+            needs.add("postgres")
+        for mark in needs:
+            item.add_marker(mark)
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +105,7 @@ def local(local_gateway, database):
 def engine():
     """The same model in llama.cpp's own server, in this process: a real third-party
     OpenAI-compatible upstream, and an independent reference for what the model computes."""
-    from tests.llamacpp import EngineServer
+    from tests.support.llamacpp import EngineServer
 
     server = EngineServer(parallel=LOCAL_PARALLEL, context_size=LOCAL_CONTEXT, threads=LOCAL_THREADS)
     yield server

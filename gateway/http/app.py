@@ -64,7 +64,7 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     app.add_api(
         # The parsed document, not its path: from a path Connexion renders the file as a Jinja2
         # template and parses it as YAML, which yields the same dict for our JSON document
-        # (tests/test_connexion_hooks.py) at a cost: the garbage of it stayed in the process's memory.
+        # (tests/unit/test_connexion_overrides.py) at a cost: the garbage of it stayed in the process's memory.
         spec,
         resolver=Resolver(function_resolver=resolve),
         validator_map=validation.validator_map(settings.max_body_bytes, settings.body_timeout),

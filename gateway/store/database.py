@@ -145,7 +145,7 @@ async def prepare(engine: AsyncEngine, then: Callable[[AsyncConnection], Awaitab
 
 def head_revision() -> str:
     """The newest migration's revision, read off the file names (`NNNN_what.py` holds revision
-    "NNNN"; tests/test_database.py checks this against alembic's own view), so that a gateway
+    "NNNN"; tests/integration/test_database.py checks this against alembic's own view), so that a gateway
     whose database is up to date never imports alembic, a good part of a worker's memory."""
     versions = resources.files("gateway.store.migrations").joinpath("versions")
     return max(name[:4] for name in (entry.name for entry in versions.iterdir())

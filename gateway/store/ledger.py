@@ -6,7 +6,7 @@ Durability, in the order things can go wrong:
 - Rows wait in memory until the writer commits them. The writer commits everything pending in
   one statement (group commit), at most every COMMIT_INTERVAL, so a hard kill (SIGKILL,
   OOM) loses only the rows answered since the last commit began (docs/operations.md#storage says
-  how much; tests/test_ledger_durability.py measures it).
+  how much; tests/integration/test_ledger_durability.py measures it).
 - A failing database does not fail requests: rows stay in memory and the writer retries with
   backoff, /readyz reports `degraded`, and the log says why. Past `ledger_buffer_rows` waiting
   rows, each further row is logged at ERROR in full (JSON; no key, only the key's id) and dropped.

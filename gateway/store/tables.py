@@ -1,6 +1,6 @@
 """The database's tables, as SQLAlchemy Core metadata: what queries are written against.
 
-The DDL itself lives in the alembic migrations (gateway/migrations/); tests/test_database.py checks
+The DDL itself lives in the alembic migrations (gateway/migrations/); tests/integration/test_database.py checks
 that migrating an empty database yields exactly these tables.
 """
 

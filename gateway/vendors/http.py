@@ -44,7 +44,7 @@ ANYWHERE, ELSEWHERE = "anywhere", "elsewhere"
 log = logging.getLogger("gateway.vendors")
 
 # How `_send` waits between tries. A module attribute so that tests can record the delays the
-# retry policy asks for instead of waiting them out (tests/test_faults.py).
+# retry policy asks for instead of waiting them out (tests/integration/test_faults.py).
 sleep = asyncio.sleep
 
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.

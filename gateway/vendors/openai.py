@@ -297,7 +297,7 @@ class ChunkReader:
         """One event's data. A chunk of the usual shape (choices with an index, text, a finish
         reason or null) is read from its typed decoding; any other, or any error event, by
         `read` from the JSON as it is, which reads it the same way or refuses it with its reason
-        (tests/test_vendor_parsers_fuzz.py holds the two to the same answers)."""
+        (tests/unit/test_vendor_parsers.py holds the two to the same answers)."""
         try:
             usual = _decode_usual(data)
         except msgspec.DecodeError:

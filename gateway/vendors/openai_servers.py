@@ -47,7 +47,7 @@ class Server:
 # The contract is OpenAI's own protocol: OpenAI serves all of it.
 OPENAI = Server("openai", "OpenAI", zero_max_tokens=True, zero_logprobs=True, known_from="the contract is its protocol")
 LLAMA_CPP = Server("llama.cpp", "llama.cpp", lacks=frozenset({"echo", "suffix", "best_of", "user"}),
-                   one_task_per_call=True, known_from="measured (tests/test_llamacpp_upstream.py)")
+                   one_task_per_call=True, known_from="measured (tests/integration/test_llamacpp_upstream.py)")
 VLLM = Server("vllm", "vLLM", lacks=frozenset({"best_of", "suffix", "user"}), zero_logprobs=True,
               known_from="read in its source, not run here")
 # SGLang's logprobs carry no text offsets (-1): refused by name rather than failed as malformed.

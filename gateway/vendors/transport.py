@@ -5,7 +5,7 @@ behind it (`Http1Client`, vendors/transport_http1.py).
 then read a piece at a time, as the network delivers it (`Answer.read`). What can go wrong is
 either a `TimeoutError` or a `TransportError` (with `dropped` when the connection closed before
 any answer came), so vendors/http.py handles failures once. In-process tests and benchmarks put
-clients of their own behind the same interface (`HttpAdapter.use_clients`; tests/fakes/
+clients of their own behind the same interface (`HttpAdapter.use_clients`; tests/support/fakes/
 httpx_client.py). aiohttp's pool (the default once) and httpx's were measured against this client
 and removed: docs/performance.md has the comparison.
 """

@@ -2,7 +2,7 @@
 
 Written against Connexion 3.3.0 (`CONNEXION_VERSION`). Each module declares the private names it
 relies on (its `HOOKS`); `check_hooks()` asserts that every one of them still exists. The app
-calls it at start-up and tests/test_connexion_hooks.py calls it too, so an upgrade that removes
+calls it at start-up and tests/unit/test_connexion_overrides.py calls it too, so an upgrade that removes
 a hook fails loudly at once instead of misbehaving later. What Connexion still does per request,
 why each job below is the gateway's, the measurement and what an upgrade must check:
 docs/decisions/0001-connexion.md.

@@ -1,0 +1,260 @@
+"""Schemathesis hooks and checks for fuzzing the gateway (SCHEMATHESIS_HOOKS=tests.contract.fuzz_hooks), one
+vendor protocol per run: tests/contract/fuzz.py names the vendor in FUZZ_VENDOR (JSON: its name, protocol,
+options, the model to ask for, and the limits below).
+
+Positive cases must be requests the gateway can serve or must refuse as documented, so they are
+steered to the run's vendor and kept inside what a deployment limits but the contract cannot say
+(the `limits`: choices per request, under GATEWAY_MAX_VENDOR_CALLS and quick to generate; for the
+real model a small max_tokens, short prompts and token ids of its vocabulary), and made to respect
+the one cross-field rule the schema cannot express, best_of >= n. Half of them (chosen by a hash of
+the body, so a run is reproducible) are also stripped of what the vendor cannot serve, so that they
+reach it; the other half keep it, and must be refused as the capability map says. Negative cases
+are left alone.
+
+Two checks of our own run beside schemathesis's:
+- `refusals_are_documented`: a schema-valid request answered 400 passes only when the error names
+  the run's vendor and a parameter that the vendor's capability map (gateway/planner/capabilities.py
+  over the adapter's support records) says it cannot serve in that request: unsupported, outside
+  the vendor's narrower range, or echo emulated together with logprobs. Any other refusal of valid
+  data fails (positive_data_acceptance lets 400 through to this check: tests/contract/fuzz.toml).
+- `answers_keep_openais_contract`: what the schema cannot say of a 200: one choice per prompt and n,
+  indexed prompt-major; `logprobs` null unless asked for, and each top_logprobs entry holding its
+  token with its token_logprobs value and at most logprobs + 1 entries; usage present (in a stream:
+  a usage chunk exactly when asked for), its total the sum, marked estimated exactly when the
+  x-gateway-usage-estimated header says so; in a stream, one finish_reason per choice and [DONE].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import schemathesis
+
+from gateway.core.config import VendorConfig
+from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
+from gateway.planner.capabilities import used_parameters, verdict
+from gateway.planner.plan import completion_call
+from gateway.vendors import registry
+from generated.models import CompletionRequest
+
+BEST_OF_MAX = 20  # openapi.json: best_of maximum
+COMPLETIONS = "/v5/completions"
+# A stream is read whole (tests/contract/fuzz.toml: max-stream-events) to be checked, so it is kept short.
+DEFAULT_LIMITS = {"prompts": 8, "choices": 16, "stream_max_tokens": 16}
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """The run's vendor: its name, the model cases ask for, the limits cases keep within, and its
+    capability map (the adapter's support records for its options)."""
+
+    name: str
+    model: str
+    limits: dict[str, int]
+    capabilities: Capabilities
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> Vendor:
+        adapter, options = registry.options_of(VendorConfig(name=spec["name"], protocol=spec["protocol"],
+                                                            options=spec["options"]))
+        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of(options))
+
+
+VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(
+    {"name": "fake", "protocol": "openai", "options": {"server": "openai"}, "model": "fake/fuzz-model",
+     "limits": {}})))
+STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "<mode> <status>"
+
+
+@schemathesis.hook
+def map_case(context, case):
+    meta = case.meta
+    body = case.body
+    if meta is None or not meta.generation.mode.is_positive or not isinstance(body, dict):
+        return case
+    steer(body)
+    return case
+
+
+def steer(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """A positive case's body made one the vendor can serve or must refuse as documented."""
+    if isinstance(body.get("model"), str):
+        body["model"] = vendor.model
+    _keep_within_limits(body, vendor.limits)
+    if zlib.crc32(json.dumps(body, sort_keys=True).encode()) % 2 == 0:
+        servable(body, vendor)
+    _best_of_at_least_n(body)
+
+
+def _keep_within_limits(body: dict[str, Any], limits: dict[str, int]) -> None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        del prompt[limits["prompts"]:]
+    if "prompt_chars" in limits:
+        # Scoring a prompt (echo with logprobs) costs the real model a call per token, more for a
+        # token that is part of a character: such prompts are kept shorter still.
+        scored = body.get("echo") is True and body.get("logprobs") is not None
+        chars = limits["scored_prompt_chars"] if scored else limits["prompt_chars"]
+        if isinstance(prompt, str):
+            body["prompt"] = prompt[:chars]
+        elif isinstance(prompt, list):
+            prompt[:] = [p[:chars] if isinstance(p, str) else p for p in prompt]
+    per_prompt = max(1, limits["choices"] // (len(prompt) if isinstance(prompt, list) and prompt else 1))
+    for name in ("n", "best_of"):
+        if _is_int(body.get(name)) and body[name] > per_prompt:
+            body[name] = per_prompt
+    most = limits.get("max_tokens")
+    if body.get("stream") is True:
+        most = min(most or limits["stream_max_tokens"], limits["stream_max_tokens"])
+    if most is not None and not (_is_int(body.get("max_tokens")) and body["max_tokens"] <= most):
+        body["max_tokens"] = most  # also when absent: the default (16) is long for a real model
+    if "vocabulary" in limits and isinstance(body.get("logit_bias"), dict):
+        body["logit_bias"] = {str(int(k) % limits["vocabulary"]): v for k, v in body["logit_bias"].items()}
+
+
+def servable(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """The body without what the vendor cannot serve: unsupported parameters dropped, values
+    moved into the vendor's narrower range, echo dropped where it cannot go with logprobs."""
+    caps = vendor.capabilities
+    for name, found in ((name, verdict(caps, name)) for name in caps):
+        value = body.get(name)
+        if found.kind == UNSUPPORTED and name == "prompt":
+            if isinstance(value, list):
+                body["prompt"] = value[0]  # a list of prompts is the parameter; one prompt is required
+        elif found.kind == UNSUPPORTED:
+            body.pop(name, None)
+        elif found.range is not None and isinstance(value, int | float) and value not in found.range:
+            body[name] = min(max(value, found.range.minimum), found.range.maximum)
+    if verdict(caps, "echo").kind == EMULATED and body.get("logprobs") is not None:
+        body.pop("echo", None)
+
+
+def _best_of_at_least_n(body: dict[str, Any]) -> None:
+    n, best_of = body.get("n"), body.get("best_of")
+    if _is_int(n) and _is_int(best_of) and best_of < n:
+        if n <= BEST_OF_MAX and body.get("stream") is not True:  # a stream allows best_of 1 only
+            body["best_of"] = n
+        else:
+            del body["best_of"]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)  # 65.0 is an integer too
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    if STATS and case.meta is not None and case.operation.path == COMPLETIONS:
+        mode = "positive" if case.meta.generation.mode.is_positive else "negative"
+        with open(STATS, "a") as stats:
+            stats.write(f"{mode} {response.status_code}\n")
+
+
+# -- the checks ------------------------------------------------------------------------------------
+def refusable(body: dict[str, Any], vendor: Vendor = VENDOR) -> dict[str, str]:
+    """The parameters of a valid request body that the vendor may refuse, with the error code that
+    says why, read from its capability map."""
+    caps = vendor.capabilities
+    call = completion_call(CompletionRequest.model_validate(body), vendor.model.partition("/")[2])
+    if call.best_of == call.n:
+        call.best_of = None  # as many candidates as choices: nothing to rank, nothing asked of the vendor
+    allowed = {}
+    for name in used_parameters(call):
+        found = verdict(caps, name)
+        if found.kind == UNSUPPORTED:
+            allowed[name] = "unsupported_parameter"
+        elif isinstance(found.range, Range) and call.given(name) not in found.range:
+            allowed[name] = "parameter_out_of_range"
+    if call.echo and call.logprobs is not None and verdict(caps, "echo").kind == EMULATED:
+        allowed["echo"] = "unsupported_parameter"
+    return allowed
+
+
+@schemathesis.check
+def refusals_are_documented(ctx, response, case):
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or case.operation.path != COMPLETIONS:
+        return None
+    if response.status_code != 400:
+        return None
+    body = json.loads(response.request.body)
+    error = json.loads(response.content).get("error") or {}
+    allowed = refusable(body)
+    param, vendor, code = error.get("param"), error.get("vendor"), error.get("code")
+    if vendor != VENDOR.name or param not in allowed or code != allowed[param]:
+        raise AssertionError(f"a valid request was refused with 400 {code} (param {param!r}, vendor {vendor!r}: "
+                             f"{error.get('message')}); vendor {VENDOR.name!r} may refuse only "
+                             f"{allowed or 'nothing in it'}")
+    return None
+
+
+@schemathesis.check
+def answers_keep_openais_contract(ctx, response, case):
+    if case.operation.path != COMPLETIONS or response.status_code != 200 or response.stream_cut_short:
+        return None
+    request = json.loads(response.request.body)
+    prompts = request["prompt"] if isinstance(request["prompt"], list) else [request["prompt"]]
+    expected = len(prompts) * int(request.get("n") or 1)  # 3.0 is an integer too
+    asked = request.get("logprobs")
+    if response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
+        _check_stream(response.content.decode(), request, expected, asked)
+        return None
+    answer = json.loads(response.content)
+    assert [c["index"] for c in answer["choices"]] == list(range(expected)), "one choice per prompt and n, in order"
+    for choice in answer["choices"]:
+        _check_logprobs(choice, asked)
+    usage = answer.get("usage")
+    assert usage is not None, "usage is always present"
+    _check_usage(usage)
+    estimated = response.headers.get("x-gateway-usage-estimated", [None])[0] == "true"
+    assert usage.get("estimated", False) == estimated, "usage.estimated and x-gateway-usage-estimated disagree"
+    return None
+
+
+def _check_stream(text: str, request: dict[str, Any], expected: int, asked: int | None) -> None:
+    events = [block for block in text.split("\n\n") if block.strip()]
+    assert events[-1] == "event: done\ndata: [DONE]", "a stream ends with [DONE]"
+    chunks = [json.loads(block.removeprefix("data: ")) for block in events[:-1]]
+    if any("error" in chunk for chunk in chunks):
+        raise AssertionError(f"the stream failed: {chunks[-1]}")
+    finishes: dict[int, int] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            assert 0 <= choice["index"] < expected, f"choice index {choice['index']} of {expected}"
+            _check_logprobs(choice, asked, streamed=True)
+            if choice["finish_reason"] is not None:
+                finishes[choice["index"]] = finishes.get(choice["index"], 0) + 1
+    assert finishes == dict.fromkeys(range(expected), 1), f"one finish_reason per choice: {finishes}"
+    usage_chunks = [chunk for chunk in chunks if "usage" in chunk]
+    if (request.get("stream_options") or {}).get("include_usage"):
+        assert len(usage_chunks) == 1 and usage_chunks[0] is chunks[-1] and chunks[-1]["choices"] == [], \
+            "one usage chunk, the last one, when asked for"
+        _check_usage(chunks[-1]["usage"])
+    else:
+        assert usage_chunks == [], "a usage chunk only when asked for"
+
+
+def _check_logprobs(choice: dict[str, Any], asked: int | None, streamed: bool = False) -> None:
+    assert "logprobs" in choice, "every choice has logprobs (null when not asked for)"
+    logprobs = choice["logprobs"]
+    if asked is None:
+        assert logprobs is None, "logprobs were not asked for"
+        return
+    if logprobs is None:
+        assert streamed, "logprobs were asked for"  # a stream's finish or echo piece may carry none
+        return
+    columns = [logprobs[key] for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")]
+    assert len({len(column) for column in columns}) == 1, "logprobs lists of one length"
+    for token, logprob, top in zip(*columns[:3], strict=True):
+        if top is None:
+            continue  # the first token of an echoed prompt
+        assert top.get(token) == logprob, f"top_logprobs {top} lacks the token {token!r} at {logprob}"
+        assert len(top) <= asked + 1, f"more than logprobs + 1 entries: {top}"
+
+
+def _check_usage(usage: dict[str, Any]) -> None:
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage

@@ -1,0 +1,61 @@
+"""The `gateway` command as an operator uses it (its usage reports are tested with the ledger, in
+tests/integration/test_ledger.py). The commands run in-process through the console script's entry point; one
+test runs the installed script itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.cli import console_script, gateway_cli
+from tests.support.provision import empty_database
+
+
+@pytest.fixture(scope="module")
+def url():
+    with empty_database("sqlite") as url:
+        yield url
+
+
+def test_accounts_are_created_once_and_listed(url):
+    created = gateway_cli(url, "accounts", "create", "acme", "--name", "Acme, Inc.")
+    assert created.returncode == 0 and created.stdout == "created account acme\n"
+    duplicate = gateway_cli(url, "accounts", "create", "acme")
+    assert duplicate.returncode == 1 and "already exists" in duplicate.stderr
+    invalid = gateway_cli(url, "accounts", "create", "no spaces")
+    assert invalid.returncode == 1 and "invalid account id" in invalid.stderr
+    (listed,) = json.loads(gateway_cli(url, "accounts", "list", "--format", "json").stdout)
+    assert listed["id"] == "acme" and listed["name"] == "Acme, Inc." and listed["created_at"].endswith("Z")
+    as_csv = gateway_cli(url, "accounts", "list", "--format", "csv").stdout.splitlines()
+    assert as_csv[0] == "id,name,created_at" and as_csv[1].startswith('acme,"Acme, Inc.",')
+
+
+def test_a_new_key_is_shown_once_and_only_its_id_afterwards(url):
+    gateway_cli(url, "accounts", "create", "beta")
+    created = gateway_cli(url, "keys", "create", "--account", "beta", "--name", "ci bot")
+    assert created.returncode == 0
+    announcement, key = created.stdout.splitlines()
+    key_id = announcement.split()[2]
+    assert announcement == f"created key {key_id} for account(s) beta" and key.startswith("sk-gw-")
+    assert "shown only this once" in created.stderr
+    listed = gateway_cli(url, "keys", "list", "--account", "beta")
+    assert key_id in listed.stdout and "ci bot" in listed.stdout and key not in listed.stdout
+    assert key not in gateway_cli(url, "keys", "list", "--format", "json").stdout
+
+    unknown = gateway_cli(url, "keys", "create", "--account", "beta", "--account", "nobody")
+    assert unknown.returncode == 1 and "no such account: nobody" in unknown.stderr
+    assert gateway_cli(url, "keys", "revoke", "key_0000").returncode == 1
+
+
+def test_bad_arguments_and_settings_are_reported_not_raised(url):
+    bad_time = gateway_cli(url, "usage", "--since", "last tuesday")
+    assert bad_time.returncode == 2 and "not a date-time" in bad_time.stderr
+    bad_url = gateway_cli("mysql://localhost/x", "accounts", "list")
+    assert bad_url.returncode == 1 and "unsupported database 'mysql'" in bad_url.stderr
+    assert "Traceback" not in bad_time.stderr + bad_url.stderr
+
+
+def test_the_installed_console_script_administers_the_database(url):
+    created = console_script(url, "accounts", "create", "gamma", "--name", "Gamma")
+    assert created.returncode == 0 and created.stdout == "created account gamma\n", created.stderr

@@ -1,0 +1,27 @@
+"""`python -m tests.support.clocked_gateway serve ...`: the real `gateway` command, with the limits' clock
+read from the file GATEWAY_TEST_CLOCK_FILE names (seconds since the epoch), so that a test moves
+the time of per-minute limits and budget periods by writing it (tests/support/ `FileClock`).
+
+The clock is set when this module is imported, and multiprocessing imports it again in each
+worker it spawns (as `__mp_main__`), so `--workers N` gateways read it too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from gateway.store import limiter
+
+
+def _clock() -> float:
+    with open(os.environ["GATEWAY_TEST_CLOCK_FILE"]) as file:
+        return float(file.read())
+
+
+limiter.wall_clock = _clock
+
+if __name__ == "__main__":
+    from gateway.cli import main
+
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""A fake Gemini API (`POST /v1beta/models/{model}:generateContent` and
+`:streamGenerateContent?alt=sse`) that checks each request against the documented shape and
+records it.
+
+Shapes follow the Gemini API reference (ai.google.dev/api/generate-content): GenerateContentRequest
+(`contents`, `generationConfig` with stopSequences "up to 5", temperature [0, 2], candidateCount,
+responseLogprobs + logprobs [0, 20], "only valid if responseLogprobs=True"), GenerateContentResponse
+(candidates with content.parts[].text, finishReason, index, logprobsResult with chosenCandidates
+and topCandidates; promptFeedback.blockReason; usageMetadata), a stream of GenerateContentResponse
+objects as SSE `data:` lines with no end marker, and the error body `{"error": {"code", "message",
+"status"}}` (an invalid key is 400 INVALID_ARGUMENT with reason API_KEY_INVALID). A request that
+breaks the shape is answered 400 INVALID_ARGUMENT and listed in `violations`.
+
+Candidate i writes tokens " <tag>w0", " <tag>w1", ... up to maxOutputTokens, cut before the first
+stop sequence, where the tag is "s<seed>" when a seed is given and "c<i>" when several candidates
+are asked for (so " w0 w1" for a plain request). Token logprobs rank the candidates: with
+r = (seed or 0) + i, every token of a candidate scores -0.5 * ((r + 1) % 3 + 1) - 0.01 * k, so
+candidate 2 is best, then 0 and 3, then 1. The model name selects the rest:
+  fail-<status>   that HTTP status with Google's error body
+  bad-key         400 INVALID_ARGUMENT, reason API_KEY_INVALID (quoting the key)
+  safety          finishReason SAFETY after one token
+  blocked         promptFeedback.blockReason SAFETY and no candidates
+  thinking        a thought part first, and thoughtsTokenCount 5
+  cached          cachedContentTokenCount 4
+  cut-stream      streams the first token, then closes without a finishReason
+  extra-candidates  one candidate more than candidateCount (streamed: from the second event on)
+  index-beyond    a candidate whose index is candidateCount (streamed: from the second event on)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qs
+
+from tests.support.fakes.asgi import Recorder, end_events, read_request, send_event, send_json, start_events
+
+MAX_CANDIDATES = 8
+_PATH = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$")
+_REQUEST_KEYS = {"contents", "generationConfig", "safetySettings", "systemInstruction", "tools", "toolConfig",
+                 "cachedContent"}  # fmt: skip
+_CONFIG_KEYS = {"stopSequences", "responseMimeType", "responseSchema", "responseModalities", "candidateCount",
+                "maxOutputTokens", "temperature", "topP", "topK", "seed", "presencePenalty", "frequencyPenalty",
+                "responseLogprobs", "logprobs", "enableEnhancedCivicAnswers", "speechConfig", "mediaResolution",
+                "thinkingConfig"}  # fmt: skip
+_STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
+           500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
+
+
+class FakeGemini(Recorder):
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        headers, raw = await read_request(scope, receive)
+        self.raw_paths.append(scope["raw_path"])
+        match = _PATH.match(scope["path"])
+        if match is None or scope["method"] != "POST":
+            await _error(send, 404, f"no route {scope['method']} {scope['path']}")
+            return
+        query = parse_qs(scope["query_string"].decode())
+        body = json.loads(raw)
+        model, method = match["model"], match["method"]
+        self.requests.append({"path": scope["path"], "query": query, "headers": headers, "body": body})
+        problems = _problems(headers, query, method, body)
+        if problems:
+            self.violations.extend(problems)
+            await _error(send, 400, "; ".join(problems))
+            return
+        if model.startswith("fail-"):
+            await _error(send, int(model.split("-")[1]), "fake failure")
+            return
+        if model == "bad-key":
+            await send_json(send, 400, {"error": {
+                "code": 400,
+                "message": f"API key not valid. Please pass a valid API key. ({headers['x-goog-api-key']})",
+                "status": "INVALID_ARGUMENT",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                             "domain": "googleapis.com"}],
+            }})  # fmt: skip
+            return
+        config = body.get("generationConfig", {})
+        candidates = [_candidate(model, config, i) for i in range(config.get("candidateCount", 1))]
+        prompt_words = sum(len(p["text"].split()) for c in body["contents"] for p in c["parts"])
+        if method == "generateContent":
+            await send_json(send, 200, _hostile(model, config, _response(model, config, candidates, prompt_words, None)))
+            return
+        await start_events(send)
+        steps = max((len(tokens) for tokens, _ in candidates), default=0) or 1
+        for step in range(steps):
+            if model == "cut-stream" and step == 1:
+                break
+            response = _response(model, config, candidates, prompt_words, step, last=step == steps - 1)
+            await send_event(send, _hostile(model, config, response) if step else response)
+        await end_events(send)
+
+
+def _candidate(model: str, config: dict[str, Any], i: int) -> tuple[list[str], str]:
+    """Candidate i's tokens and finish reason."""
+    tag = (f"s{config['seed']}" if "seed" in config else "") + (f"c{i}" if config.get("candidateCount", 1) > 1 else "")
+    tokens: list[str] = []
+    for k in range(min(config.get("maxOutputTokens", 64), 256)):
+        if model == "safety" and k == 1:
+            return tokens, "SAFETY"
+        text = "".join(tokens) + f" {tag}w{k}"
+        hits = [text.index(s) for s in config.get("stopSequences", []) if s in text]
+        if hits:
+            kept = text[: min(hits)][len("".join(tokens)) :]
+            return [*tokens, kept] if kept else tokens, "STOP"
+        tokens.append(f" {tag}w{k}")
+    return tokens, "MAX_TOKENS"
+
+
+def _response(model, config, candidates, prompt_words: int, step: int | None, last: bool = True) -> dict[str, Any]:
+    """The whole answer (step None) or stream event `step`."""
+    if model == "blocked":
+        return {"promptFeedback": {"blockReason": "SAFETY"},
+                "usageMetadata": {"promptTokenCount": prompt_words, "totalTokenCount": prompt_words}}
+    out = []
+    for i, (tokens, finish) in enumerate(candidates):
+        mine = tokens if step is None else tokens[step : step + 1]
+        if step is not None and not mine and not last:
+            continue
+        parts = [{"text": "".join(mine)}]
+        if model == "thinking" and step in (None, 0):
+            parts.insert(0, {"text": "let me think", "thought": True})
+        candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": i}
+        if step is None or last:
+            candidate["finishReason"] = finish
+        if config.get("responseLogprobs"):
+            first = 0 if step is None else step
+            candidate["logprobsResult"] = _logprobs(config, i, mine, first)
+        out.append(candidate)
+    response: dict[str, Any] = {"candidates": out, "modelVersion": model}
+    generated = sum(len(tokens) for tokens, _ in candidates)
+    usage = {"promptTokenCount": prompt_words}
+    if step is None or last:
+        usage |= {"candidatesTokenCount": generated, "totalTokenCount": prompt_words + generated}
+        if model == "thinking":
+            usage |= {"thoughtsTokenCount": 5, "totalTokenCount": prompt_words + generated + 5}
+        if model == "cached":
+            usage |= {"cachedContentTokenCount": 4}
+    response["usageMetadata"] = usage
+    return response
+
+
+def _hostile(model: str, config: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """The response with more candidates than asked for, or one indexed beyond them."""
+    count = config.get("candidateCount", 1)
+    if model == "extra-candidates":
+        response["candidates"].append(response["candidates"][0] | {"index": count})
+    elif model == "index-beyond":
+        response["candidates"][0]["index"] = count
+    return response
+
+
+def _logprobs(config: dict[str, Any], i: int, tokens: list[str], first: int) -> dict[str, Any]:
+    r = config.get("seed", 0) + i
+    chosen = [{"token": t, "logProbability": -0.5 * ((r + 1) % 3 + 1) - 0.01 * (first + k)}
+              for k, t in enumerate(tokens)]  # fmt: skip
+    top = [{"candidates": [c, *({"token": f" alt{j}", "logProbability": c["logProbability"] - 1 - j}
+                                for j in range(config["logprobs"] - 1))][: config["logprobs"]]}
+           for c in chosen]  # fmt: skip
+    return {"topCandidates": top, "chosenCandidates": chosen}
+
+
+def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str, body: Any) -> list[str]:
+    """Where a request breaks the Gemini API's documented shape."""
+    problems = []
+    if not headers.get("x-goog-api-key"):
+        problems.append("x-goog-api-key header missing")
+    if "key" in query:
+        problems.append("the key belongs in the x-goog-api-key header, not the URL")
+    if method == "streamGenerateContent" and query.get("alt") != ["sse"]:
+        problems.append("streamGenerateContent needs alt=sse for server-sent events")
+    if not isinstance(body, dict):
+        return [*problems, "body must be an object"]
+    if unknown := set(body) - _REQUEST_KEYS:
+        problems.append(f"unknown fields {sorted(unknown)}")
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        problems.append("contents is required")
+    else:
+        for content in contents:
+            parts = content.get("parts")
+            if content.get("role") not in ("user", "model") or not isinstance(parts, list) or not parts:
+                problems.append("contents[]: role (user|model) and parts")
+            elif not all(isinstance(part, dict) and isinstance(part.get("text"), str) for part in parts):
+                problems.append("contents[].parts[]: text parts only")
+    config = body.get("generationConfig", {})
+    if unknown := set(config) - _CONFIG_KEYS:
+        problems.append(f"generationConfig: unknown fields {sorted(unknown)}")
+    stops = config.get("stopSequences", [])
+    if not isinstance(stops, list) or len(stops) > 5 or not all(isinstance(s, str) and s for s in stops):
+        problems.append("stopSequences: up to 5 non-empty strings")
+    count = config.get("candidateCount", 1)
+    if not isinstance(count, int) or not 1 <= count <= MAX_CANDIDATES:
+        problems.append(f"candidateCount must be from 1 to {MAX_CANDIDATES}")
+    if "temperature" in config and not 0 <= config["temperature"] <= 2:
+        problems.append("temperature: values can range from [0.0, 2.0]")
+    if "topP" in config and not 0 <= config["topP"] <= 1:
+        problems.append("topP: from 0 to 1")
+    if "seed" in config and not (isinstance(config["seed"], int) and -(2**31) <= config["seed"] < 2**31):
+        problems.append("seed: an int32")
+    if "logprobs" in config and (config.get("responseLogprobs") is not True or not 0 <= config["logprobs"] <= 20):
+        problems.append("logprobs: only valid if responseLogprobs=True, in the range of [0, 20]")
+    if not isinstance(config.get("maxOutputTokens", 0), int):
+        problems.append("maxOutputTokens: an integer")
+    return problems
+
+
+async def _error(send, status: int, message: str) -> None:
+    error = {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}
+    await send_json(send, status, {"error": error})

@@ -1,0 +1,147 @@
+"""The house rules of the layout: imports run one way (http -> planner -> vendors -> core, store ->
+core; gateway/__init__.py), and no hand-written module grows past 400 lines.
+
+Read from the source with `ast`, every import counts (inside functions and TYPE_CHECKING blocks
+too): a layer that needs something from above it is a design problem, not a typing detail."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS = ("gateway", "handlers", "generated")
+
+# What each part may import of ours (besides itself): the layers below it, never one above.
+# `generated` is the contract's models: a leaf.
+ALLOWED = {
+    "gateway.core": {"generated"},
+    "gateway.vendors": {"gateway.core", "generated"},
+    "gateway.planner": {"gateway.vendors", "gateway.core", "generated"},
+    "gateway.store": {"gateway.core"},
+    "gateway.http": {"gateway.planner", "gateway.vendors", "gateway.store", "gateway.core", "generated"},
+    # The handlers sit above http; only the assembly at the top may import them.
+    "handlers": {"gateway.http", "gateway.planner", "gateway.store", "gateway.vendors", "gateway.core", "generated"},
+    "generated": set(),
+}
+TOP = {"gateway", "gateway.cli", "gateway.limits_cli", "gateway.services", "gateway.__main__"}  # the assembly: anything
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str | None:
+    """The layer a module of ours belongs to (None for the assembly at the top)."""
+    if module in TOP:
+        return None
+    return next((layer for layer in sorted(ALLOWED, key=len, reverse=True)
+                 if module == layer or module.startswith(layer + ".")), module)
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            # `from gateway import services` imports the module gateway.services
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in OURS}
+
+
+SOURCES = sorted(p for top in OURS for p in (ROOT / top).rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_known_layer():
+    unknown = [module_name(p) for p in SOURCES if part_of(module_name(p)) not in (None, *ALLOWED)]
+    assert unknown == [], "add the new package to tests/unit/test_layers.py ALLOWED, with the layers it may import"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[module_name(p) for p in SOURCES])
+def test_imports_run_one_way(path):
+    layer = part_of(module_name(path))
+    if layer is None:
+        return
+    wrong = []
+    for name in sorted(imports(path)):
+        target = part_of(name)
+        if target is None and name not in TOP:
+            continue  # `gateway` itself (the package docstring, __version__)
+        if target != layer and target not in ALLOWED[layer]:
+            wrong.append(name)
+    assert wrong == [], f"{module_name(path)} ({layer}) may import only {sorted(ALLOWED[layer])} of ours"
+
+
+def test_the_check_sees_a_wrong_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from gateway.planner.plan import Plan\nimport gateway.http.app\n")
+    assert imports(bad) == {"gateway.planner.plan", "gateway.planner.plan.Plan", "gateway.http.app"}
+    assert part_of("gateway.store.ledger") == "gateway.store"
+    assert "gateway.planner" not in ALLOWED["gateway.store"]
+
+
+MAX_LINES = 400
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.parts[-2] != "generated"],
+                         ids=[module_name(p) for p in SOURCES if p.parts[-2] != "generated"])
+def test_no_hand_written_module_is_over_400_lines(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module_name(path)} has {lines} lines: split it by what its parts do"
+
+
+# -- the tests and the benchmarks --------------------------------------------------------------------
+# Test modules share code only through the harness (tests/support/); benchmarks take the harness from
+# there too, and of each other only the benchmarks' own harness and in-process driver, or a part of
+# their own run (bench.run's instruction counts, bench.routing's end-to-end half).
+BENCH_SHARED = {"bench.harness", "bench.inprocess"}
+BENCH_PARTS = {"bench.run": {"bench.instructions"}, "bench.routing": {"bench.routing_http"}}
+TEST_KINDS = ("unit", "integration", "contract")
+# The contract's fuzz run and its hooks: the vendor tests run it per protocol.
+FUZZ = {"tests.contract.fuzz", "tests.contract.fuzz_hooks"}
+
+
+def ours_outside(path: Path) -> set[str]:
+    """The modules of tests/ and bench/ a module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from bench import inprocess` imports the module bench.inprocess
+            found |= {node.module} if "." in node.module else {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.split(".")[0] in ("tests", "bench")}
+
+
+def wrong_harness_imports(module: str, imported: set[str]) -> list[str]:
+    allowed_bench = BENCH_SHARED | BENCH_PARTS.get(module, set()) | {module}
+    wrong = []
+    for name in sorted(imported):
+        if name == "tests.support" or name.startswith("tests.support."):
+            continue
+        if name.startswith("bench.") and module.startswith("bench.") and name in allowed_bench:
+            continue
+        if module.startswith("tests.") and name in FUZZ:
+            continue
+        wrong.append(name)
+    return wrong
+
+
+HARNESS_USERS = sorted([*(ROOT / "bench").glob("*.py"), *(p for kind in TEST_KINDS for p in (ROOT / "tests" / kind).glob("*.py"))])
+
+
+@pytest.mark.parametrize("path", HARNESS_USERS, ids=[module_name(p) for p in HARNESS_USERS])
+def test_tests_and_benchmarks_share_code_only_through_the_harness(path):
+    wrong = wrong_harness_imports(module_name(path), ours_outside(path))
+    assert wrong == [], f"{module_name(path)} imports {wrong}: move what it needs into tests/support/ or bench/harness.py"
+
+
+def test_the_harness_check_sees_a_test_importing_a_test():
+    assert wrong_harness_imports("tests.unit.test_a", {"tests.integration.test_b", "tests.support.cli"}) == [
+        "tests.integration.test_b"]
+    assert wrong_harness_imports("bench.limits", {"bench.run", "bench.harness"}) == ["bench.run"]

@@ -1,0 +1,203 @@
+"""The limiter between a request and its counters: a settlement is on its way to the store as the
+request ends (before anything later from this process), and one the store missed is kept and
+replayed, so that nothing a request used is lost. The clock is an argument; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.store.counters import MemoryCounters
+from gateway.store.counters_redis import RedisCounters
+from gateway.store.limiter import Limiter
+from gateway.store.limits import KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.store.resp import RedisUnavailable
+from tests.support.clocks import start_of_today
+from tests.support.redis_servers import RedisServer, redis_prefix, redis_url, remove_redis_keys
+
+pytestmark = pytest.mark.redis
+
+NOW = start_of_today()  # a day boundary, and the day Redis lives in (tests/support/)
+KEY_A = Subject(KEY, "key_a")
+
+
+class Table:
+    """The part of a LimitsTable the limiter reads, held still."""
+
+    def __init__(self, subjects: dict[Subject, Limits]) -> None:
+        self.subjects = subjects
+        self.on_change = None
+
+    async def close(self) -> None:
+        return None
+
+
+def limiter(subjects: dict[Subject, Limits], counters, clock=lambda: NOW) -> Limiter:
+    return Limiter(Table(subjects), counters, engine=None, clock=clock)
+
+
+async def admit(limiter: Limiter, request_id: str, completion_tokens: int = 16):
+    return await limiter.admit(key_id=KEY_A.id, account="acct", model="fake/m", prompt_tokens=4,
+                               completion_tokens=completion_tokens, request_id=request_id)
+
+
+def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
+    """A request's slot is free for the very next claim, made before anything was awaited: also
+    on a Redis that has never seen the scripts (the settlement's must not be loaded only once it
+    is found missing, after the next claim has gone out), and again once it knows them."""
+    prefix = redis_prefix()
+    limits = Limits(concurrent=1, tpm=100)
+
+    async def scenario(url: str):
+        counters = RedisCounters(url, prefix)
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            first = await admit(limited, "cmpl-1")
+            assert first.refusal is None and first.windows[KEY_A, "tpm"].remaining == 80
+            first.settle({"total_tokens": 5})  # not awaited: the next claim follows it on the connection
+            second = await admit(limited, "cmpl-2")
+            assert second.refusal is None and second.windows[KEY_A, "tpm"].remaining == 75
+            await limited.drain()
+        finally:
+            await limited.close()
+
+    with RedisServer() as store:  # a Redis of its own: the machine's may know the scripts already
+        asyncio.run(scenario(store.url))
+        remove_redis_keys(prefix, store.url)
+        asyncio.run(scenario(store.url))
+
+
+class Flaky:
+    """Counters whose next `failures` settlements fail as a store that went away would fail them."""
+
+    remote = False
+
+    def __init__(self, inner: MemoryCounters, failures: int) -> None:
+        self.inner, self.failures = inner, failures
+
+    async def acquire(self, claim, now):
+        return await self.inner.acquire(claim, now)
+
+    def settle(self, claim, tokens, spent, now, done):
+        if self.failures:
+            self.failures -= 1
+            done(RedisUnavailable("connection to Redis lost"))
+            return
+        self.inner.settle(claim, tokens, spent, now, done)
+
+    async def close(self) -> None:
+        return None
+
+
+def test_a_settlement_the_store_missed_is_kept_and_replayed():
+    limits = Limits(concurrent=5, tpm=100)
+
+    async def scenario():
+        counters = Flaky(MemoryCounters(), failures=1)
+        limited = limiter({KEY_A: limits}, counters)
+        grant = await admit(limited, "cmpl-1", completion_tokens=56)  # reserves 60 tokens
+        grant.settle({"total_tokens": 10})
+        await limited.drain()
+        assert "1 settlements waiting" in limited.not_ready()
+        await limited.close()  # replays what waits
+        reading = await counters.inner.read(KEY_A, limits, NOW)
+        assert reading.tokens.remaining == 90 and reading.in_flight == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_redis_that_forgot_its_scripts_still_settles_and_a_settlement_reconnects():
+    limits = Limits(concurrent=1, tpm=100)
+
+    async def scenario(store: RedisServer):
+        counters = RedisCounters(store.url, "t:")
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            first = await admit(limited, "cmpl-1")
+            await counters.client.call("SCRIPT", "FLUSH")  # as after a restart: the scripts are gone
+            first.settle({"total_tokens": 5})
+            await limited.drain()
+            assert limited.not_ready() is None
+            second = await admit(limited, "cmpl-2")
+            assert second.refusal is None and second.windows[KEY_A, "tpm"].remaining == 75
+            await counters.client.close()  # no connection now
+            await counters.client.call("SCRIPT", "FLUSH")  # (a new one, for this)
+            await counters.client.close()
+            second.settle({"total_tokens": 20})  # connects again, then loads the script again
+            await limited.drain()
+            assert limited.not_ready() is None
+            reading = await counters.read(KEY_A, limits, NOW)
+            assert reading.tokens.remaining == 75 and reading.in_flight == 0
+        finally:
+            await limited.close()
+
+    with RedisServer() as store:
+        asyncio.run(scenario(store))
+
+
+async def nothing_in_the_ledger(claim, unseeded) -> None:
+    """A limiter's `_seed` without a database: every new budget counter starts from zero."""
+    for b in unseeded:
+        b.seed = 0
+
+
+def test_a_claim_in_the_next_period_counts_in_its_own_budget_counter():
+    """A key's calls to the store are kept from one claim to the next, but only while the budgets'
+    periods stay: the day after, its requests count against the new day's counter."""
+    prefix = redis_prefix()
+    limits = Limits(tpm=10**6, budgets=(Budget(TOKENS, 1000, "day"),))
+    moment = [NOW]
+
+    async def scenario():
+        counters = RedisCounters(redis_url(), prefix)
+        limited = limiter({KEY_A: limits}, counters, clock=lambda: moment[0])
+        limited._seed = nothing_in_the_ledger
+        try:
+            for request, used in (("cmpl-1", 7), ("cmpl-2", 5)):
+                grant = await admit(limited, request)
+                assert grant.refusal is None
+                grant.settle({"total_tokens": used})
+                await limited.drain()
+            moment[0] = NOW + 86_400  # the next day (UTC)
+            grant = await admit(limited, "cmpl-3")
+            assert grant.refusal is None
+            grant.settle({"total_tokens": 3})
+            await limited.drain()
+            today = await counters.read(KEY_A, limits, NOW)
+            tomorrow = await counters.read(KEY_A, limits, NOW + 86_400)
+            assert today.budgets == {f"tokens:{Period.at('day', NOW).id}": (12, 0)}
+            assert tomorrow.budgets == {f"tokens:{Period.at('day', NOW + 86_400).id}": (3, 0)}
+        finally:
+            await limited.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
+
+
+def test_drain_waits_for_every_settlement_sent_and_returns_at_once_when_none_is():
+    limits = Limits(concurrent=5, tpm=100)
+
+    async def scenario():
+        counters = RedisCounters(redis_url(), prefix)
+        limited = limiter({KEY_A: limits}, counters)
+        try:
+            await limited.drain()  # nothing sent: nothing to wait for
+            grants = [await admit(limited, f"cmpl-{i}") for i in range(3)]
+            for grant in grants:
+                grant.settle({"total_tokens": 1})
+            assert limited._sending == 3  # written, not yet answered
+            await asyncio.gather(limited.drain(), limited.drain())  # (two waiters at once)
+            assert limited._sending == 0 and limited.not_ready() is None
+            reading = await counters.read(KEY_A, limits, NOW)
+            assert reading.in_flight == 0 and reading.tokens.remaining == 97
+        finally:
+            await limited.close()
+
+    prefix = redis_prefix()
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)

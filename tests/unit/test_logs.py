@@ -1,0 +1,285 @@
+"""The access line written without logging's records (http/logs.py `Lines`): the very line logging
+would write, in text and in JSON, scrubbed of secrets, only at the level that shows it, and through
+logging whenever the log is set up otherwise (a test capturing records, say)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.core.redaction import REDACTED, Redactor
+from gateway.http import log_stream, logs
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
+CLOCK = 1764600000.0421  # a fixed time of the line, so that both ways of writing it can be compared
+VENDOR_KEY = "vendor-key-0123456789"
+QUOTED_KEY = 'vendor"key\\0123456789'  # a vendor key that JSON escapes
+KEY_SHAPED = "sk-proj-" + "Q" * 24
+FIELDS = {"request_id": "cmpl-1", "account": "acct-a", "key_id": None, "vendor": "fake", "model": "fake/logged",
+          "status": 200, "stream": False, "latency_ms": 1.25, "ttft_ms": None}
+
+
+@contextlib.contextmanager
+def plain_log(level: str, fmt: str) -> Iterator[io.StringIO]:
+    """The log as `gateway serve` has it (the root's one stream handler, set up by `configure`),
+    written to the returned buffer; everything as it was afterwards."""
+    root = logging.getLogger()
+    handlers, old_level, direct = root.handlers, root.level, logs._direct
+    out = io.StringIO()
+    root.handlers = [logging.StreamHandler(out)]
+    root.setLevel(level.upper())  # configure's basicConfig leaves a root with handlers as it is
+    try:
+        logs.configure(level, fmt, Redactor([VENDOR_KEY, QUOTED_KEY]))
+        yield out
+    finally:
+        root.handlers = handlers
+        root.setLevel(old_level)
+        logs._direct = direct
+
+
+def through_logging(message: str, fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line as a LogRecord made at CLOCK, through the root's handler (filter, formatter)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(time, "time", lambda: CLOCK)
+        record = logging.getLogger(NAME).makeRecord(NAME, logging.INFO, "", 0, "%s", (message,), None,
+                                                    extra={logs.FIELDS: fields})
+    logging.getLogger().handlers[0].handle(record)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("message, fields", [
+    ("POST /v5/completions 200", FIELDS),
+    ("POST /v5/completions 502", FIELDS | {"model": f"fake/{KEY_SHAPED}", "outcome": f"quoted {VENDOR_KEY}"}),
+    (f"Authorization: Bearer {KEY_SHAPED}", {}),
+    # what JSON escapes around a secret, and a secret JSON escapes
+    ("POST /v5/completions 200", FIELDS | {"model": f'fake/"{KEY_SHAPED}"'}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": f"quoted {QUOTED_KEY}"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "Authorization:\tBearer abcdefghijklmnop\n"}),
+    ("POST /v5/completions 200", FIELDS | {"outcome": "x-api-key: [redacted]"}),  # scrubbing changes nothing
+    # fields named as a line's own keys: the line's dict, not the fields spliced after its head
+    ("POST /v5/completions 200", FIELDS | {"message": "inner", "time": 1}),
+    ("POST /v5/completions 200", {"level": "x"}),
+])
+def test_a_line_written_directly_is_the_line_logging_writes(fmt, message, fields, monkeypatch):
+    with plain_log("info", fmt) as out:
+        logs.Lines(NAME, clock=lambda: CLOCK).info(message, dict(fields))
+        direct = out.getvalue()
+        through_logging(message, dict(fields), monkeypatch)
+    assert direct.endswith("\n") and out.getvalue() == direct * 2  # logging wrote the same after it
+    assert not any(secret in direct for secret in (KEY_SHAPED, VENDOR_KEY, QUOTED_KEY, 'key\\\\0123456789'))
+
+
+def test_the_json_line_carries_its_fields_in_order_and_scrubbed():
+    with plain_log("info", "json") as out:
+        logs.Lines(NAME, clock=lambda: CLOCK).info("POST /v5/completions 200", FIELDS | {"model": f"fake/{KEY_SHAPED}"})
+    [line] = out.getvalue().splitlines()
+    entry = json.loads(line)
+    assert list(entry) == ["time", "level", "logger", "message", *FIELDS]
+    assert entry["time"] == "2025-12-01T14:40:00.042Z" and entry["level"] == "info" and entry["logger"] == NAME
+    assert entry["message"] == "POST /v5/completions 200"
+    assert entry["model"] == f"fake/{REDACTED}" and entry["key_id"] is None and entry["stream"] is False
+    assert KEY_SHAPED not in line
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_below_its_level_no_line_is_written(fmt):
+    with plain_log("warning", fmt) as out:
+        lines = logs.Lines(NAME)
+        assert not lines.enabled()
+        lines.info("POST /v5/completions 200", FIELDS)
+    assert out.getvalue() == ""
+
+
+def test_with_other_handlers_the_line_is_a_record_as_before(caplog):
+    with plain_log("info", "json"), caplog.at_level(logging.INFO, logger=NAME):
+        logging.getLogger().addHandler(caplog.handler)  # as caplog's own is on the root logger
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)
+    [record] = [r for r in caplog.records if r.name == NAME]
+    assert record.getMessage() == "POST /v5/completions 200" and getattr(record, logs.FIELDS) == FIELDS
+
+
+class Broken(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError("the log's disk is full")
+
+
+def test_a_failing_stream_is_the_handlers_to_report_not_the_callers(monkeypatch, capsys):
+    with plain_log("info", "json"):
+        logging.getLogger().handlers[0].setStream(Broken())
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)  # does not raise
+    assert "Logging error" in capsys.readouterr().err
+
+
+def test_a_string_found_clean_once_is_still_scrubbed_where_a_secret_comes_with_it():
+    with plain_log("info", "json") as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        lines.info("POST /v5/completions 200", dict(FIELDS))  # its strings are now known to be clean
+        lines.info("POST /v5/completions 200", FIELDS | {"model": f"fake/{KEY_SHAPED}"})
+        lines.info("POST /v5/completions 200", dict(FIELDS))
+    first, secret, again = map(json.loads, out.getvalue().splitlines())
+    assert first == again and first["model"] == "fake/logged"
+    assert secret["model"] == f"fake/{REDACTED}" and secret["account"] == "acct-a" and KEY_SHAPED not in out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_only_the_fields_named_verbatim_are_left_unscrubbed(fmt):
+    with plain_log("info", fmt) as out:
+        logs.Lines(NAME, clock=lambda: CLOCK, verbatim=("request_id",)).info(
+            "POST /v5/completions 200", FIELDS | {"request_id": "cmpl-sk-notakey00", "account": KEY_SHAPED})
+    line = out.getvalue()
+    assert "cmpl-sk-notakey00" in line and KEY_SHAPED not in line and REDACTED in line
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_field_the_lines_before_lacked_is_scrubbed(fmt):
+    with plain_log("info", fmt) as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK, verbatim=("request_id",))
+        lines.info("POST /v5/completions 200", dict(FIELDS))
+        lines.info("POST /v5/completions 200", FIELDS | {"fallback_from": f"fake/{KEY_SHAPED}"})
+        lines.info("POST /v5/completions 200", {"account": KEY_SHAPED})
+        lines.info("POST /v5/completions 200", FIELDS | {"request_id": "cmpl-sk-notakey00"})  # verbatim still
+    text = out.getvalue()
+    assert len(text.splitlines()) == 4 and text.count(REDACTED) == 2 and KEY_SHAPED not in text
+    assert "cmpl-sk-notakey00" in text
+
+
+def test_the_strings_remembered_clean_are_bounded(monkeypatch):
+    monkeypatch.setattr(logs, "CLEAN_STRINGS", 8)
+    with plain_log("info", "json") as out:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(50):
+            lines.info("POST /v5/completions 200", FIELDS | {"model": f"fake/m{n}"})
+        formatter = logs._direct.formatter
+        assert 0 < len(formatter._clean) <= 8
+        long = "fake/" + "x" * logs.CLEAN_CHARS
+        lines.info("POST /v5/completions 200", FIELDS | {"model": long})
+        assert long not in formatter._clean  # long texts are scanned every time, never kept
+    assert len(out.getvalue().splitlines()) == 51
+
+
+@pytest.mark.parametrize("created", [CLOCK, 1764600000.0, 1764600000.9999999, 1764600000.5005, 1764600000 + 0.001])
+def test_a_lines_milliseconds_are_what_logging_spells(created):
+    record = logging.makeLogRecord({"created": created, "msecs": int((created - int(created)) * 1000) + 0.0})
+    spelled = logging.Formatter().formatTime(record)  # "%s,%03d" of the record's msecs
+    assert logs.TextFormatter(Redactor())._stamps(created) == spelled
+
+
+class Recording(io.StringIO):
+    """A stream that keeps each write it was given; `written` is set by the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.written = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        self.written.set()
+        return super().write(text)
+
+
+def test_lines_given_together_are_one_write_in_their_order_once_the_first_has_waited_its_time():
+    recording = Recording()
+
+    async def serve() -> list[str]:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(3):
+            lines.info(f"POST /v5/completions {n}", {})
+        await asyncio.sleep(0)
+        waiting = list(recording.writes)  # nothing yet: an iteration of the loop has ended, the delay has not
+        await asyncio.wait_for(recording.written.wait(), 30)  # the loop's timer writes them
+        return waiting
+
+    with plain_log("info", "text"):
+        logging.getLogger().handlers[0].stream.stream = recording
+        assert asyncio.run(serve()) == []
+    [written] = recording.writes
+    assert [line.rpartition(": ")[2] for line in written.splitlines()] == [f"POST /v5/completions {n}" for n in range(3)]
+
+
+def test_lines_that_reach_the_size_limit_are_written_at_once(monkeypatch):
+    monkeypatch.setattr(log_stream, "COALESCE_BYTES", 200)
+    recording = Recording()
+
+    async def serve() -> list[str]:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        for n in range(6):  # each line is about 60 characters: the fourth reaches 200
+            lines.info(f"POST /v5/completions {n}", {})
+        return list(recording.writes)
+
+    with plain_log("info", "text"):
+        logging.getLogger().handlers[0].stream.stream = recording
+        written_at_once = asyncio.run(serve())
+    [first] = written_at_once
+    assert 200 <= len(first) and first.count("\n") < 6  # the lines so far, without waiting for the timer
+
+
+def test_a_record_logged_while_lines_wait_comes_after_them():
+    async def serve() -> None:
+        lines = logs.Lines(NAME, clock=lambda: CLOCK)
+        lines.info("POST /v5/completions 200", {})
+        logging.getLogger(NAME).warning("after the line")  # through logging's handler, at once
+
+    with plain_log("info", "text") as out:
+        asyncio.run(serve())
+    first, second = out.getvalue().splitlines()
+    assert first.endswith("POST /v5/completions 200") and second.endswith("after the line")
+
+
+class BrokenLater(io.StringIO):
+    """A stream that fails each write, and says when the first was tried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.tried.set()
+        raise OSError("the log's disk is full")
+
+
+def test_a_stream_failing_when_the_waiting_lines_are_written_is_reported_not_raised(capsys):
+    broken = BrokenLater()
+
+    async def serve() -> None:
+        logs.Lines(NAME).info("POST /v5/completions 200", FIELDS)
+        await asyncio.wait_for(broken.tried.wait(), 30)  # resumed after the callback that tried it returned
+
+    with plain_log("info", "json"):
+        logging.getLogger().handlers[0].stream.stream = broken
+        asyncio.run(serve())  # does not raise
+    assert "Logging error" in capsys.readouterr().err
+
+
+EXITING = """
+import asyncio, logging, sys
+from gateway.core.redaction import Redactor
+from gateway.http import logs
+
+logging.basicConfig(stream=sys.stdout, level=logging.INFO)
+logs.configure("info", "json", Redactor())
+
+async def serve():
+    logs.Lines("gateway.access").info("POST /v5/completions 200", {"request_id": "cmpl-last"})
+    raise SystemExit(3)  # leaves the loop at once: the line waits for an iteration that never comes
+
+asyncio.new_event_loop().run_until_complete(serve())
+"""
+
+
+def test_a_line_waiting_when_the_process_exits_is_written():
+    done = subprocess.run([sys.executable, "-c", EXITING], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    [line] = done.stdout.splitlines()
+    assert json.loads(line)["request_id"] == "cmpl-last"
