@@ -59,3 +59,21 @@ def test_bad_arguments_and_settings_are_reported_not_raised(url):
 def test_the_installed_console_script_administers_the_database(url):
     created = console_script(url, "accounts", "create", "gamma", "--name", "Gamma")
     assert created.returncode == 0 and created.stdout == "created account gamma\n", created.stderr
+
+
+def test_limits_refuse_counts_beyond_exact_arithmetic_and_patterns_that_match_nothing(url):
+    gateway_cli(url, "accounts", "create", "bounded")
+    for flag in ("--rpm", "--tpm", "--concurrent", "--budget-tokens"):
+        huge = gateway_cli(url, "limits", "set", "--account", "bounded", flag, "99999999999999999999999")
+        assert huge.returncode == 2 and "at most 1,000,000,000,000,000" in huge.stderr.replace("from 1 to", "at most")
+        assert "Traceback" not in huge.stderr and "sqlite" not in huge.stderr.lower()
+    for patterns, says in ((("",), "an empty pattern matches no model"), (("fake/a*", " "), "empty pattern"),
+                           (("gpt-4",), "models are written vendor/name")):
+        refused = gateway_cli(url, "limits", "set", "--account", "bounded", "--models", *patterns)
+        assert refused.returncode == 2 and says in refused.stderr
+    assert "bounded" not in gateway_cli(url, "limits", "show", "--account", "bounded").stdout  # nothing was set
+    largest = gateway_cli(url, "limits", "set", "--account", "bounded", "--tpm", str(10**15), "--models", "*")
+    assert largest.returncode == 0, largest.stderr
+    (row,) = [r for r in json.loads(gateway_cli(url, "limits", "show", "--account", "bounded", "--format",
+                                                "json").stdout) if r["limit"] == "tpm"]
+    assert (row["value"], row["used"], row["remaining"]) == (10**15, 0, 10**15)
