@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
-from gateway.http import server
+from gateway.http import security, server
 from gateway.http.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
@@ -91,8 +91,9 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()
     gc.freeze()
-    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
-             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
+    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s; %s", settings.host, settings.port,
+             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True),
+             security.metrics_access(settings))
     try:
         yield {"services": services}
     finally:

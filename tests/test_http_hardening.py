@@ -200,6 +200,17 @@ def test_readyz_shows_its_checks_only_to_a_caller_with_a_valid_key(strict, datab
         assert (r.status_code, r.json()) == (200, {"status": "ok", "checks": checks})
 
 
+def test_readyz_shows_its_checks_to_the_metrics_key_not_to_a_customers_key(upstream, database):
+    operator = "operator-secret-0123456789"
+    with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_METRICS_KEY=operator)) as gateway:
+        for headers in ({}, {"x-api-key": database.key}, {"authorization": f"Bearer {database.key}"}):
+            r = httpx.get(f"{gateway.url}/readyz", headers=headers, verify=SHARED_TLS)
+            assert (r.status_code, r.json()) == (200, {"status": "ok"})
+        for headers in ({"x-api-key": operator}, {"authorization": f"Bearer {operator}"}):
+            r = httpx.get(f"{gateway.url}/readyz", headers=headers, verify=SHARED_TLS)
+            assert r.status_code == 200 and r.json()["checks"]["database"] == "ok"
+
+
 def test_readyz_while_starting_says_only_that_without_a_key(tmp_path, database):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a model")

@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, NotFound
-from gateway.http import metrics
+from gateway.http import metrics, security
 from gateway.http.metrics import OTHER, Labels
 from handlers import metrics as metrics_handler
 from tests.gateway_process import GatewayProcess
@@ -205,6 +205,34 @@ def test_a_metrics_key_alone_does_not_let_api_keys_scrape():
         asyncio.run(metrics_handler.scrape(stand_in(settings, {"x-api-key": "sk-gw-valid"}, caller=object())))
     assert metrics_handler._allowed(stand_in(settings, {"x-api-key": METRICS_KEY}), settings)
     assert metrics_handler._allowed(stand_in(Settings(), {}), Settings())  # nothing configured: open
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.internal", ""])
+def test_a_gateway_other_hosts_can_reach_needs_a_key_for_its_metrics_by_default(host):
+    settings = Settings(host=host)
+    assert not metrics_handler._allowed(stand_in(settings, {}), settings)
+    assert metrics_handler._allowed(stand_in(settings, {"x-api-key": "sk-gw-valid"}, caller=object()), settings)
+    assert security.metrics_access(settings) == "metrics need an API key"
+    keyed = Settings(host=host, metrics_key=METRICS_KEY)
+    assert metrics_handler._allowed(stand_in(keyed, {"authorization": f"Bearer {METRICS_KEY}"}), keyed)
+    assert security.metrics_access(keyed) == "metrics need GATEWAY_METRICS_KEY's secret"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "localhost"])
+def test_a_loopback_only_gateway_keeps_its_metrics_open_and_says_so(host):
+    settings = Settings(host=host)
+    assert metrics_handler._allowed(stand_in(settings, {}), settings)
+    assert security.metrics_access(settings) == "metrics open to this host (it listens on loopback only)"
+
+
+def test_readyz_detail_is_for_operators_only():
+    outside, key = Settings(host="0.0.0.0"), {"x-api-key": METRICS_KEY}
+    assert not security.is_operator(Headers({}), object(), outside)  # a customer's key on a reachable gateway
+    assert security.is_operator(Headers({}), object(), Settings(host="0.0.0.0", metrics_api_keys=True))
+    assert security.is_operator(Headers(key), None, Settings(host="0.0.0.0", metrics_key=METRICS_KEY))
+    assert not security.is_operator(Headers(key), None, outside)  # no metrics key configured: no secret to match
+    assert security.is_operator(Headers({}), object(), Settings())  # loopback only, nothing configured
+    assert not security.is_operator(Headers({}), None, Settings())  # but never without a key
 
 
 def test_metrics_turned_off_are_a_404():
