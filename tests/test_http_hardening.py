@@ -429,3 +429,15 @@ def test_a_handler_waiting_for_its_work_hears_at_once_that_its_client_left():
     assert asyncio.run(main()) == [
         "vendor call closed", "vendor_call: ClientDisconnected, task cancelling=0",
         "swallowing: ClientDisconnected, task cancelling=0", "answer"]
+
+
+def test_a_chunked_body_with_a_bad_size_line_is_a_400_at_once(strict, database):
+    head = request("/v5/completions", "POST", {"content-type": "application/json", "x-api-key": database.key,
+                                               "transfer-encoding": "chunked"})
+    with Client(strict.port) as client:
+        # The strict gateway's body_timeout is 1 s: a 408 would say the connection waited for the rest.
+        client.send(head + b"5\r\n{\"mod\r\nzz-not-a-size\r\n")
+        answer = client.answer()
+        assert answer.status == 400 and answer.json()["error"]["code"] == "invalid_http_request"
+        assert client.closed_by_gateway() == b""
+    assert_responsive(strict)
