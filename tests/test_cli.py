@@ -4,12 +4,20 @@ test runs the installed script itself."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
+import time
 
 import pytest
+import redis
 
+from gateway import cli
+from gateway.store import database
+from gateway.store.limits import ACCOUNT, Subject, set_limits
 from tests.provision import empty_database
-from tests.support import console_script, gateway_cli
+from tests.support import console_script, gateway_cli, redis_prefix, redis_url, remove_redis_keys
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +85,37 @@ def test_limits_refuse_counts_beyond_exact_arithmetic_and_patterns_that_match_no
     (row,) = [r for r in json.loads(gateway_cli(url, "limits", "show", "--account", "bounded", "--format",
                                                 "json").stdout) if r["limit"] == "tpm"]
     assert (row["value"], row["used"], row["remaining"]) == (10**15, 0, 10**15)
+
+
+def test_limits_show_never_reads_a_bucket_fuller_than_its_limit(url):
+    """A TPM set before the bound (2^63 - 1) whose Redis bucket reads back as the double 2^63."""
+    client = redis.Redis.from_url(redis_url())
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis at {redis_url()}: {exc}")
+    gateway_cli(url, "accounts", "create", "huge")
+
+    async def set_huge() -> None:
+        engine = database.connect(url)
+        try:
+            async with database.writing(engine) as connection:
+                await set_limits(connection, Subject(ACCOUNT, "huge"), {"tpm": 2**63 - 1})
+        finally:
+            await engine.dispose()
+
+    asyncio.run(set_huge())
+    prefix = redis_prefix()
+    try:
+        client.hset(f"{prefix}account:huge:rate", mapping={"tl": repr(float(2**63 - 1)), "tt": repr(time.time())})
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["limits", "show", "--account", "huge", "--format", "json"],
+                            env={"GATEWAY_DATABASE_URL": url, "GATEWAY_REDIS_URL": redis_url(),
+                                 "GATEWAY_REDIS_PREFIX": prefix})
+        (row,) = json.loads(out.getvalue())
+        assert code == 0 and row["source"] == "redis"
+        assert (row["used"], row["remaining"]) == (0, 2**63 - 1)
+    finally:
+        remove_redis_keys(prefix)
+        client.close()
