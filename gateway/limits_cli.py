@@ -35,6 +35,11 @@ from gateway.store.resp import RedisError, RedisUnavailable
 from gateway.store.tables import ledger
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
+# The largest count or amount a limit takes (requests, tokens, nano-dollars): Redis counts in its Lua
+# scripts with doubles, exact below 2^53, and the counters' arithmetic must stay exact to the unit
+# (a TPM of 2^63 read back as a bucket fuller than its limit: "used -1"). The same bound as
+# store/limits.py MAX_BUDGET_USD in nano-dollars.
+MAX_AMOUNT = 10**15
 _CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models")
 
 
@@ -51,7 +56,7 @@ def add_commands(commands: Any) -> None:
                          metavar=unit.metavar, help=f"{unit.noun or unit.name} per budget period")
     put.add_argument("--period", choices=PERIODS, dest="budget_period",
                      help="the budget's period, a UTC calendar day or month (default month)")
-    put.add_argument("--models", nargs="+", metavar="PATTERN",
+    put.add_argument("--models", nargs="+", metavar="PATTERN", type=_pattern,
                      help="the only models it may call: glob patterns such as openai/* local/smollm2-135m")
     show = limits.add_parser("show", help="limits, with what is being consumed")
     _subject(show, required=False)
@@ -75,17 +80,33 @@ def _positive(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
+    if not 1 <= value <= MAX_AMOUNT:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_AMOUNT:,}")
     return value
+
+
+def _pattern(text: str) -> str:
+    """A model pattern of an allow-list: one that can match a "vendor/name" (an empty one, or one
+    naming no vendor, would set a list that refuses every model)."""
+    pattern = text.strip()
+    if not pattern:
+        raise argparse.ArgumentTypeError("an empty pattern matches no model (to lift the allow-list: "
+                                         "gateway limits clear --models)")
+    if "/" not in pattern and not any(c in pattern for c in "*?["):
+        raise argparse.ArgumentTypeError(f"{pattern!r} matches no model: models are written vendor/name "
+                                         "(e.g. openai/* or local/smollm2-135m)")
+    return pattern
 
 
 def _amount(parse: Any) -> Any:
     def parsed(text: str) -> int:
         try:
-            return parse(text)
+            value = parse(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        if value > MAX_AMOUNT:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be at most {MAX_AMOUNT:,}")
+        return value
     return parsed
 
 
@@ -152,8 +173,10 @@ async def _rows(engine: AsyncEngine, live: RedisCounters | None, subject: Subjec
         if limit is None:
             continue
         if window is not None:
-            rows.append(base | {"limit": name, "value": limit, "used": limit - window.remaining,
-                                "remaining": window.remaining, "resets": f"full in {duration(window.reset)}"})
+            # A limit set before MAX_AMOUNT bounded it reads back rounded as a double: never "used -1".
+            remaining = min(window.remaining, limit)
+            rows.append(base | {"limit": name, "value": limit, "used": limit - remaining, "remaining": remaining,
+                                "resets": f"full in {duration(window.reset)}"})
         else:
             rows.append(base | {"limit": name, "value": limit, "used": used_last_minute,
                                 "remaining": max(limit - used_last_minute, 0), "resets": "(last 60s)"})

@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.config import Settings
+from gateway.core.errors import StartupFailed
 from gateway.core.redaction import Redactor
 from gateway.http import app as http_app
-from gateway.http import server
+from gateway.http import security, server
 from gateway.http.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
@@ -66,10 +67,11 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         # Migrations run here, at every start; on an empty database the first account and key are
         # created so that a fresh clone works (production creates its own with the CLI first).
         first_key = await database.prepare(engine, accounts.bootstrap)
-    except BaseException as exc:
-        log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True), exc)
+    except Exception as exc:
+        log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True),
+                  (str(exc).strip().splitlines() or [type(exc).__name__])[0])
         await engine.dispose()
-        raise
+        raise StartupFailed() from exc
     await registry.start()
     _announce(first_key, settings, registry)
     ledger = Ledger(engine, settings.ledger_buffer_rows, prices)
@@ -83,6 +85,8 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         await ledger.close()
         await registry.close()
         await engine.dispose()
+        if isinstance(exc, Exception):
+            raise StartupFailed() from exc
         raise
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
@@ -91,8 +95,9 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()
     gc.freeze()
-    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s", settings.host, settings.port,
-             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True))
+    log.info("gateway ready on http://%s:%s with vendors: %s; database: %s; %s", settings.host, settings.port,
+             ", ".join(registry.names()), engine.url.render_as_string(hide_password=True),
+             security.metrics_access(settings))
     try:
         yield {"services": services}
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
+from gateway.http import security
 from gateway.http.context import HandlerRequest
 
 
@@ -12,8 +13,8 @@ async def live(request: HandlerRequest) -> JSONResponse:
 
 
 async def ready(request: HandlerRequest) -> JSONResponse:
-    """The status for anyone (load balancers send no key); what each check says, only to a caller
-    with a valid key: it can name the database and quote its errors."""
+    """The status for anyone (load balancers send no key); what each check says, only to an
+    operator (http/security.py `is_operator`): it names the database and Redis and quotes their errors."""
     services = request.services
     problems = services.registry.not_ready()
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.
@@ -22,7 +23,7 @@ async def ready(request: HandlerRequest) -> JSONResponse:
     limits = services.limiter.not_ready()  # a limits store away: requests are served or refused by policy
     status, code = ("starting", 503) if problems else ("degraded" if database or limits else "ok", 200)
     body: dict = {"status": status}
-    if request.caller_or_none is not None:
+    if security.is_operator(request.headers, request.caller_or_none, services.settings):
         body["checks"] = ({name: "ok" for name in services.registry.names()} | problems
                           | {"database": database or "ok", "limits": limits or "ok"})
         if rejected := services.ledger.rejected_rows:  # readiness is not affected: later rows are written

@@ -23,11 +23,12 @@ the registry gives `load` what each protocol declares (`Protocol`): its option n
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -189,6 +190,13 @@ class Settings(Frozen):
 SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks", "prices"))
 
 
+# The file's tables; any other is a startup error (a misspelled table would be ignored silently).
+TABLES = ("gateway", "vendors", "fallbacks", "prices")
+# Variables of the gateway's name that are read elsewhere: besides these, a GATEWAY_ variable that
+# names no setting is a startup error. GATEWAY_TEST_* belong to the tests and tools (tests/, bench/).
+OTHER_VARIABLES = ("GATEWAY_CONFIG", "GATEWAY_FALLBACKS", "GATEWAY_PRICES")
+TEST_PREFIX = "GATEWAY_TEST_"
+
 # Settings that were removed, and why: set, they are a startup error rather than ignored.
 REMOVED = {
     "GATEWAY_HTTP_TRANSPORT": "vendors are called through the gateway's own HTTP/1.1 client only (aiohttp's and "
@@ -206,8 +214,10 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
     for var, why in REMOVED.items():
         if var in env:
             raise ConfigError(f"{var} is no longer a setting: {why}")
+    _check_variables(env)
     path = env.get("GATEWAY_CONFIG")
     data = _read_toml(Path(path)) if path else {}
+    _check_tables(data)
     server = dict(data.get("gateway", {}))
     unknown = set(server) - set(SERVER_FIELDS)
     if unknown:
@@ -217,11 +227,54 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
         if (var := ENV_PREFIX + name.upper()) in env:
             server[name] = env[var]
     vendors = {} if protocols is None else load_vendors(data.get("vendors", {}), env, protocols)
+    fallbacks = _fallbacks(data, env)
+    if protocols is not None:
+        check_fallbacks(fallbacks, vendors)
     try:
-        return Settings.model_validate({**server, "vendors": vendors, "fallbacks": _fallbacks(data, env),
+        return Settings.model_validate({**server, "vendors": vendors, "fallbacks": fallbacks,
                                         "prices": env.get("GATEWAY_PRICES") or data.get("prices", {})})
     except ValidationError as exc:
         raise ConfigError(describe(exc, _setting_name)) from None
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _check_variables(env: Mapping[str, str]) -> None:
+    """A GATEWAY_ variable naming no setting (GATEWAY_PORTT) is refused rather than ignored."""
+    known = {ENV_PREFIX + name.upper() for name in SERVER_FIELDS} | set(OTHER_VARIABLES)
+    for var in sorted(env):
+        if (not var.startswith(ENV_PREFIX) or var in known or var.startswith(TEST_PREFIX)
+                or var.startswith(VENDOR_PREFIX)):  # a vendor's: load_vendors knows its fields
+            continue
+        raise ConfigError(f"{var}: no such setting{_suggest(var, sorted(known))} (the settings: README.md, "
+                          "\"Configuration\")")
+
+
+def _check_tables(data: Mapping[str, Any]) -> None:
+    for table in data:
+        if table not in TABLES:
+            raise ConfigError(f"[{table}]: no such table in the config file{_suggest(table, TABLES)} "
+                              f"(the tables: {', '.join(TABLES)})")
+        if not isinstance(data[table], Mapping):
+            raise ConfigError(f"{table}: a table ([{table}]), not a {type(data[table]).__name__}")
+
+
+def check_fallbacks(fallbacks: Mapping[str, Sequence[str]], vendors: Mapping[str, Any]) -> None:
+    """Every model of a chain on a configured vendor, and no chain that leads back to its model."""
+    for model, chain in fallbacks.items():
+        for name in (model, *chain):
+            if (vendor := name.partition("/")[0]) not in vendors:
+                raise ConfigError(f"fallbacks: {model!r} -> {list(chain)!r}: {name!r} is on no configured vendor "
+                                  f"({vendor!r}; configured: {', '.join(sorted(vendors)) or 'none'})")
+        if model in chain:
+            raise ConfigError(f"fallbacks: {model!r} falls back to itself")
+        # A chain is not followed further (planner/fallbacks.py), but one that leads back is a mistake.
+        for other in chain:
+            if model in fallbacks.get(other, ()):
+                raise ConfigError(f"fallbacks: a cycle: {model!r} -> {other!r} -> {model!r}")
 
 
 def _setting_name(loc: tuple[str, ...]) -> str:
@@ -236,15 +289,22 @@ def _setting_name(loc: tuple[str, ...]) -> str:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 text (byte {exc.start}); a TOML file "
+                          "is expected") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
 
 
 def _fallbacks(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     """`[fallbacks]` table ("vendor/model" = ["vendor/other", ...]) and/or
     GATEWAY_FALLBACKS="vendor/model=vendor/other,vendor/third;vendor/x=vendor/y"."""
-    chains = {model: tuple(chain) for model, chain in data.get("fallbacks", {}).items()}
+    chains = {}
+    for model, chain in data.get("fallbacks", {}).items():
+        if not isinstance(chain, list) or not all(isinstance(m, str) for m in chain):
+            raise ConfigError(f"fallbacks: {model!r}: give an array of models, e.g. [\"vendor/other\"]")
+        chains[model] = tuple(chain)
     for entry in filter(None, (part.strip() for part in env.get("GATEWAY_FALLBACKS", "").split(";"))):
         model, _, chain = entry.partition("=")
         chains[model.strip()] = tuple(m.strip() for m in chain.split(",") if m.strip())

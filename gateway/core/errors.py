@@ -36,6 +36,11 @@ class ConfigError(Exception):
     """The gateway's configuration is wrong; raised at start-up, never during a request."""
 
 
+class StartupFailed(Exception):
+    """The gateway cannot start for a reason already logged in one line (a database it cannot
+    reach): no traceback follows it (http/connexion_overrides/direct_call.py)."""
+
+
 class ClientDisconnected(Exception):
     """The client went away before its answer was ready: the work for it was cancelled, and
     nobody is left to answer (its meter records `client_disconnected`)."""

@@ -7,11 +7,14 @@ comes from its adapter, through the registry (`Protocol`)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -28,6 +31,17 @@ from pydantic import (
 from gateway.core.errors import ConfigError
 
 VENDOR_PREFIX = "GATEWAY_VENDOR_"
+# A vendor's name is the first part of "vendor/model", a metrics label and part of variable names.
+VENDOR_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def _http_url(url: str) -> str:
+    """A vendor's address: http(s)://host[:port][/path], the only ones its HTTP client speaks."""
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    return url
 
 
 def split_names(value: Any) -> Any:
@@ -72,6 +86,9 @@ class Health(Frozen):
         return self
 
 
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
 # How a vendor with several deployments picks the one for each try (gateway/vendors/balancer.py).
 Routing = Literal["least_outstanding", "weighted_random", "p2c_ewma"]
 
@@ -80,7 +97,7 @@ class Deployment(Frozen):
     """One place that serves a vendor: its URL and key, its share of the traffic, how many calls it
     may have in flight. `name` is what the ledger and GET /v5/vendors call it (default: its index)."""
 
-    base_url: str
+    base_url: HttpUrl
     api_key: SecretStr = SecretStr("")  # resolved from api_key_env; never logged or shown
     name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     weight: PositiveFloat = 1.0
@@ -103,7 +120,7 @@ class VendorConfig(Frozen):
     name: str
     protocol: str  # which adapter speaks to it (gateway/vendors/registry.py)
     # One deployment (base_url and api_key), or several (`deployments`); one of the two forms.
-    base_url: str = ""
+    base_url: HttpUrl = ""
     api_key: SecretStr = SecretStr("")  # resolved from api_key_env; never logged or shown
     deployments: tuple[Deployment, ...] = ()
     routing: Routing = "least_outstanding"
@@ -173,6 +190,8 @@ def load_vendors(table: Mapping[str, Any], env: Mapping[str, str],
                 "api_key_env": key_env,
             }
     for name, values in table.items():
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"vendor {name!r}: a table ([vendors.{name}]), not a {type(values).__name__}")
         if "api_key" in values:
             raise ConfigError(f"vendor {name!r}: put the key in an environment variable and name it in api_key_env")
         raw.setdefault(name.lower(), {}).update(values)
@@ -191,6 +210,10 @@ def load_vendors(table: Mapping[str, Any], env: Mapping[str, str],
                 break
         else:
             raise ConfigError(f"{var}: unknown vendor setting (known: {', '.join(sorted(fields))})")
+    for name in raw:
+        if not VENDOR_NAME.fullmatch(name):
+            raise ConfigError(f"vendor {name!r}: a vendor's name is 1 to 64 lowercase letters, digits, _ or - "
+                              "(it is the first part of vendor/model)")
     return {name: vendor for name, values in raw.items() if (vendor := _vendor(name, dict(values), env, protocols))}
 
 
@@ -261,6 +284,9 @@ def _deployments(vendor: str, default_url: str, entries: Any, default_key: _Key,
     for index, entry in enumerate(entries):
         entry = dict(entry)
         where = f"vendor {vendor!r} deployment {index}"
+        for field in ("base_url", "api_key_env"):
+            if field in entry and not isinstance(entry[field], str):
+                raise ConfigError(f"{where} {field}: a string, not a {type(entry[field]).__name__}")
         if "api_key" in entry:
             raise ConfigError(f"{where}: put the key in an environment variable and name it in api_key_env")
         key = _Key(entry.pop("api_key_env")) if "api_key_env" in entry else default_key

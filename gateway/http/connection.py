@@ -257,7 +257,15 @@ class GatewayConnection(HttpToolsProtocol):
         self._rejected = True
         self._disarm_head_timer()
         log.info("rejected a request from %s: %s", self.client, error.message)
-        if self.cycle is not None and not self.cycle.response_complete:
+        cycle = self.cycle
+        if (cycle is not None and cycle is self._running and cycle.more_body and not cycle.response_started):
+            # The body under way is what is malformed (a chunk's size line): its request cannot be
+            # answered otherwise, so it ends here, as if its client had left, and the error goes out
+            # now rather than after the app waited `body_timeout` for the rest (a 408).
+            cycle.disconnected = True
+            cycle.message_event.set()
+            cycle.scope["extensions"][DEPARTURE_KEY].client_left()
+        elif cycle is not None and not cycle.response_complete:
             self._pending = error  # a response is being written: this one follows it (on_response_complete)
             return
         self._answer(error)

@@ -1,17 +1,22 @@
 """API keys on the HTTP side: the check Connexion runs for the spec's two security schemes
 (`x-api-key` and `Authorization: Bearer`), against the running gateway's key store
 (gateway/store/accounts.py). Connexion runs security before body validation (no key and a bad
-body: 401)."""
+body: 401). And who is an operator: who may read /metrics and /readyz's detail."""
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 from typing import Any
 
 from connexion.lifecycle import ConnexionRequest
+from starlette.datastructures import Headers
 
+from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
+from gateway.store.accounts import Caller
 
 
 async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any = None) -> dict[str, Any]:
@@ -22,3 +27,66 @@ async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any
 
 
 SECURITY_MAP = security_map(authenticate)
+
+
+# -- operators: who may read /metrics and /readyz's detail ----------------------------------------
+# There are no key scopes yet: an operator is whoever presents GATEWAY_METRICS_KEY's secret, or any
+# gateway API key when GATEWAY_METRICS_API_KEYS=1 says the API keys' holders are trusted with it.
+
+
+def loopback_only(settings: Settings) -> bool:
+    """Whether the gateway listens where only this host can reach it."""
+    if settings.host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(settings.host).is_loopback
+    except ValueError:
+        return False  # a host name, or "" (every address)
+
+
+def metrics_open(settings: Settings) -> bool:
+    """/metrics without any key: only on a loopback-only gateway with nothing configured to protect it."""
+    return loopback_only(settings) and not settings.metrics_key.get_secret_value() and not settings.metrics_api_keys
+
+
+def metrics_take_api_keys(settings: Settings) -> bool:
+    """Whether a gateway API key may scrape: when asked (GATEWAY_METRICS_API_KEYS=1), and by default
+    on a gateway reachable from other hosts with no metrics key (a scraper then needs some key)."""
+    return settings.metrics_api_keys or not settings.metrics_key.get_secret_value()
+
+
+def metrics_access(settings: Settings) -> str:
+    """Who may read /metrics, as the startup log line says it."""
+    if not settings.metrics:
+        return "metrics off"
+    if metrics_open(settings):
+        return "metrics open to this host (it listens on loopback only)"
+    keys = ["GATEWAY_METRICS_KEY's secret"] if settings.metrics_key.get_secret_value() else []
+    keys += ["an API key"] if metrics_take_api_keys(settings) else []
+    return f"metrics need {' or '.join(keys)}"
+
+
+def presents_metrics_key(headers: Headers, settings: Settings) -> bool:
+    secret = settings.metrics_key.get_secret_value().encode()
+    if not secret:
+        return False
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    candidates = [headers.get("x-api-key") or ""] + ([token.strip()] if scheme.lower() == "bearer" else [])
+    return any(hmac.compare_digest(candidate.encode(), secret) for candidate in candidates if candidate)
+
+
+def may_scrape(headers: Headers, caller: Caller | None, settings: Settings) -> bool:
+    if metrics_open(settings):
+        return True
+    if caller is not None and metrics_take_api_keys(settings):
+        return True
+    return presents_metrics_key(headers, settings)
+
+
+def is_operator(headers: Headers, caller: Caller | None, settings: Settings) -> bool:
+    """Who sees /readyz's detail (addresses of the database and Redis, their errors): the metrics
+    key, an API key when GATEWAY_METRICS_API_KEYS=1, or any API key on a gateway whose metrics are
+    open (loopback only, nothing configured: whoever can reach it is on this host)."""
+    if caller is not None and (settings.metrics_api_keys or metrics_open(settings)):
+        return True
+    return presents_metrics_key(headers, settings)

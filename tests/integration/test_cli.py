@@ -4,12 +4,21 @@ test runs the installed script itself."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
+import time
 
 import pytest
+import redis
 
+from gateway import cli
+from gateway.store import database
+from gateway.store.limits import ACCOUNT, Subject, set_limits
 from tests.support.cli import console_script, gateway_cli
 from tests.support.provision import empty_database
+from tests.support.redis_servers import redis_prefix, redis_url, remove_redis_keys
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +68,55 @@ def test_bad_arguments_and_settings_are_reported_not_raised(url):
 def test_the_installed_console_script_administers_the_database(url):
     created = console_script(url, "accounts", "create", "gamma", "--name", "Gamma")
     assert created.returncode == 0 and created.stdout == "created account gamma\n", created.stderr
+
+
+def test_limits_refuse_counts_beyond_exact_arithmetic_and_patterns_that_match_nothing(url):
+    gateway_cli(url, "accounts", "create", "bounded")
+    for flag in ("--rpm", "--tpm", "--concurrent", "--budget-tokens"):
+        huge = gateway_cli(url, "limits", "set", "--account", "bounded", flag, "99999999999999999999999")
+        assert huge.returncode == 2 and "at most 1,000,000,000,000,000" in huge.stderr.replace("from 1 to", "at most")
+        assert "Traceback" not in huge.stderr and "sqlite" not in huge.stderr.lower()
+    for patterns, says in ((("",), "an empty pattern matches no model"), (("fake/a*", " "), "empty pattern"),
+                           (("gpt-4",), "models are written vendor/name")):
+        refused = gateway_cli(url, "limits", "set", "--account", "bounded", "--models", *patterns)
+        assert refused.returncode == 2 and says in refused.stderr
+    assert "bounded" not in gateway_cli(url, "limits", "show", "--account", "bounded").stdout  # nothing was set
+    largest = gateway_cli(url, "limits", "set", "--account", "bounded", "--tpm", str(10**15), "--models", "*")
+    assert largest.returncode == 0, largest.stderr
+    (row,) = [r for r in json.loads(gateway_cli(url, "limits", "show", "--account", "bounded", "--format",
+                                                "json").stdout) if r["limit"] == "tpm"]
+    assert (row["value"], row["used"], row["remaining"]) == (10**15, 0, 10**15)
+
+
+def test_limits_show_never_reads_a_bucket_fuller_than_its_limit(url):
+    """A TPM set before the bound (2^63 - 1) whose Redis bucket reads back as the double 2^63."""
+    client = redis.Redis.from_url(redis_url())
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis at {redis_url()}: {exc}")
+    gateway_cli(url, "accounts", "create", "huge")
+
+    async def set_huge() -> None:
+        engine = database.connect(url)
+        try:
+            async with database.writing(engine) as connection:
+                await set_limits(connection, Subject(ACCOUNT, "huge"), {"tpm": 2**63 - 1})
+        finally:
+            await engine.dispose()
+
+    asyncio.run(set_huge())
+    prefix = redis_prefix()
+    try:
+        client.hset(f"{prefix}account:huge:rate", mapping={"tl": repr(float(2**63 - 1)), "tt": repr(time.time())})
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["limits", "show", "--account", "huge", "--format", "json"],
+                            env={"GATEWAY_DATABASE_URL": url, "GATEWAY_REDIS_URL": redis_url(),
+                                 "GATEWAY_REDIS_PREFIX": prefix})
+        (row,) = json.loads(out.getvalue())
+        assert code == 0 and row["source"] == "redis"
+        assert (row["used"], row["remaining"]) == (0, 2**63 - 1)
+    finally:
+        remove_redis_keys(prefix)
+        client.close()

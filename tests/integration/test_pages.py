@@ -139,7 +139,12 @@ def test_the_contract_is_served(gateway):
 def test_the_docs_page_lists_every_operation_and_tries_a_completion(database, gateway, page):
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
-    page.goto(f"{gateway.url}/docs/")
+    refused: list[str] = []  # what the page's Content-Security-Policy blocked: nothing Swagger UI needs
+    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text
+            else None)
+    answer = page.goto(f"{gateway.url}/docs/")
+    csp = answer.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp and "'unsafe-eval'" not in csp
     completions = page.locator(".opblock-post .opblock-summary").filter(has_text="/v5/completions")
     completions.wait_for()
     screenshot(page, "docs-page", full_page=False)
@@ -168,6 +173,7 @@ def test_the_docs_page_lists_every_operation_and_tries_a_completion(database, ga
     screenshot(page, "docs-try-it-out-answer", full_page=False)
     outside = [url for url in requested if not url.startswith(gateway.url)]
     assert not outside, f"the page fetched from elsewhere: {outside}"
+    assert not refused, refused
 
 
 def test_the_docs_page_tries_a_completion_as_shipped_on_the_embedded_model(database, local_gateway, page):

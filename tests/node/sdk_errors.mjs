@@ -1,5 +1,5 @@
 // The openai Node SDK's view of a gateway's 422: the request given as JSON in argv[2] is sent with
-// completions.create; what the SDK raised is printed as JSON (tests/test_sdks.py reads it).
+// completions.create; what the SDK raised is printed as JSON (tests/integration/test_sdks.py reads it).
 // GATEWAY_URL and GATEWAY_KEY say where and with which key.
 import OpenAI from "openai";
 

@@ -65,8 +65,9 @@ def gateway_env(upstream_url: str, database_url: str, **extra: str) -> dict[str,
         "GATEWAY_VENDOR_DOWN_PROTOCOL": "openai",
         "GATEWAY_VENDOR_DOWN_BASE_URL": UNREACHABLE_URL,
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
-        # A chain whose first two fallbacks cannot serve (vendor not configured, vendor rejects).
-        "GATEWAY_FALLBACKS": "fake/fail-503=local/smollm2-135m,fake/fail-400,fake/backup",
+        # A chain whose first fallback cannot serve (the vendor rejects it). One on a vendor that is not
+        # configured is a startup error (tests/unit/test_config.py).
+        "GATEWAY_FALLBACKS": "fake/fail-503=fake/fail-400,fake/backup",
         "GATEWAY_VALIDATE_RESPONSES": "1",
         **extra,
     }

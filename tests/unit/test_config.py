@@ -118,3 +118,53 @@ def test_a_protocol_declares_its_own_endpoints_and_key_shortcut():
                                                                                          {"region": "eu"})
     with pytest.raises(ConfigError, match=r"needs a protocol \(acme, compat\)"):
         config.load({"GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_VENDOR_X_BASE_URL": "http://x"}, protocols)
+
+
+VENDOR_X = '[vendors.x]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[gatway]\nport = 1\n", r"^\[gatway\]: no such table .*did you mean gateway\?"),
+        ('[vendor.x]\nprotocol = "openai"\n', r"^\[vendor\]: no such table .*did you mean vendors\?"),
+        ('[fallback]\n"x/m" = ["x/n"]\n', r"^\[fallback\]: no such table .*did you mean fallbacks\?"),
+        ("vendors = 5\n", "vendors: a table"),
+        ("[vendors]\nx = 5\n", "vendor 'x': a table"),
+        (VENDOR_X + '[fallbacks]\n"x/m" = ["nope/m"]\n', "'nope/m' is on no configured vendor"),
+        (VENDOR_X + '[fallbacks]\n"nope/m" = ["x/m"]\n', "'nope/m' is on no configured vendor"),
+        (VENDOR_X + '[fallbacks]\n"x/m" = ["x/n"]\n"x/n" = ["x/m"]\n', "a cycle: 'x/m' -> 'x/n' -> 'x/m'"),
+        (VENDOR_X + '[fallbacks]\n"x/m" = ["x/m"]\n', "falls back to itself"),
+        (VENDOR_X + '[fallbacks]\n"x/m" = "x/n"\n', "give an array of models"),
+        ('[vendors."a/b"]\nprotocol = "openai"\nbase_url = "http://h/v1"\n', "vendor 'a/b': a vendor's name"),
+        ('[vendors.x]\nprotocol = "openai"\nbase_url = "ftp://h/v1"\n', "not an http:// or https:// URL"),
+        ('[vendors.x]\nprotocol = "openai"\ndeployments = [{base_url = "ftp://h"}]\n', "deployments.0.base_url"),
+        ('[vendors.x]\nprotocol = "openai"\ndeployments = [{base_url = 5}]\n', "deployment 0 base_url: a string"),
+        ('[vendors.x]\nprotocol = "openai"\ndeployments = ["http://h/v1"]\n', "deployments: give a non-empty array"),
+        ('[vendors.x]\nprotocol = "openai"\ndeployments = [{base_url = "http://h", weight = "heavy"}]\n',
+         "deployments.0.weight"),
+    ],
+)
+def test_a_config_file_mistake_is_a_one_line_error(tmp_path, toml, message):
+    config = tmp_path / "gateway.toml"
+    config.write_text(toml)
+    with pytest.raises(ConfigError, match=message) as refused:
+        load_settings(NO_LOCAL | {"GATEWAY_CONFIG": str(config)})
+    assert "\n" not in str(refused.value)
+
+
+def test_unknown_gateway_variables_are_refused_but_the_tests_and_vendors_own_are_not():
+    with pytest.raises(ConfigError, match="GATEWAY_PORTT: no such setting .*did you mean GATEWAY_PORT"):
+        load_settings(NO_LOCAL | {"GATEWAY_PORTT": "1"})
+    # Every variable the tests and tools set, and a vendor's option: the test suite's own gateways start.
+    load_settings(NO_LOCAL | {"GATEWAY_TEST_DATABASE_URL": "postgresql://x", "GATEWAY_TEST_LAUNCHER": "0",
+                              "GATEWAY_CONFIG": "", "GATEWAY_VENDOR_OTHER_PROTOCOL": "openai",
+                              "GATEWAY_VENDOR_OTHER_BASE_URL": "http://127.0.0.1:9/v1"})
+
+
+def test_a_binary_config_file_is_a_one_line_error(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_bytes(b"\x7fELF\x02\x01\x01\x00\xf0\xff" * 8)
+    with pytest.raises(ConfigError, match="not UTF-8 text") as refused:
+        load_settings({"GATEWAY_CONFIG": str(config)})
+    assert "\n" not in str(refused.value)

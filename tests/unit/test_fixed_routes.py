@@ -22,6 +22,7 @@ from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.processes import served_in_process
+from tests.support.raw_http import Client
 
 CONTRACT = orjson.loads(spec_path().read_bytes())
 FIXED = {(method.upper(), path) for path, item in CONTRACT["paths"].items() if "{" not in path
@@ -106,3 +107,12 @@ def test_a_layer_it_does_not_know_leaves_every_request_to_connexions_way(upstrea
         assert routes().linked == frozenset()
         assert foreign[0].requests == 2  # the foreign layer saw each of them
     assert "every request takes Connexion's routing: _Foreign may serve any path" in caplog.text
+
+
+@pytest.mark.parametrize(("path", "location"), [("/healthz/", "/healthz"), ("/v5/vendors/?x=1", "/v5/vendors?x=1"),
+                                                ("/docs", "/docs/")])
+def test_a_trailing_slash_redirect_names_a_path_never_the_clients_host(gateway, path, location):
+    with Client(gateway.port) as client:
+        client.send(f"GET {path} HTTP/1.1\r\nhost: evil.example\r\n\r\n".encode())
+        answer = client.answer()
+    assert 300 <= answer.status < 400 and answer.headers["location"] == location

@@ -199,18 +199,23 @@ def test_the_database_file_and_its_directory_are_private(tmp_path):
 
 
 def test_readyz_counts_the_rows_the_database_refused_without_leaving_ready():
-    """A key holder sees how many ledger rows were set aside; the status stays ready (later rows
+    """An operator sees how many ledger rows were set aside; the status stays ready (later rows
     are written)."""
     from types import SimpleNamespace
 
+    from starlette.datastructures import Headers
+
+    from gateway.core.config import Settings
     from handlers import health
 
     async def answer(rejected: int) -> dict:
         ledger = SimpleNamespace(not_ready=lambda: None, rejected_rows=rejected)
         registry = SimpleNamespace(not_ready=dict, names=lambda: ["fake"])
         limiter = SimpleNamespace(not_ready=lambda: None)
-        request = SimpleNamespace(services=SimpleNamespace(registry=registry, ledger=ledger, limiter=limiter),
-                                  caller_or_none=Caller("key_1", frozenset({"acct"})))
+        # An operator: a key holder on a loopback-only gateway with no metrics key (http/security.py).
+        services = SimpleNamespace(registry=registry, ledger=ledger, limiter=limiter, settings=Settings())
+        request = SimpleNamespace(services=services, caller_or_none=Caller("key_1", frozenset({"acct"})),
+                                  headers=Headers({}))
         response = await health.ready(request)  # type: ignore[arg-type]
         assert response.status_code == 200
         return json.loads(response.body)

@@ -8,6 +8,7 @@ the handler is all the operation needs; Connexion still resolves it from the ope
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from connexion.operations import AbstractOperation
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.core.errors import StartupFailed
 from gateway.http.context import HandlerRequest
 
 HOOKS: tuple[tuple[Any, str], ...] = (
@@ -57,3 +59,19 @@ class DirectCallApp(AsyncApp):
         # that app in the middleware stack: do the same with ours.
         self._middleware_app = _HandlerASGIApp()
         AbstractApp.__init__(self, import_name, **kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            send = _startup_reported(send)
+        await self.middleware(scope, receive, send)  # as AbstractApp.__call__ does
+
+
+def _startup_reported(send: Send) -> Send:
+    """The lifespan's `send`, without the traceback Starlette attaches to a failed start (uvicorn logs
+    it) when the lifespan has already said why in one line (StartupFailed)."""
+    async def reporting(message: Any) -> None:
+        if message["type"] == "lifespan.startup.failed" and isinstance(sys.exception(), StartupFailed):
+            message = {**message, "message": ""}
+        await send(message)
+
+    return reporting

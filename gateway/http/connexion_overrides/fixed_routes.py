@@ -21,6 +21,26 @@ log = logging.getLogger("gateway")
 HOOKS: tuple[tuple[Any, str], ...] = ()  # what it reaches into is the linking's (chain.py)
 
 Route = tuple[str, str, ASGIApp]  # the API's base path, the operation id, the first link of its chain
+_SCHEMES = (b"http://", b"https://")
+
+
+def _relative_redirects(send: Send) -> Send:
+    """`send` with a redirect's Location made a path: Starlette's router answers /healthz/ with a
+    redirect to scheme://<the request's Host header>/healthz, a client-chosen host that a cache or
+    a careless client would follow elsewhere. The gateway never redirects to another host."""
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+            headers = []
+            for name, value in message.get("headers", ()):
+                if name.lower() == b"location" and value.startswith(_SCHEMES):
+                    _, _, rest = value.partition(b"://")
+                    path = rest[rest.find(b"/"):] if b"/" in rest else b"/"
+                    value = b"/" + path.lstrip(b"/")  # never "//host": that too names another host
+                headers.append((name, value))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 class FixedRoutes:
@@ -53,6 +73,7 @@ class FixedRoutes:
                                                                        "operation_id": operation_id}
                 await first(scope, receive, send)
                 return
+            send = _relative_redirects(send)
         await self.app(scope, receive, send)
 
     @property
