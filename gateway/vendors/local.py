@@ -41,7 +41,7 @@ from gateway.core.completion import (
 )
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound, VendorFailed, VendorNotReady
-from gateway.core.parameters import Capabilities, emulated, native, unsupported
+from gateway.core.parameters import Capabilities, emulated, native, unsupported, no_chat
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import Engine, EngineError
@@ -104,6 +104,10 @@ _BODY: dict[str, Callable[[dict[str, Any], CompletionCall, int], None]] = {
 _SERVED_BY_ADAPTER = frozenset({"prompt", "n", "best_of", "echo", "seed"})
 
 
+# The engine's chat (its chat template, json_schema by grammar) is not wired in yet: refused by name.
+NO_CHAT = no_chat("local", "chat completions are not served by the embedded model yet; it serves POST /v5/completions")
+
+
 def capabilities(options: LocalOptions) -> Capabilities:
     support = {name: native() for name in (*_BODY, *_SERVED_BY_ADAPTER) if name != "prompt"}
     support |= {
@@ -123,6 +127,7 @@ class LocalAdapter:
 
     Options: ClassVar[type[BaseModel]] = LocalOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
+    chat_capabilities_of = staticmethod(lambda options: NO_CHAT)
 
     def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
                  engine: Engine | None = None) -> None:
@@ -131,6 +136,7 @@ class LocalAdapter:
             raise ConfigError(f"vendor {config.name!r}: the embedded model runs in this process; it has no deployments")
         self.name = config.name
         self.capabilities = capabilities(options)
+        self.chat_capabilities = NO_CHAT
         # Each body writer once (both penalties share one); a native parameter without one fails here.
         native = self.capabilities.native - _SERVED_BY_ADAPTER
         self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
