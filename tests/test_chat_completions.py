@@ -9,6 +9,9 @@ import openai
 import pytest
 from scale_gp_beta import SGPClient
 
+from tests.provision import ledger_row
+from tests.support import metric, scrape, wait_until
+
 USER = [{"role": "user", "content": "hello there"}]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
     "type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"]}}}]
@@ -165,3 +168,12 @@ def test_the_vendors_list_says_what_each_chat_parameter_gets(client):
     fake = next(v for v in client.get("/v5/vendors").json()["data"] if v["name"] == "fake")
     assert fake["chat_parameters"]["messages"]["support"] == "native"
     assert fake["chat_parameters"]["top_k"]["support"] == "unsupported"
+
+
+def test_chat_requests_are_counted_with_their_operation_and_recorded_with_their_endpoint(client, gateway, database):
+    answer = client.post("/v5/chat/completions", json={"model": "fake/chat-counted", "messages": USER, "max_tokens": 1})
+    assert answer.status_code == 200
+    row = ledger_row(database.url, "acct-a", answer.headers["x-request-id"])
+    assert row["endpoint"] == "chat" and row["prompt_tokens"] > 0
+    wait_until(lambda: metric(scrape(gateway.url), "gateway_requests_total", vendor="fake", model="fake/chat-counted",
+                              status="200", stream="false", operation="chat") == 1, message="the chat request counted")

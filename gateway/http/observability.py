@@ -183,7 +183,8 @@ class ObservedApp:
         stream = bool(row.get("streamed", _body(scope).get("stream") is True))
         ttft_ms = row.get("ttft_ms")
         if self._metrics is not None:
-            self._metrics.ended(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000)
+            self._metrics.ended(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000,
+                                OPERATIONS[scope["path"]])
         if access.enabled():
             fields = {
                 "request_id": row.get("request_id"), "account": row.get("account_id"), "key_id": row.get("key_id"),
