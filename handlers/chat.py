@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.core.chat import ChatChoice
+from gateway.core.chat import ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage, rough_tokens
 from gateway.core.ids import ids
 from gateway.http import limiting
@@ -18,7 +18,6 @@ from gateway.http.lifecycle import Lifecycle
 from gateway.http.serving import serve
 from gateway.planner import chat_rules
 from gateway.planner.chat_plan import ChatPlan, plan_chat
-from gateway.core.chat import prompt_text
 from generated.models import ChatCompletionRequest
 
 CHAT_DEFAULT_MAX_TOKENS = 4096  # what the limits count a choice for when the request sets no maximum

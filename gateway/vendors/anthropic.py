@@ -68,7 +68,7 @@ class AnthropicOptions(BaseModel):
 
 # Chat on this protocol (its own chat API, mapped from OpenAI's shape) is not built yet: refused by name.
 NO_CHAT = no_chat("anthropic", "chat completions are not served on the anthropic protocol yet (the mapping to "
-                             "Anthropic's Messages API is to come); its models serve POST /v5/completions")
+                               "Anthropic's Messages API is to come); its models serve POST /v5/completions")
 
 
 def capabilities(options: AnthropicOptions) -> Capabilities:

@@ -82,7 +82,7 @@ class GeminiOptions(BaseModel):
 
 # Chat on this protocol (its own chat API, mapped from OpenAI's shape) is not built yet: refused by name.
 NO_CHAT = no_chat("gemini", "chat completions are not served on the gemini protocol yet (the mapping to "
-                             "Gemini's generateContent is to come); its models serve POST /v5/completions")
+                            "Gemini's generateContent is to come); its models serve POST /v5/completions")
 
 
 def capabilities(options: GeminiOptions) -> Capabilities:
