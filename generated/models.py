@@ -356,6 +356,711 @@ class Account(BaseModel):
     """
 
 
+class TextContentPart(BaseModel):
+    """
+    A part of a message's content: text.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['text']
+    text: Annotated[str, Field(title='Text')]
+
+
+class ImageURL(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    url: Annotated[str, Field(min_length=1, title='Url')]
+    """
+    The image's URL, or the image itself as a `data:` URL (base64).
+    """
+    detail: Annotated[Literal['auto', 'low', 'high'] | MISSING, Field(title='Detail')] = MISSING
+
+
+class ImageContentPart(BaseModel):
+    """
+    A part of a user message's content: an image.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['image_url']
+    image_url: ImageURL
+
+
+class RefusalContentPart(BaseModel):
+    """
+    A part of an assistant message's content: a refusal the model gave.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['refusal']
+    refusal: Annotated[str, Field(title='Refusal')]
+
+
+class Content(RootModel[list[TextContentPart]]):
+    root: Annotated[list[TextContentPart], Field(min_length=1, title='Content')]
+    """
+    The instructions: text, or text parts.
+    """
+
+
+class SystemMessage(BaseModel):
+    """
+    Instructions the model follows throughout the conversation.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['system'], Field(title='Role')]
+    content: Annotated[str | Content, Field(title='Content')]
+    """
+    The instructions: text, or text parts.
+    """
+    name: Annotated[str | MISSING, Field(max_length=256, min_length=1, title='Name')] = MISSING
+    """
+    A name for the participant, telling apart participants of the same role.
+    """
+
+
+class DeveloperMessage(BaseModel):
+    """
+    Instructions from the developer, which newer OpenAI models read instead of system messages (a vendor without the role is given them as system instructions).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['developer'], Field(title='Role')]
+    content: Annotated[str | Content, Field(title='Content')]
+    """
+    The instructions: text, or text parts.
+    """
+    name: Annotated[str | MISSING, Field(max_length=256, min_length=1, title='Name')] = MISSING
+    """
+    A name for the participant, telling apart participants of the same role.
+    """
+
+
+class Content2(RootModel[list[Annotated[TextContentPart | ImageContentPart, Field(discriminator='type')]]]):
+    root: Annotated[
+        list[Annotated[TextContentPart | ImageContentPart, Field(discriminator='type')]],
+        Field(min_length=1, title='Content'),
+    ]
+    """
+    The message: text, or parts of text and images.
+    """
+
+
+class UserMessage(BaseModel):
+    """
+    A message from the user.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['user'], Field(title='Role')]
+    content: Annotated[str | Content2, Field(title='Content')]
+    """
+    The message: text, or parts of text and images.
+    """
+    name: Annotated[str | MISSING, Field(max_length=256, min_length=1, title='Name')] = MISSING
+    """
+    A name for the participant, telling apart participants of the same role.
+    """
+
+
+class FunctionCall(BaseModel):
+    """
+    A function the model called: its name and its arguments, as a JSON text.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(title='Name')]
+    arguments: Annotated[str, Field(title='Arguments')]
+    """
+    The arguments as JSON text (the model wrote them: check them).
+    """
+
+
+class ToolCall(BaseModel):
+    """
+    A call of a function tool the model made.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(min_length=1, title='Id')]
+    type: Literal['function']
+    function: FunctionCall
+
+
+class Content3(RootModel[list[Annotated[TextContentPart | RefusalContentPart, Field(discriminator='type')]]]):
+    root: Annotated[
+        list[Annotated[TextContentPart | RefusalContentPart, Field(discriminator='type')]],
+        Field(min_length=1, title='Content'),
+    ]
+    """
+    What the model said: text, or text and refusal parts; null when it only called tools.
+    """
+
+
+class Audio(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: str
+
+
+class AssistantMessage(BaseModel):
+    """
+    An earlier answer of the model: its content, or the tools (or the deprecated function) it called, or both.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['assistant'], Field(title='Role')]
+    content: Annotated[str | Content3 | None | MISSING, Field(title='Content')] = MISSING
+    """
+    What the model said: text, or text and refusal parts; null when it only called tools.
+    """
+    name: Annotated[str | MISSING, Field(max_length=256, min_length=1, title='Name')] = MISSING
+    """
+    A name for the participant, telling apart participants of the same role.
+    """
+    refusal: Annotated[str | None | MISSING, Field(title='Refusal')] = MISSING
+    tool_calls: Annotated[list[ToolCall] | MISSING, Field(min_length=1, title='Tool Calls')] = MISSING
+    function_call: FunctionCall | None | MISSING = MISSING
+    audio: Audio | None | MISSING = MISSING
+
+
+class Content4(RootModel[list[TextContentPart]]):
+    root: Annotated[list[TextContentPart], Field(min_length=1, title='Content')]
+    """
+    The tool's result: text, or text parts.
+    """
+
+
+class ToolMessage(BaseModel):
+    """
+    A tool's result, answering the assistant's tool call `tool_call_id`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['tool'], Field(title='Role')]
+    content: Annotated[str | Content4, Field(title='Content')]
+    """
+    The tool's result: text, or text parts.
+    """
+    tool_call_id: Annotated[str, Field(min_length=1, title='Tool Call Id')]
+
+
+class FunctionMessage(BaseModel):
+    """
+    Deprecated (use tool messages): a function's result.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    role: Annotated[Literal['function'], Field(title='Role')]
+    name: Annotated[str, Field(min_length=1, title='Name')]
+    content: Annotated[str | None, Field(title='Content')]
+
+
+class FunctionDefinition(BaseModel):
+    """
+    A function the model may call.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$', title='Name')]
+    """
+    The function's name: letters, digits, `_` and `-`, at most 64.
+    """
+    description: Annotated[str | MISSING, Field(title='Description')] = MISSING
+    parameters: Annotated[dict[str, Any] | MISSING, Field(title='Parameters')] = MISSING
+    """
+    The arguments' JSON Schema (an object schema; checked: an invalid schema is a 422).
+    """
+    strict: Annotated[bool | None | MISSING, Field(title='Strict')] = MISSING
+    """
+    The arguments must match `parameters` exactly.
+    """
+
+
+class Tool(BaseModel):
+    """
+    A tool the model may call; only functions.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function']
+    function: FunctionDefinition
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$', title='Name')]
+    """
+    The function's name: letters, digits, `_` and `-`, at most 64.
+    """
+
+
+class NamedToolChoice(BaseModel):
+    """
+    The model must call this function.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function']
+    function: Function
+
+
+class ResponseFormatText(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['text']
+
+
+class ResponseFormatJsonObject(BaseModel):
+    """
+    The content is a JSON object.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['json_object']
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$', title='Name')]
+    """
+    The format's name: letters, digits, `_` and `-`, at most 64.
+    """
+    description: Annotated[str | MISSING, Field(title='Description')] = MISSING
+    schema_: Annotated[dict[str, Any] | MISSING, Field(alias='schema', title='Schema')] = MISSING
+    """
+    The content's JSON Schema (checked: an invalid schema is a 422).
+    """
+    strict: Annotated[bool | None | MISSING, Field(title='Strict')] = MISSING
+
+
+class ResponseFormatJsonSchema(BaseModel):
+    """
+    The content is JSON matching a schema.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['json_schema']
+    json_schema: JsonSchemaFormat
+
+
+class Audio1(BaseModel):
+    """
+    Parameters for audio output; required when `modalities` includes `audio`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    voice: Annotated[str, Field(min_length=1)]
+    format: Literal['wav', 'aac', 'mp3', 'flac', 'opus', 'pcm16']
+
+
+class FunctionCall1(BaseModel):
+    """
+    Deprecated (use `tool_choice`): which of `functions` the model calls.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$', title='Name')]
+    """
+    The function's name: letters, digits, `_` and `-`, at most 64.
+    """
+
+
+MetadataAdditionalProperty = TypeAliasType("MetadataAdditionalProperty", Annotated[str, Field(max_length=512)])
+
+
+class Content5(RootModel[list[TextContentPart]]):
+    root: Annotated[list[TextContentPart], Field(min_length=1, title='Content')]
+    """
+    The predicted content.
+    """
+
+
+class Prediction(BaseModel):
+    """
+    Predicted output content, which lets a vendor that supports it answer faster.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['content']
+    content: Annotated[str | Content5, Field(title='Content')]
+    """
+    The predicted content.
+    """
+
+
+class Stop2(RootModel[str]):
+    root: Annotated[str, Field(min_length=1, title='Stop')]
+    """
+    Up to 4 sequences where the API will stop generating further tokens.
+    """
+
+
+class Stop3Item(RootModel[str]):
+    root: Annotated[str, Field(min_length=1)]
+
+
+class Stop3(RootModel[list[Stop3Item]]):
+    root: Annotated[list[Stop3Item], Field(max_length=4, title='Stop')]
+    """
+    Up to 4 sequences where the API will stop generating further tokens.
+    """
+
+
+class ChatCompletionRequest(BaseModel):
+    """
+    A chat completion request (OpenAI's shape, `model` as `vendor/name`, plus `top_k`). Unknown fields are rejected (422); every field listed is honoured by the selected vendor, emulated by the gateway, or refused with a 400 naming the parameter and the vendor (see GET /v5/vendors, `chat_parameters`).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    model: Annotated[
+        str,
+        Field(
+            examples=['local/smollm2-135m', 'openai/gpt-4o'],
+            max_length=256,
+            min_length=3,
+            pattern='^[A-Za-z0-9][A-Za-z0-9_.-]*/.+$',
+            title='Model',
+        ),
+    ]
+    """
+    model specified as `model_vendor/model`, for example `openai/gpt-4o`. The vendor part names a configured vendor (see the gateway's configuration); the rest is that vendor's model name.
+    """
+    messages: Annotated[
+        list[Annotated[SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage, Field(discriminator='role')]],
+        Field(max_length=4096, min_length=1, title='Messages'),
+    ]
+    """
+    The conversation so far, oldest first.
+    """
+    audio: Annotated[Audio1 | None | MISSING, Field(title='Audio')] = MISSING
+    """
+    Parameters for audio output; required when `modalities` includes `audio`.
+    """
+    frequency_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Frequency Penalty')] = MISSING
+    """
+    Number between -2.0 and 2.0. Positive values penalize new tokens based on their existing frequency in the text.
+    """
+    function_call: Annotated[Literal['none', 'auto'] | FunctionCall1 | None | MISSING, Field(title='Function Call')] = (
+        MISSING
+    )
+    """
+    Deprecated (use `tool_choice`): which of `functions` the model calls.
+    """
+    functions: Annotated[
+        list[FunctionDefinition] | None | MISSING, Field(max_length=128, min_length=1, title='Functions')
+    ] = MISSING
+    """
+    Deprecated (use `tools`): functions the model may call.
+    """
+    logit_bias: Annotated[
+        dict[Annotated[str, StringConstraints(pattern=r'^(0|[1-9][0-9]{0,9})$')], LogitBiasAdditionalProperty] | None | MISSING,
+        Field(title='Logit Bias'),
+    ] = MISSING
+    """
+    Modify the likelihood of specified tokens appearing in the completion. Maps tokens to bias values from -100 to 100. Keys are token ids of the model's tokenizer, as strings.
+    """
+    logprobs: Annotated[bool | None | MISSING, Field(title='Logprobs')] = MISSING
+    """
+    Return the log probability of each output token in `logprobs.content`.
+    """
+    max_completion_tokens: Annotated[
+        int | None | MISSING, Field(ge=1, le=2147483647, title='Max Completion Tokens')
+    ] = MISSING
+    """
+    An upper bound for the tokens generated, reasoning tokens included. Wins over `max_tokens` when both are given.
+    """
+    max_tokens: Annotated[int | None | MISSING, Field(ge=1, le=2147483647, title='Max Tokens')] = MISSING
+    """
+    The maximum number of tokens to generate (deprecated by OpenAI for max_completion_tokens). Without either, the vendor's own default applies.
+    """
+    metadata: Annotated[
+        dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None | MISSING,
+        Field(max_length=16, title='Metadata'),
+    ] = MISSING
+    """
+    Up to 16 key-value tags of the request.
+    """
+    modalities: Annotated[list[Literal['text', 'audio']] | None | MISSING, Field(min_length=1, title='Modalities')] = (
+        MISSING
+    )
+    """
+    The output types wanted: `text`, `audio`.
+    """
+    n: Annotated[int | None | MISSING, Field(ge=1, le=128, title='N')] = MISSING
+    """
+    How many choices to generate.
+    """
+    parallel_tool_calls: Annotated[bool | None | MISSING, Field(title='Parallel Tool Calls')] = MISSING
+    """
+    Whether the model may call several tools in one answer.
+    """
+    prediction: Annotated[Prediction | None | MISSING, Field(title='Prediction')] = MISSING
+    """
+    Predicted output content, which lets a vendor that supports it answer faster.
+    """
+    presence_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Presence Penalty')] = MISSING
+    """
+    Number between -2.0 and 2.0. Positive values penalize new tokens based on their presence in the text so far.
+    """
+    reasoning_effort: Annotated[
+        Literal['none', 'minimal', 'low', 'medium', 'high', 'xhigh'] | None | MISSING, Field(title='Reasoning Effort')
+    ] = MISSING
+    """
+    How hard a reasoning model thinks before it answers.
+    """
+    response_format: Annotated[
+        ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema | None | MISSING,
+        Field(title='Response Format'),
+    ] = MISSING
+    """
+    The content's format: `text`, a JSON object (`json_object`), or JSON matching a schema (`json_schema`). An answer that does not parse (or match a strict schema) is a 502, never a success.
+    """
+    seed: Annotated[int | None | MISSING, Field(ge=-9223372036854775808, le=9223372036854775807, title='Seed')] = (
+        MISSING
+    )
+    """
+    If specified, attempts to generate deterministic samples. Determinism is not guaranteed.
+    """
+    stop: Annotated[Stop2 | Stop3 | None | MISSING, Field(title='Stop')] = MISSING
+    """
+    Up to 4 sequences where the API will stop generating further tokens.
+    """
+    store: Annotated[bool | None | MISSING, Field(title='Store')] = MISSING
+    """
+    Whether the vendor keeps the answer (OpenAI's stored completions).
+    """
+    stream: Annotated[bool | None | MISSING, Field(title='Stream')] = MISSING
+    """
+    Whether to stream back partial progress. If set, tokens will be sent as data-only server-sent events.
+    """
+    stream_options: Annotated[StreamOptions | None | MISSING, Field(title='Stream Options')] = MISSING
+    """
+    Options for streaming response. Only set this when stream is True. `include_usage` adds a final chunk with `choices: []` and the request's usage.
+    """
+    temperature: Annotated[float | None | MISSING, Field(ge=0.0, le=2.0, title='Temperature')] = MISSING
+    """
+    Sampling temperature between 0 and 2. Higher values make output more random, lower more focused.
+    """
+    tool_choice: Annotated[
+        Literal['none', 'auto', 'required'] | NamedToolChoice | None | MISSING, Field(title='Tool Choice')
+    ] = MISSING
+    """
+    `none`, `auto`, `required` (some tool), or a named function the model must call.
+    """
+    tools: Annotated[list[Tool] | None | MISSING, Field(max_length=128, min_length=1, title='Tools')] = MISSING
+    """
+    Functions the model may call (at most 128).
+    """
+    top_k: Annotated[int | None | MISSING, Field(ge=1, le=2147483647, title='Top K')] = MISSING
+    """
+    Sample only from the k likeliest tokens.
+    """
+    top_logprobs: Annotated[int | None | MISSING, Field(ge=0, le=20, title='Top Logprobs')] = MISSING
+    """
+    With `logprobs: true` (a 422 without), the likeliest alternatives (0-20) at each position.
+    """
+    top_p: Annotated[float | None | MISSING, Field(ge=0.0, le=1.0, title='Top P')] = MISSING
+    """
+    Alternative to temperature. Consider only tokens with top_p probability mass. Range 0-1.
+    """
+    user: Annotated[str | None | MISSING, Field(max_length=256, title='User')] = MISSING
+    """
+    A unique identifier representing your end-user, which can help OpenAI monitor and detect abuse.
+    """
+    x_openai_api_key: Annotated[str | None | MISSING, Field(alias='x-openai-api-key', title='X-Openai-Api-Key')] = (
+        MISSING
+    )
+    """
+    The caller's own OpenAI key, in EGP. The gateway refuses it (400 naming it) on every vendor: requests are served with the gateway's vendor keys, limited and billed to the account, and a key in a body would travel through logs and traces.
+    """
+
+
+class ChatTopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None | MISSING = MISSING
+
+
+class ChatTokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None | MISSING = MISSING
+    top_logprobs: list[ChatTopLogprob]
+
+
+class ChatChoiceLogprobs(BaseModel):
+    """
+    Log probabilities of the choice's tokens.
+    """
+
+    content: list[ChatTokenLogprob] | None | MISSING = MISSING
+    refusal: list[ChatTokenLogprob] | None | MISSING = MISSING
+
+
+class ChatCompletionMessage(BaseModel):
+    """
+    The message the model generated.
+    """
+
+    role: Literal['assistant']
+    content: Annotated[str | None, Field(title='Content')]
+    refusal: Annotated[str | None | MISSING, Field(title='Refusal')] = MISSING
+    tool_calls: Annotated[list[ToolCall] | MISSING, Field(title='Tool Calls')] = MISSING
+    function_call: FunctionCall | MISSING = MISSING
+
+
+class ChatCompletionChoice(BaseModel):
+    index: Annotated[int, Field(ge=0)]
+    message: ChatCompletionMessage
+    finish_reason: Annotated[
+        Literal['stop', 'length', 'tool_calls', 'content_filter', 'function_call'], Field(title='Finish Reason')
+    ]
+    logprobs: ChatChoiceLogprobs | None
+
+
+class Function1(BaseModel):
+    name: str | MISSING = MISSING
+    arguments: str | MISSING = MISSING
+
+
+class ChatToolCallDelta(BaseModel):
+    """
+    A piece of a tool call: its `id`, `type` and function `name` in its first piece, then pieces of its `arguments`; `index` tells the calls of one choice apart.
+    """
+
+    index: Annotated[int, Field(ge=0)]
+    id: str | MISSING = MISSING
+    type: Literal['function'] | MISSING = MISSING
+    function: Function1 | MISSING = MISSING
+
+
+class FunctionCall2(BaseModel):
+    name: str | MISSING = MISSING
+    arguments: str | MISSING = MISSING
+
+
+class ChatCompletionDelta(BaseModel):
+    """
+    What a chunk adds to a choice's message: `role` on the choice's first chunk.
+    """
+
+    role: Literal['assistant'] | MISSING = MISSING
+    content: str | None | MISSING = MISSING
+    refusal: str | None | MISSING = MISSING
+    tool_calls: list[ChatToolCallDelta] | MISSING = MISSING
+    function_call: FunctionCall2 | MISSING = MISSING
+
+
+class ChatCompletionChunkChoice(BaseModel):
+    index: Annotated[int, Field(ge=0)]
+    delta: ChatCompletionDelta
+    finish_reason: Literal['stop', 'length', 'tool_calls', 'content_filter', 'function_call'] | None | MISSING = MISSING
+    logprobs: ChatChoiceLogprobs | None | MISSING = MISSING
+
+
+class ChatCompletionStreamEvent(BaseModel):
+    """
+    One server-sent event of a streamed chat completion. Events without an `event` field (type `message`) carry a `ChatCompletionChunk` as JSON in `data`, or `{"error": ErrorDetail}` when the stream fails after it started (then the stream ends). The stream always ends with `event: done` and `data: [DONE]`; the event name keeps SDKs that JSON-decode every unnamed event from choking on it.
+    """
+
+    event: Literal['message', 'done'] | MISSING = MISSING
+    data: Annotated[str, Field(min_length=1)]
+    id: str | MISSING = MISSING
+
+
+class ModelDefinition(BaseModel):
+    """
+    A model a configured vendor serves: `model_vendor/model_name` is the request's `model`.
+    """
+
+    model_name: Annotated[str, Field(title='Model Name')]
+    model_type: Literal['generic', 'completion', 'chat_completion']
+    model_vendor: Annotated[str, Field(title='Model Vendor')]
+    """
+    The configured vendor's name (the part of `model` before `/`).
+    """
+    model_availability: Literal['unknown', 'available', 'unavailable'] | MISSING = MISSING
+    """
+    `unavailable` while the vendor is not ready (/readyz).
+    """
+
+
+class ModelDefinitionList(BaseModel):
+    object: Literal['list']
+    items: list[ModelDefinition]
+
+
+class Model(BaseModel):
+    """
+    A model as OpenAI lists it: `id` is the request's `model` (`vendor/name`).
+    """
+
+    id: str
+    object: Literal['model']
+    created: int
+    """
+    0: the gateway does not know when.
+    """
+    owned_by: str
+    """
+    The configured vendor's name.
+    """
+
+
+class ModelList(BaseModel):
+    object: Literal['list']
+    data: list[Model]
+
+
 class HTTPValidationError(BaseModel):
     """
     The 422 body: every problem in `detail` (FastAPI's shape), and the same as one OpenAI-style `error` (what OpenAI's SDKs read): `message` names every failing field and why, `type` is `invalid_request_error`, `code` is `invalid_request_body`, `param` is the first failing field (e.g. `temperature`, `prompt[2]`, `stream_options.include_usage`; null for the body as a whole).
@@ -430,6 +1135,10 @@ class Vendor(BaseModel):
     deployments: Annotated[list[DeploymentState] | MISSING, Field(title='Deployments')] = MISSING
     """
     The vendor's deployments in configuration order (one for a vendor configured with a single `base_url`). Health is kept per gateway process: another process may see other states. Absent for the embedded model.
+    """
+    chat_parameters: Annotated[dict[str, ParameterSupport], Field(title='Chat Parameters')]
+    """
+    Per request parameter of ChatCompletionRequest (POST /v5/chat/completions), as `parameters`.
     """
 
 
@@ -524,6 +1233,35 @@ class AccountList(BaseModel):
     """
     The accounts, sorted by id.
     """
+
+
+class ChatCompletion(BaseModel):
+    """
+    A chat completion: one choice per `n`.
+    """
+
+    id: str
+    object: Literal['chat.completion']
+    created: int
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: CompletionUsage
+    system_fingerprint: str | MISSING = MISSING
+    service_tier: str | None | MISSING = MISSING
+
+
+class ChatCompletionChunk(BaseModel):
+    """
+    One chunk of a streamed chat completion. Each choice's first chunk carries `delta.role`, its last its one `finish_reason`; with `stream_options.include_usage` the stream's last chunk has `choices: []` and the usage.
+    """
+
+    id: str
+    object: Literal['chat.completion.chunk']
+    created: int
+    model: str
+    choices: list[ChatCompletionChunkChoice]
+    usage: CompletionUsage | None | MISSING = MISSING
+    system_fingerprint: str | MISSING = MISSING
 
 
 class Completion(BaseModel):

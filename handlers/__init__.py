@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from handlers import accounts, completions, contract, health, metrics, usage, vendors
+from handlers import accounts, chat, completions, contract, health, metrics, models, usage, vendors
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/completions": completions.create,
+    "POST-V5-/v5/chat/completions": chat.create,
+    "GET-V5-/v5/chat/completions/models": models.chat_models,
+    "GET-V5-/v5/models": models.openai_models,
     "GET-V5-/v5/usage": usage.report,
     "GET-V5-/v5/accounts": accounts.list_accounts,
     "GET-V5-/v5/vendors": vendors.list_vendors,

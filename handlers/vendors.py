@@ -24,6 +24,7 @@ async def list_vendors(request: HandlerRequest) -> Response:
 
 def _vendor(adapter: Adapter) -> dict[str, Any]:
     body = describe(adapter.name, adapter.protocol, adapter.capabilities)
+    body["chat_parameters"] = _parameters(adapter.chat_capabilities)
     server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai_servers.py)
     if server is not None:
         body["server"] = server.name
@@ -64,8 +65,12 @@ def describe(name: str, protocol: str, capabilities: Capabilities) -> dict[str, 
     return {
         "name": name,
         "protocol": protocol,
-        "parameters": {param: _support(found) for param, found in verdicts(capabilities).items()},
+        "parameters": _parameters(capabilities),
     }
+
+
+def _parameters(capabilities: Capabilities) -> dict[str, Any]:
+    return {param: _support(found) for param, found in verdicts(capabilities).items()}
 
 
 def _support(found: Support) -> dict[str, Any]:

@@ -238,6 +238,7 @@ class Attempt:
     # The deployments that served the vendor calls (configured name or index), filled in as they
     # answer: the plan's calls' `served_by`.
     served_by: Sequence[str] = ()
+    endpoint: str = "completions"  # the endpoint the request came through: "completions" or "chat"
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

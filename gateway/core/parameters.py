@@ -23,21 +23,27 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from generated.models import CompletionRequest
+from generated.models import ChatCompletionRequest, CompletionRequest
 
 # Fields every vendor leaves to the gateway.
 GATEWAY_FIELDS = frozenset({"model", "stream", "stream_options"})
 
 
 def request_parameters(request_model: type[BaseModel]) -> tuple[str, ...]:
-    """The parameters of a request model: its fields less the gateway's own, `prompt` first (as a
-    parameter it means "a list of prompts"), then the rest alphabetically."""
-    return tuple(sorted(set(request_model.model_fields) - GATEWAY_FIELDS, key=lambda name: (name != "prompt", name)))
+    """The parameters of a request model, by their names on the wire: its fields less the gateway's
+    own, what is asked of the model first (`prompt`, as a parameter "a list of prompts"; `messages`),
+    then the rest alphabetically."""
+    names = {field.alias or name for name, field in request_model.model_fields.items()}
+    return tuple(sorted(names - GATEWAY_FIELDS, key=lambda name: (name not in ("prompt", "messages"), name)))
 
 
 PARAMETERS: tuple[str, ...] = request_parameters(CompletionRequest)
 # Parameters the planner knows how to emulate (planner/emulation.py, planner/plan.py describe how).
 EMULATABLE = frozenset({"prompt", "n", "echo", "stop", "best_of", "user"})
+# POST /v5/chat/completions: its parameters (`messages` among them: a vendor that serves no chat
+# declares it unsupported), and what the gateway emulates of them (planner/chat_plan.py).
+CHAT_PARAMETERS: tuple[str, ...] = request_parameters(ChatCompletionRequest)
+CHAT_EMULATABLE = frozenset({"user"})
 # Parameters whose support may be limited per vendor call: list prompts, choices, stop sequences.
 PER_CALL = frozenset({"prompt", "n", "stop"})
 
@@ -85,6 +91,12 @@ def unsupported(reason: str) -> Support:
     return Support(UNSUPPORTED, reason)
 
 
+def no_chat(protocol: str, reason: str) -> Capabilities:
+    """The chat record of a protocol whose adapter serves no chat (yet): `messages`, which every chat
+    request uses, is unsupported for `reason`, and so is every other parameter."""
+    return Capabilities.chat(protocol, {name: unsupported(reason) for name in CHAT_PARAMETERS})
+
+
 class IncompleteCapabilities(TypeError):
     """An adapter's declaration does not cover the contract's parameters exactly (a programming
     error: raised when the adapter is built, so the gateway does not start and tests fail)."""
@@ -92,23 +104,33 @@ class IncompleteCapabilities(TypeError):
 
 @dataclass(frozen=True, slots=True)
 class Capabilities(Mapping[str, Support]):
-    """A vendor protocol's support record for every parameter, checked when it is made."""
+    """A vendor protocol's support record for every parameter of one endpoint (completions by
+    default; `chat()` for chat completions), checked when it is made."""
 
     protocol: str
     support: Mapping[str, Support] = field(default_factory=dict)
+    parameters: tuple[str, ...] = ()  # () : the completion parameters (PARAMETERS)
+    emulatable: frozenset[str] = frozenset()  # with the completion parameters, EMULATABLE
+
+    @classmethod
+    def chat(cls, protocol: str, support: Mapping[str, Support]) -> Capabilities:
+        return cls(protocol, support, CHAT_PARAMETERS, CHAT_EMULATABLE)
 
     def __post_init__(self) -> None:
-        missing = [name for name in PARAMETERS if name not in self.support]
+        if not self.parameters:  # read now, not when the class was made: the contract's current list
+            object.__setattr__(self, "parameters", PARAMETERS)
+            object.__setattr__(self, "emulatable", EMULATABLE)
+        missing = [name for name in self.parameters if name not in self.support]
         if missing:
             raise IncompleteCapabilities(
                 f"protocol {self.protocol!r} declares no support for request parameter(s) {', '.join(missing)}: "
                 "say whether each is native(), emulated() or unsupported(reason)")
-        unknown = sorted(set(self.support) - set(PARAMETERS))
+        unknown = sorted(set(self.support) - set(self.parameters))
         if unknown:
             raise IncompleteCapabilities(
                 f"protocol {self.protocol!r} declares unknown parameter(s) {', '.join(unknown)}")
         for name, found in self.support.items():
-            if found.kind == EMULATED and name not in EMULATABLE:
+            if found.kind == EMULATED and name not in self.emulatable:
                 raise IncompleteCapabilities(f"protocol {self.protocol!r}: the gateway cannot emulate {name!r}")
             if found.kind == UNSUPPORTED and not found.detail:
                 raise IncompleteCapabilities(f"protocol {self.protocol!r}: unsupported {name!r} needs a reason")
@@ -120,10 +142,10 @@ class Capabilities(Mapping[str, Support]):
         return self.support[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(PARAMETERS)
+        return iter(self.parameters)
 
     def __len__(self) -> int:
-        return len(PARAMETERS)
+        return len(self.parameters)
 
     @property
     def native(self) -> frozenset[str]:

@@ -48,6 +48,7 @@ class Demand:
     completion_tokens: int
     streamed: bool = False
     user: str | None = None
+    endpoint: str = "completions"  # what the ledger's row of a refusal says it came through
 
 
 def demand(request: CompletionRequest) -> Demand:
@@ -120,7 +121,7 @@ class Check:
         grant = await (asyncio.shield(verdict) if verdict is not None else self._asked.grant())
         if grant.refusal is not None:
             demand = self._demand
-            self._meter.refused(demand.model, demand.streamed, demand.user)
+            self._meter.refused(demand.model, demand.streamed, demand.user, demand.endpoint)
             observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
             self._refusal = _error(grant, self._key_id, demand.model)
             raise self._refusal

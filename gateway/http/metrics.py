@@ -150,17 +150,18 @@ class Metrics:
         self._levels: dict[Any, float] = {}  # gauge -> its value, not yet written
         # Since the last flush: (vendor, model) labels, status, stream -> each ended request's seconds;
         # labels -> each stream's time to first token; labels -> each ledger row's USAGE_FIELDS.
-        self._ended: defaultdict[tuple[tuple[str, str], int, bool], list[float]] = defaultdict(list)
+        self._ended: defaultdict[tuple[tuple[str, str], int, bool, str], list[float]] = defaultdict(list)
         self._first_tokens: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
         self._usage: defaultdict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
         self._in_flight = 0
         r = {"registry": registry}
+        # `operation`: gen_ai.operation.name, "text_completion" (POST /v5/completions) or "chat".
         self.requests = Counter("gateway_requests", "Completion requests answered, by HTTP status.",
-                                ("vendor", "model", "status", "stream"), **r)
+                                ("vendor", "model", "status", "stream", "operation"), **r)
         self.duration = Histogram("gateway_request_duration_seconds",
                                   "Completion requests from arrival to the end of the answer (a stream's last byte).",
-                                  ("vendor", "model", "stream"), buckets=DURATION_BUCKETS, **r)
+                                  ("vendor", "model", "stream", "operation"), buckets=DURATION_BUCKETS, **r)
         self.ttft = Histogram("gateway_time_to_first_token_seconds",
                               "Streams: from arrival to the first text sent to the client.",
                               ("vendor", "model"), buckets=TTFT_BUCKETS, **r)
@@ -194,11 +195,11 @@ class Metrics:
             self._due()
 
     def ended(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
-              ttft: float | None) -> None:
+              ttft: float | None, operation: str = "text_completion") -> None:
         """A completion request ended (its answer sent, or its client gone): no longer in flight, counted."""
         self._in_flight -= 1
         labels = self.labels.pair(vendor, model, status == 200)
-        self._ended[(labels, status, stream)].append(seconds)
+        self._ended[(labels, status, stream, operation)].append(seconds)
         if stream and ttft is not None:
             self._first_tokens[labels].append(ttft)
         loop = self._flush_loop
@@ -249,12 +250,14 @@ class Metrics:
         self.in_flight.set(self._in_flight)
         # Histograms first, counters after, and a scrape reads them the other way round
         # (`_ReadInOrder`): a scrape that counts a request has its duration and first token too.
-        for (labels, status, stream), seconds in ended.items():
-            _observe(self._child(self.duration, (*labels, "true" if stream else "false")), DURATION_BUCKETS, seconds)
+        for (labels, status, stream, operation), seconds in ended.items():
+            _observe(self._child(self.duration, (*labels, "true" if stream else "false", operation)), DURATION_BUCKETS,
+                     seconds)
         for labels, seconds in first_tokens.items():
             _observe(self._child(self.ttft, labels), TTFT_BUCKETS, seconds)
-        for (labels, status, stream), seconds in ended.items():
-            self._child(self.requests, (*labels, str(status), "true" if stream else "false")).inc(len(seconds))
+        for (labels, status, stream, operation), seconds in ended.items():
+            self._child(self.requests, (*labels, str(status), "true" if stream else "false", operation)).inc(
+                len(seconds))
         for labels, rows in usage.items():
             *tokens, nanos = [sum(filter(None, column)) for column in zip(*rows, strict=True)]
             for kind, count in zip(TOKEN_KINDS, tokens, strict=True):

@@ -30,6 +30,8 @@ from gateway.http.context import HandlerRequest
 from gateway.store.meter import Meter
 
 COMPLETIONS = "/v5/completions"
+# The paths whose requests call vendors, with their gen_ai.operation.name (the GenAI conventions' names).
+OPERATIONS = {COMPLETIONS: tracing.OPERATION, "/v5/chat/completions": tracing.CHAT_OPERATION}
 # The scope key of a completion's `_Slot`, where the handler leaves its meter (`attach`). The layers
 # between pass copies of the scope down, so the slot is an object they all share.
 _METER = "gateway.meter"
@@ -144,7 +146,7 @@ class ObservedApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] == COMPLETIONS and scope["method"] == "POST":
+        if scope["path"] in OPERATIONS and scope["method"] == "POST":
             await self._completion(scope, receive, send)
         elif self._tracing is not None:
             path = scope["path"]
@@ -165,7 +167,7 @@ class ObservedApp:
             self._metrics.started()
         try:
             if self._tracing is not None:
-                with self._tracing.request(scope, f"{scope['method']} {COMPLETIONS}") as span:
+                with self._tracing.request(scope, f"{scope['method']} {scope['path']}") as span:
                     try:
                         await _served(self.app, scope, receive, send, slot)
                     finally:
@@ -181,7 +183,8 @@ class ObservedApp:
         stream = bool(row.get("streamed", _body(scope).get("stream") is True))
         ttft_ms = row.get("ttft_ms")
         if self._metrics is not None:
-            self._metrics.ended(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000)
+            self._metrics.ended(vendor, model, status, stream, seconds, None if ttft_ms is None else ttft_ms / 1000,
+                                OPERATIONS[scope["path"]])
         if access.enabled():
             fields = {
                 "request_id": row.get("request_id"), "account": row.get("account_id"), "key_id": row.get("key_id"),
@@ -192,7 +195,7 @@ class ObservedApp:
             }
             if row.get("fallback_from"):
                 fields["fallback_from"] = row["fallback_from"]
-            access.info(f"{scope['method']} {COMPLETIONS} {status}", fields)
+            access.info(f"{scope['method']} {scope['path']} {status}", fields)
 
 
 async def _served(app: ASGIApp, scope: Scope, receive: Receive, send: Send, slot: _Slot) -> None:
@@ -221,8 +224,8 @@ def _span_attributes(scope: Scope, status: int) -> dict[str, Any]:
     body = _body(scope)
     return {
         "http.response.status_code": status,
-        "http.route": COMPLETIONS,
-        "gen_ai.operation.name": tracing.OPERATION,
+        "http.route": scope["path"],
+        "gen_ai.operation.name": OPERATIONS[scope["path"]],
         "gen_ai.system": row.get("vendor"),
         "gen_ai.provider.name": row.get("vendor"),
         "gen_ai.request.model": body.get("model"),

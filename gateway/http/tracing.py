@@ -28,11 +28,13 @@ from typing import Any
 import orjson
 
 from gateway.core import observe
+from gateway.core.chat import ChatCall, content_text
 from gateway.core.completion import Chunk, CompletionCall, Result, Usage, Withheld
 from gateway.core.errors import ClientDisconnected, ConfigError, GatewayError
 
 SERVICE_NAME = "completions-gateway"
 OPERATION = "text_completion"  # gen_ai.operation.name of the legacy completions API
+CHAT_OPERATION = "chat"  # ... and of chat completions
 _CANCELLED = (asyncio.CancelledError, GeneratorExit, ClientDisconnected)
 
 
@@ -111,26 +113,27 @@ class Tracing:
             self._context.detach(token)
             span.end()
 
-    def vendor_call(self, vendor: str, call: CompletionCall) -> _VendorCallSpan:
+    def vendor_call(self, vendor: str, call: CompletionCall | ChatCall) -> _VendorCallSpan:
+        chat = isinstance(call, ChatCall)
+        operation = CHAT_OPERATION if chat else OPERATION
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": OPERATION,
+            "gen_ai.operation.name": operation,
             "gen_ai.system": vendor,
             "gen_ai.provider.name": vendor,
             "gen_ai.request.model": call.model,
             "gen_ai.request.max_tokens": call.max_tokens,
         }
-        for name, value in (("temperature", call.temperature), ("top_p", call.top_p), ("seed", call.seed),
-                            ("frequency_penalty", call.frequency_penalty),
-                            ("presence_penalty", call.presence_penalty)):
-            if value is not None:
+        for name in ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty"):
+            if (value := call.given(name)) is not None:
                 attributes[f"gen_ai.request.{name}"] = value
         if call.n != 1:
             attributes["gen_ai.request.choice.count"] = call.n
-        if call.stop:
-            attributes["gen_ai.request.stop_sequences"] = call.stop
+        if stop := call.given("stop"):
+            attributes["gen_ai.request.stop_sequences"] = [stop] if isinstance(stop, str) else stop
         if self.content:
-            attributes["gen_ai.input.messages"] = _messages("user", call.prompts)
-        span = self._tracer.start_span(f"{OPERATION} {call.model}", kind=self._trace.SpanKind.CLIENT,
+            attributes["gen_ai.input.messages"] = _chat_messages(call.messages) if chat else \
+                _messages("user", call.prompts)  # type: ignore[union-attr]
+        span = self._tracer.start_span(f"{operation} {call.model}", kind=self._trace.SpanKind.CLIENT,
                                        attributes=attributes)
         return _VendorCallSpan(self, span, call.model)
 
@@ -217,6 +220,12 @@ class _VendorCallSpan(_OtelSpan):
         if usage is not None:
             self.span.set_attributes({"gen_ai.usage.input_tokens": usage.prompt_tokens,
                                       "gen_ai.usage.output_tokens": usage.completion_tokens})
+
+
+def _chat_messages(messages: list[dict[str, Any]]) -> str:
+    """A conversation in the semantic conventions' message shape."""
+    return orjson.dumps([{"role": m.get("role"), "parts": [{"type": "text", "content": content_text(m.get("content"))}]}
+                         for m in messages]).decode()
 
 
 def _messages(role: str, texts: list[str]) -> str:

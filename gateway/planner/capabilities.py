@@ -50,7 +50,7 @@ BELOW = {
 
 def verdicts(caps: Capabilities) -> dict[str, Support]:
     """Every parameter's verdict, `prompt` (list prompts) first."""
-    return {name: verdict(caps, name) for name in PARAMETERS}
+    return {name: verdict(caps, name) for name in caps}
 
 
 def verdict(caps: Capabilities, name: str) -> Support:

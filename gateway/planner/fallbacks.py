@@ -14,23 +14,37 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from gateway.core import observe
 from gateway.core.completion import Attempt, Chunk, Result
 from gateway.core.errors import GatewayError
-from gateway.planner import plan as planning
-from gateway.vendors.registry import Registry
-from generated.models import CompletionRequest
 
 log = logging.getLogger("gateway")
 
 
+class Startable(Protocol):
+    """A planned request (planner/plan.py Plan, planner/chat_plan.py ChatPlan)."""
+
+    @property
+    def stream(self) -> bool: ...
+
+    def attempt(self) -> Attempt: ...
+
+    async def complete(self) -> Result: ...
+
+    def chunks(self) -> AsyncIterator[list[Chunk]]: ...
+
+
+P = TypeVar("P", bound=Startable)
+
+
 @dataclass(slots=True)
-class Started:
+class Started(Generic[P]):
     """A vendor call that has begun to answer: a whole result, or a stream's first chunks (those
     of its first read)."""
 
-    plan: planning.Plan
+    plan: P
     result: Result | None = None
     first: list[Chunk] | None = None
     rest: AsyncIterator[list[Chunk]] | None = None
@@ -46,23 +60,22 @@ def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
     return [model, *fallbacks.get(model, ())]
 
 
-async def start(plan: planning.Plan, request: CompletionRequest, registry: Registry,
-                fallbacks: Mapping[str, Sequence[str]], max_vendor_calls: int,
-                on_attempt: Callable[[Attempt], None]) -> Started:
-    """Start `request`, planned as `plan` on its own model (planning.plan: a request that cannot
-    be served as the client wrote it is the client's mistake, no fallback), falling back along
-    its model's chain. `on_attempt` hears of each model tried before its vendor is called (the
-    ledger's row names the one that answered, or the last one tried)."""
-    models = chain(request.model, fallbacks)
+async def start(plan: P, requested: str, replan: Callable[[str], P], fallbacks: Mapping[str, Sequence[str]],
+                on_attempt: Callable[[Attempt], None]) -> Started[P]:
+    """Start the request for model `requested`, planned as `plan` on it (a request that cannot be
+    served as the client wrote it is the client's mistake, no fallback), falling back along its
+    model's chain, each fallback planned by `replan(model)`. `on_attempt` hears of each model tried
+    before its vendor is called (the ledger's row names the one that answered, or the last one tried)."""
+    models = chain(requested, fallbacks)
     first_error: GatewayError | None = None
     for number, model in enumerate(models):
         if number:
             try:
-                plan = planning.plan(request.model_copy(update={"model": model}), registry, max_vendor_calls)
+                plan = replan(model)
             except GatewayError:
                 log.info("fallback %s cannot serve this request; skipped", model)
                 continue
-            observe.current().fallback(request.model, model)
+            observe.current().fallback(requested, model)
         on_attempt(plan.attempt())
         try:
             return await _begin(plan)
@@ -77,10 +90,10 @@ async def start(plan: planning.Plan, request: CompletionRequest, registry: Regis
     raise first_error
 
 
-async def _begin(plan: planning.Plan) -> Started:
+async def _begin(plan: P) -> Started[P]:
     if not plan.stream:
-        return Started(plan, result=await planning.complete(plan))
-    chunks = planning.stream(plan)
+        return Started(plan, result=await plan.complete())
+    chunks = plan.chunks()
     try:
         return Started(plan, first=await anext(chunks), rest=chunks)
     except BaseException:

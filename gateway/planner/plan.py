@@ -83,6 +83,12 @@ class Plan:
             by_prompts.setdefault(leg.first_prompt, []).append(usage)
         return usage_per_prompt(by_prompts.values()), summed_usage(usages)
 
+    async def complete(self) -> Result:
+        return await complete(self)
+
+    def chunks(self) -> AsyncIterator[list[Chunk]]:
+        return stream(self)
+
     def attempt(self) -> Attempt:
         """What the usage ledger records of this plan's vendor calls."""
         model = self.legs[0].call.model

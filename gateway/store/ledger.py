@@ -334,6 +334,7 @@ def _json(row: dict[str, Any]) -> str:
 def _clean(row: dict[str, Any]) -> dict[str, Any]:
     # PostgreSQL text cannot hold NUL, and the model name and `user` come from the client: one
     # such row would otherwise be refused. Replaced on both databases, so both keep the same text.
+    row.setdefault("endpoint", "completions")  # (the column's default, which an INSERT naming it does not apply)
     for name in ("vendor", "model", "end_user"):
         value = row.get(name)
         if isinstance(value, str) and "\x00" in value:

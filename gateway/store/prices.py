@@ -113,6 +113,10 @@ class Prices:
             timelines[model] = [Price.of(entry) for entry in entries]
         return cls(timelines)
 
+    def models(self) -> list[str]:
+        """Every model ("vendor/name") with a price."""
+        return list(self._timelines)
+
     def price(self, model: str, at: datetime) -> Price | None:
         """The price of `model` in force at `at` (aware), or None when it has none then."""
         timeline = self._timelines.get(model)

@@ -107,6 +107,8 @@ ledger = Table(
     # What the request cost, in nano-dollars (store/prices.py), priced when the row was written;
     # null: unpriced (no price was known for the model then), never the same as 0.
     Column("cost_nanos", BigInteger, nullable=True),
+    # The endpoint the request came through: "completions" (POST /v5/completions) or "chat".
+    Column("endpoint", String(16), nullable=False, server_default="completions"),
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
     Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period

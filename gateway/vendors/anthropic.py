@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, unsupported
+from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, no_chat, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.sse_reader import Event
@@ -66,6 +66,11 @@ class AnthropicOptions(BaseModel):
     user_turn_models: Names = USER_TURN_MODELS  # glob patterns of models that get the prompt as a user turn
 
 
+# Chat on this protocol (its own chat API, mapped from OpenAI's shape) is not built yet: refused by name.
+NO_CHAT = no_chat("anthropic", "chat completions are not served on the anthropic protocol yet (the mapping to "
+                               "Anthropic's Messages API is to come); its models serve POST /v5/completions")
+
+
 def capabilities(options: AnthropicOptions) -> Capabilities:
     return Capabilities("anthropic", {
         "prompt": emulated(),  # one prompt per Messages request
@@ -92,11 +97,13 @@ class AnthropicAdapter(HttpAdapter):
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = AnthropicOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
+    chat_capabilities_of = staticmethod(lambda options: NO_CHAT)
 
     def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
         super().__init__(config, settings, lambda key: {"x-api-key": key, "anthropic-version": API_VERSION},
                          paths=(MESSAGES,))
         self.capabilities = capabilities(options)
+        self.chat_capabilities = NO_CHAT
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"prompt", "max_tokens"})}
         self._prompt_as = options.prompt_as
         self._user_turn_models = tuple(sorted(options.user_turn_models))

@@ -13,6 +13,9 @@ A protocol is one module here that defines an adapter class with:
 - `Options`, a pydantic model of its own configuration options (environment names derive from
   them: GATEWAY_VENDOR_<NAME>_<OPTION>);
 - `capabilities_of(options)`, its support record for every request parameter;
+- `chat_capabilities`, its record for every chat parameter (`parameters.no_chat` when it serves
+  none), and `chat_complete` / `chat_stream` for a `ChatCall` (gateway/core/chat.py), answered
+  with `ChatChoice`s;
 plus one line in gateway/vendors/registry.py.
 """
 
@@ -23,6 +26,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from gateway.core.chat import ChatCall
 from gateway.core.completion import Chunk, CompletionCall, Result
 from gateway.core.parameters import Capabilities
 from gateway.vendors.balancer import Balancer
@@ -34,8 +38,10 @@ class Adapter(Protocol):
     hosted_url: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
     capabilities_of: ClassVar[Callable[[Any], Capabilities]]
+    chat_capabilities_of: ClassVar[Callable[[Any], Capabilities]]
     name: str  # the configured vendor name, the part before "/" in `model`
     capabilities: Capabilities
+    chat_capabilities: Capabilities
 
     async def start(self) -> None:
         """Open pools, load models. Called once by the app's lifespan."""
@@ -54,6 +60,12 @@ class Adapter(Protocol):
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         """Chunks as the vendor produces them, in lists of those that arrived together (one
         list per read of the vendor's stream, never empty); the last chunk carries the usage."""
+
+    async def chat_complete(self, call: ChatCall) -> Result:
+        """The vendor's chat answer, as `complete` (awaiting `cleared()` as late)."""
+
+    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+        """A chat answer's chunks as the vendor produces them, as `stream`."""
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
-from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, unsupported
+from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, no_chat, unsupported
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import with_sampled
@@ -80,6 +80,11 @@ class GeminiOptions(BaseModel):
     max_candidates: PositiveInt = 1
 
 
+# Chat on this protocol (its own chat API, mapped from OpenAI's shape) is not built yet: refused by name.
+NO_CHAT = no_chat("gemini", "chat completions are not served on the gemini protocol yet (the mapping to "
+                            "Gemini's generateContent is to come); its models serve POST /v5/completions")
+
+
 def capabilities(options: GeminiOptions) -> Capabilities:
     candidates = options.max_candidates
     return Capabilities("gemini", {
@@ -107,10 +112,12 @@ class GeminiAdapter(HttpAdapter):
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = GeminiOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
+    chat_capabilities_of = staticmethod(lambda options: NO_CHAT)
 
     def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
         super().__init__(config, settings, lambda key: {"x-goog-api-key": key})
         self.capabilities = capabilities(options)
+        self.chat_capabilities = NO_CHAT
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"max_tokens"})}
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:

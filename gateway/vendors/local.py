@@ -45,6 +45,7 @@ from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import Engine, EngineError
+from gateway.vendors.local_chat import CHAT, LocalChat
 from gateway.vendors.local_model import LocalOptions, engine_options
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
 
@@ -116,13 +117,14 @@ def capabilities(options: LocalOptions) -> Capabilities:
     return Capabilities("local", support)
 
 
-class LocalAdapter:
+class LocalAdapter(LocalChat):
     protocol: ClassVar[str] = "local"
     default_base_url: ClassVar[str] = ""  # in-process: no URL at all
     hosted_url: ClassVar[str] = ""
 
     Options: ClassVar[type[BaseModel]] = LocalOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
+    chat_capabilities_of = staticmethod(lambda options: CHAT)
 
     def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
                  engine: Engine | None = None) -> None:
@@ -131,6 +133,7 @@ class LocalAdapter:
             raise ConfigError(f"vendor {config.name!r}: the embedded model runs in this process; it has no deployments")
         self.name = config.name
         self.capabilities = capabilities(options)
+        self.chat_capabilities = CHAT
         # Each body writer once (both penalties share one); a native parameter without one fails here.
         native = self.capabilities.native - _SERVED_BY_ADAPTER
         self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
@@ -239,13 +242,7 @@ class LocalAdapter:
 
     def _admit(self, call: CompletionCall) -> None:
         """Refuse what the engine cannot serve, before it is asked."""
-        if call.model != self.model:
-            raise NotFound(f"vendor '{self.name}' has no model '{call.model}'; its models: {self.model}",
-                           code="unknown_model", param="model", vendor=self.name)
-        if not self._loaded:
-            why = self.not_ready()
-            raise VendorNotReady(f"vendor '{self.name}' is not ready: {why}", code="vendor_not_ready",
-                                    vendor=self.name, retry_after=None if self._failure else 1)
+        self._ready(call.model)
         if not call.prompts[0] and self._engine.start_token is None:
             raise self._invalid("prompt", "an empty prompt gives the model nothing to continue (it has no "
                                           "start-of-text token)")
@@ -257,6 +254,15 @@ class LocalAdapter:
         if outside:
             raise self._invalid("logit_bias", f"logit_bias names token ids {', '.join(outside)}, outside the "
                                               f"model's vocabulary (0..{vocab - 1})")
+
+    def _ready(self, model: str) -> None:
+        """Refuse a model the engine does not run, or any request while it is not loaded."""
+        if model != self.model:
+            raise NotFound(f"vendor '{self.name}' has no model '{model}'; its models: {self.model}",
+                           code="unknown_model", param="model", vendor=self.name)
+        if not self._loaded:
+            raise VendorNotReady(f"vendor '{self.name}' is not ready: {self.not_ready()}", code="vendor_not_ready",
+                                 vendor=self.name, retry_after=None if self._failure else 1)
 
     async def _prompt(self, call: CompletionCall) -> _Prompt:
         """What the choices start with: the prompt if echoed, and its tokens when they are

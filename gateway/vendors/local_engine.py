@@ -167,9 +167,11 @@ class Engine:
         except read.READ_ERRORS as exc:
             raise EngineError(f"tokenization answered unreadably: {read.why(exc)}") from None
 
-    async def generate(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def generate(self, body: dict[str, Any], chat: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The engine's streamed chunks for one completion request (`body` as for llama.cpp's
-        /v1/completions). Closing the iterator stops the generation at the next token."""
+        /v1/completions; with `chat`, a chat request as for /v1/chat/completions, which the engine
+        renders with the model's chat template). Closing the iterator stops the generation at the
+        next token."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
@@ -184,7 +186,8 @@ class Engine:
 
         def call() -> None:
             try:
-                server.handle_completions({**body, "stream": True}, on_chunk)
+                handle = server.handle_chat_completions if chat else server.handle_completions
+                handle({**body, "stream": True}, on_chunk)
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, end)
 

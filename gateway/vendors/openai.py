@@ -29,11 +29,12 @@ import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
-from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.completion import Choice, Chunk, CompletionCall, Result
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import (
     AT_LEAST_ONE,
+    CHAT_PARAMETERS,
     EMULATABLE,
     PARAMETERS,
     Capabilities,
@@ -43,6 +44,7 @@ from gateway.core.parameters import (
     unsupported,
 )
 from gateway.vendors import openai_servers as servers
+from gateway.vendors.openai_chat import CHAT_COMPLETIONS, FINGERPRINT_LIMIT, OpenAIChat, chat_capabilities, read_usage
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
@@ -60,7 +62,6 @@ IDENTIFY_TIMEOUT = 5.0
 RETRY_IDENTIFY = 5.0
 # Sent on every call, whatever the request says: the vendor's defaults differ between servers.
 ALWAYS_SENT = ("prompt", "max_tokens")
-FINGERPRINT_LIMIT = 200  # characters of a system_fingerprint passed on (a longer one, or not text: dropped)
 # The contract is this protocol: every parameter is native, unless a server lacks it. Listed by
 # name, so a parameter added to the contract fails the adapter until it is listed here.
 NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -86,7 +87,7 @@ class OpenAIOptions(BaseModel):
     @field_validator("lacks")
     @classmethod
     def _known(cls, lacks: frozenset[str]) -> frozenset[str]:
-        unknown = lacks - set(PARAMETERS)
+        unknown = lacks - set(PARAMETERS) - set(CHAT_PARAMETERS) - set(CHAT_PARAMETERS)
         if unknown:
             raise ValueError(f"names unknown parameters: {', '.join(sorted(unknown))}")
         return lacks
@@ -121,16 +122,17 @@ def _lacking(server: Server) -> str:
     return f"{server.title}'s server does not implement it, and the gateway cannot emulate it"
 
 
-class OpenAIAdapter(HttpAdapter):
+class OpenAIAdapter(OpenAIChat, HttpAdapter):
     protocol: ClassVar[str] = "openai"
     # Any compatible server: one without a base_url is a mistake, not OpenAI.
     default_base_url: ClassVar[str] = ""
     hosted_url: ClassVar[str] = "https://api.openai.com/v1"
     Options: ClassVar[type[BaseModel]] = OpenAIOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
+    chat_capabilities_of = staticmethod(lambda options: chat_capabilities(options.server, options.lacks))
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
-        super().__init__(config, settings, _headers, paths=(COMPLETIONS,))
+        super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
         self._options = options
         self._declared = servers.declared(options.server, (target.base_url for target in config.targets))
         self._identifying: asyncio.Task[None] | None = None
@@ -140,6 +142,7 @@ class OpenAIAdapter(HttpAdapter):
         """Serve as `server` does: the capabilities the planner reads, and what goes on the wire."""
         self.server = server
         self.capabilities = capabilities(self._options, server)
+        self.chat_capabilities = chat_capabilities(server.name, self._options.lacks)
         # The parameters put on the wire as they are: only what is native (an emulated or
         # unsupported one never reaches the vendor), in the contract's order.
         self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native
@@ -264,7 +267,7 @@ def read_completion(data: Any, call: CompletionCall) -> Result:
     if len({c.index for c in choices}) != len(choices):
         raise read.Malformed("two choices have the same index")
     fingerprint = data.get("system_fingerprint")
-    return Result(choices, _usage(data.get("usage")),
+    return Result(choices, read_usage(data.get("usage")),
                   fingerprint if isinstance(fingerprint, str) and len(fingerprint) <= FINGERPRINT_LIMIT else None)
 
 
@@ -319,7 +322,7 @@ class ChunkReader:
             given = wire.logprobs
             choices.append(Choice(index, wire.text, finish, None if given is None else logprobs.legacy(index, given)))
         usage = usual.usage
-        return Chunk(choices, None if usage is None else _usage(usage))
+        return Chunk(choices, None if usage is None else read_usage(usage))
 
     def read(self, payload: Any) -> Chunk:
         if type(payload) is not dict:
@@ -333,7 +336,7 @@ class ChunkReader:
         for choice in raw:
             choices.append(_choice(choice, self._logprobs, self._bound))
         usage = payload.get("usage")
-        return Chunk(choices, None if usage is None else _usage(usage))
+        return Chunk(choices, None if usage is None else read_usage(usage))
 
 
 def _choice_count(call: CompletionCall) -> int:
@@ -379,16 +382,3 @@ class _Logprobs:
         entries = read.items(raw["content"], "logprobs.content")
         offsets = self._offsets.setdefault(index, Offsets())
         return legacy([from_engine(entry) for entry in entries], self._top, offsets)
-
-
-def _usage(raw: Any) -> Usage | None:
-    raw = read.obj(raw, "usage")
-    if not raw:
-        return None
-    return read.usage(
-        read.count(raw.get("prompt_tokens"), "usage.prompt_tokens"),
-        read.count(raw.get("completion_tokens"), "usage.completion_tokens"),
-        "usage",
-        read.details(raw.get("prompt_tokens_details"), "usage.prompt_tokens_details"),
-        read.details(raw.get("completion_tokens_details"), "usage.completion_tokens_details"),
-    )

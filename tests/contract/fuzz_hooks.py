@@ -32,6 +32,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
 import schemathesis
 
 from gateway.core.config import VendorConfig
@@ -76,8 +77,40 @@ def map_case(context, case):
     body = case.body
     if meta is None or not meta.generation.mode.is_positive or not isinstance(body, dict):
         return case
-    steer(body)
+    if "messages" in body:
+        keep_chat_rules(body)
+    else:
+        steer(body)
     return case
+
+
+def keep_chat_rules(body: dict[str, Any]) -> None:
+    """A positive chat case made to keep the rules its schema cannot say (gateway/planner/chat_rules.py)."""
+    if body.get("top_logprobs") is not None:
+        body["logprobs"] = True
+    if body.get("tools") and body.get("functions"):
+        body.pop("functions")
+    for tools, choice, name_of in (("tools", "tool_choice", lambda c: c["function"]["name"]),
+                                   ("functions", "function_call", lambda c: c["name"])):
+        defined = body.get(tools) or []
+        functions = [d["function"] if tools == "tools" else d for d in defined]
+        names = [f["name"] for f in functions]
+        if len(set(names)) != len(names):
+            body[tools] = [d for i, d in enumerate(defined) if names.index(names[i]) == i]
+        for function in functions:
+            if "parameters" in function and not jsonschema_rs.meta.is_valid(function["parameters"]):
+                del function["parameters"]
+        picked = body.get(choice)
+        if picked not in (None, "none") and (not defined or isinstance(picked, dict) and name_of(picked) not in names):
+            body.pop(choice)
+    format_ = body.get("response_format")
+    if isinstance(format_, dict) and format_.get("type") == "json_schema" and \
+            not jsonschema_rs.meta.is_valid(format_["json_schema"].get("schema", {})):
+        format_["json_schema"]["schema"] = {"type": "object"}
+    for message in body["messages"]:
+        if message.get("role") == "assistant" and message.get("content") is None and not message.get("tool_calls") \
+                and not message.get("function_call"):
+            message["content"] = ""
 
 
 def steer(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:

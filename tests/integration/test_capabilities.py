@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.parameters import NATIVE, UNSUPPORTED
+from gateway.core.parameters import CHAT_PARAMETERS, NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
 from gateway.planner.capabilities import served_below, verdicts
 from handlers.vendors import describe
@@ -118,6 +118,7 @@ def test_vendors_operation_shows_the_enforced_map(vclient):
         vendor = listed[name]
         assert vendor.pop("routing") == "least_outstanding" and len(vendor.pop("deployments")) == 1
         assert vendor.pop("server", None) == ("openai" if protocol == "openai" else None)  # as configured
+        assert set(vendor.pop("chat_parameters")) == set(CHAT_PARAMETERS)
         assert vendor == describe(name, protocol, capabilities_of(name))
     assert listed["anthropic"]["parameters"]["temperature"] == {"support": "native", "minimum": 0, "maximum": 1}
     assert listed["gemini"]["parameters"]["n"]["per_call_limit"] == 4

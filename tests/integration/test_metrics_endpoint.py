@@ -51,7 +51,8 @@ def complete(gateway, key: str, model: str = "fake/counted", **body) -> httpx.Re
 
 
 def requests_of(samples, model: str, status: str = "200", stream: str = "false", vendor: str = "fake") -> float:
-    return metric(samples, "gateway_requests_total", vendor=vendor, model=model, status=status, stream=stream)
+    return metric(samples, "gateway_requests_total", operation="text_completion", vendor=vendor, model=model,
+                  status=status, stream=stream)
 
 
 def test_a_scrape_of_either_process_counts_both(pair, db):
@@ -60,7 +61,7 @@ def test_a_scrape_of_either_process_counts_both(pair, db):
     for gateway in (a, a, a, b, b):
         assert complete(gateway, db.key).status_code == 200
     count = "gateway_request_duration_seconds_count"
-    labels = {"vendor": "fake", "model": "fake/counted", "stream": "false"}
+    labels = {"vendor": "fake", "model": "fake/counted", "stream": "false", "operation": "text_completion"}
     for gateway in (a, b):
         # a process's own counts are in its answer to a scrape; the other's follow within FLUSH_SECONDS
         def counted(url=gateway.url):

@@ -69,11 +69,11 @@ def complete(gateway, key: str, model: str, **body) -> httpx.Response:
 def test_one_scrape_counts_every_workers_requests(gateway, db):
     """Each request lands on whichever worker accepts it; a scrape of any worker sees them all."""
     before = metric(scrape(gateway.url), "gateway_requests_total", vendor="fake", model="fake/m", status="200",
-                    stream="false")
+                    stream="false", operation="text_completion")
     for _ in range(20):  # fresh connections: the kernel spreads them over the workers
         assert complete(gateway, db.key, "fake/m").status_code == 200
     wait_until(lambda: metric(scrape(gateway.url), "gateway_requests_total", vendor="fake", model="fake/m",
-                              status="200", stream="false") == before + 20, message="every worker's counts")
+                              status="200", stream="false", operation="text_completion") == before + 20, message="every worker's counts")
 
 
 def test_the_cost_of_priced_requests_is_counted(gateway, db):

@@ -94,7 +94,10 @@ def test_a_failure_while_shaping_the_answer_writes_one_row_and_gives_everything_
     def broken(*args, **kwargs):
         raise RuntimeError("a bug while shaping the answer")
 
-    monkeypatch.setattr(completions, "_EventStream" if stream else "_completion", broken)
+    if stream:
+        monkeypatch.setattr(completions, "EventStream", broken)
+    else:
+        monkeypatch.setattr(completions._Completions, "body", broken)
     r = client.post("/v5/completions", json={"model": "fake/m", "prompt": "x", "max_tokens": 2, "stream": stream})
     monkeypatch.undo()
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error", r.text

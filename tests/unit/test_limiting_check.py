@@ -56,7 +56,7 @@ class Meter:
         self.refusals = 0
         self.on_close = None
 
-    def refused(self, model: str, streamed: bool, end_user: str | None) -> None:
+    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: str = "completions") -> None:
         self.refusals += 1
 
 

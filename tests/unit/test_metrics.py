@@ -16,6 +16,8 @@ from tests.support.metrics import metric
 
 SETTINGS = SimpleNamespace(vendors=["fake"], fallbacks={}, metrics_models_per_vendor=4)
 
+OP = {"operation": "text_completion"}  # the requests of POST /v5/completions
+
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, frozenset], float]:
     text = generate_latest(registry).decode()
@@ -49,16 +51,17 @@ def test_requests_and_their_durations_are_added_up_per_label_set_and_bucket():
             m.ended("fake", "fake/a", status, stream, seconds, None)
 
     s = counted(report)
-    assert metric(s, "gateway_requests_total", vendor="fake", model="fake/a", status="200", stream="false") == 2
-    assert metric(s, "gateway_requests_total", vendor="fake", model="fake/a", status="200", stream="true") == 1
-    assert metric(s, "gateway_requests_total", vendor="fake", model="fake/a", status="502", stream="false") == 1
+    assert metric(s, "gateway_requests_total", **OP, vendor="fake", model="fake/a", status="200", stream="false") == 2
+    assert metric(s, "gateway_requests_total", **OP, vendor="fake", model="fake/a", status="200", stream="true") == 1
+    assert metric(s, "gateway_requests_total", **OP, vendor="fake", model="fake/a", status="502", stream="false") == 1
 
     def bucket(le: str) -> float:
-        return metric(s, "gateway_request_duration_seconds_bucket", vendor="fake", model="fake/a", stream="false", le=le)
+        return metric(s, "gateway_request_duration_seconds_bucket", **OP, vendor="fake", model="fake/a", stream="false",
+                      le=le)
 
     assert bucket("0.005") == 1  # a value on a bound is in that bound's bucket
     assert bucket("0.01") == 2 and bucket("600.0") == 2 and bucket("+Inf") == 3  # 700 s: past the last bound
-    assert metric(s, "gateway_request_duration_seconds_sum", vendor="fake", model="fake/a",
+    assert metric(s, "gateway_request_duration_seconds_sum", **OP, vendor="fake", model="fake/a",
                   stream="false") == pytest.approx(700.012)
     assert metric(s, "gateway_in_flight_requests") == 0
 
@@ -114,8 +117,8 @@ def test_what_was_written_is_not_written_again():
 
     asyncio.run(steps())
     s = samples(registry)
-    assert metric(s, "gateway_requests_total", vendor="fake", model="fake/a", status="200", stream="false") == 1
-    assert metric(s, "gateway_request_duration_seconds_count", vendor="fake", model="fake/a", stream="false") == 1
+    assert metric(s, "gateway_requests_total", **OP, vendor="fake", model="fake/a", status="200", stream="false") == 1
+    assert metric(s, "gateway_request_duration_seconds_count", **OP, vendor="fake", model="fake/a", stream="false") == 1
     assert metric(s, "gateway_tokens_total", vendor="fake", model="fake/a", kind="prompt") == 4
 
 

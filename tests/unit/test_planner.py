@@ -142,7 +142,8 @@ def start(registry: Registry, chain: dict[str, list[str]], **body: Any) -> tuple
     attempts: list[Attempt] = []
     asked = request(**body)
     plan = planning.plan(asked, registry, 64)
-    started = asyncio.run(fallbacks.start(plan, asked, registry, chain, 64, attempts.append))
+    replan = lambda model: planning.plan(asked.model_copy(update={"model": model}), registry, 64)  # noqa: E731
+    started = asyncio.run(fallbacks.start(plan, asked.model, replan, chain, attempts.append))
     return started, attempts
 
 

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.fakes import openai_chat_upstream as chat_upstream
 from tests.support.fakes.asgi import read_request, send_json
 
 
@@ -79,6 +80,9 @@ class FakeOpenAI:
             return
         self._loop = asyncio.get_running_loop()
         headers, body = await read_request(scope, receive)
+        if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            await self._chat(send, scope, headers, json.loads(body))
+            return
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
             await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
             return
@@ -120,6 +124,17 @@ class FakeOpenAI:
             if delay and await _client_leaves_within(receive, delay):
                 return  # like a real vendor, stop working for a client that is gone
             await send_json(send, 200, completion(request, with_usage=model != "no-usage"))
+
+    async def _chat(self, send, scope, headers, request) -> None:
+        self.requests.append({"path": scope["path"], "headers": headers, "body": request})
+        problem = chat_upstream.wire_problem(request)
+        if problem is not None:
+            await send_json(send, 400, {"error": {"message": problem, "type": "invalid_request_error"}})
+        elif request.get("stream"):
+            events = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in chat_upstream.chat_events(request))
+            await _raw(send, 200, events + b"data: [DONE]\n\n", b"text/event-stream")
+        else:
+            await send_json(send, 200, chat_upstream.chat(request))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
         await send({"type": "http.response.start", "status": 200,

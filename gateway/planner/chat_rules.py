@@ -1,0 +1,80 @@
+"""The rules of a chat request that its schema cannot say, each a 422 naming the field (as OpenAI
+answers them): an assistant message says something or calls something; `tool_choice` and
+`function_call` name tools the request defines, and need some; the JSON Schemas a request carries
+(a tool's `parameters`, `response_format.json_schema.schema`) are valid and self-contained (a
+remote `$ref` would make the gateway fetch whatever it names)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import jsonschema_rs
+
+from gateway.core.errors import ValidationFailed
+
+
+def check(body: Mapping[str, Any]) -> None:
+    problems = list(_problems(body))
+    if problems:
+        raise ValidationFailed([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in problems])
+
+
+def _problems(body: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    for i, message in enumerate(body["messages"]):
+        if message["role"] == "assistant" and message.get("content") is None and not message.get("tool_calls") \
+                and not message.get("function_call"):
+            yield ("messages", i), "an assistant message needs content, tool_calls or function_call"
+    if body.get("top_logprobs") is not None and body.get("logprobs") is not True:
+        yield ("top_logprobs",), "top_logprobs needs logprobs: true"
+    tools = body.get("tools") or []
+    names = [tool["function"]["name"] for tool in tools]
+    choice = body.get("tool_choice")
+    if choice is not None and choice != "none" and not tools:
+        yield ("tool_choice",), "tool_choice needs tools"
+    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+        yield ("tool_choice", "function", "name"), f"names no tool of the request: {choice['function']['name']}"
+    functions = body.get("functions") or []
+    call = body.get("function_call")
+    if call is not None and call != "none" and not functions:
+        yield ("function_call",), "function_call needs functions"
+    if isinstance(call, dict) and call["name"] not in [f["name"] for f in functions]:
+        yield ("function_call", "name"), f"names no function of the request: {call['name']}"
+    if tools and functions:
+        yield ("functions",), "give tools or the deprecated functions, not both"
+    for where, defined in (("tools", [tool["function"] for tool in tools]), ("functions", functions)):
+        seen = set()
+        for i, function in enumerate(defined):
+            if function["name"] in seen:
+                yield (where, i, "name"), f"a second function named {function['name']}"
+            seen.add(function["name"])
+            if "parameters" in function:
+                yield from _schema_problems(function["parameters"], (where, i, "parameters"))
+    format_ = body.get("response_format") or {}
+    if format_.get("type") == "json_schema" and "schema" in format_["json_schema"]:
+        yield from _schema_problems(format_["json_schema"]["schema"], ("response_format", "json_schema", "schema"))
+
+
+def _schema_problems(schema: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    if not jsonschema_rs.meta.is_valid(schema):
+        try:
+            jsonschema_rs.meta.validate(schema)
+        except jsonschema_rs.ValidationError as exc:
+            yield loc, f"not a valid JSON Schema: {exc.message}"
+            return
+        yield loc, "not a valid JSON Schema"
+        return
+    remote = next(_remote_refs(schema), None)
+    if remote is not None:
+        yield loc, f"a $ref outside the schema ({remote[:100]}): only references within it (#...) are allowed"
+
+
+def _remote_refs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(item, str) and not item.startswith("#"):
+                yield item
+            yield from _remote_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _remote_refs(item)

@@ -1,0 +1,119 @@
+"""The fake OpenAI server's `/v1/chat/completions` (tests/support/fakes/openai_upstream.py routes to it).
+
+It checks the request against OpenAI's chat shape (a 400 naming what is wrong, as OpenAI would)
+and answers deterministically: choice i says " w0 w1 ..." up to max_tokens (default 8), cut at
+the first stop sequence; with tools (and tool_choice not "none") it calls the first tool, or the
+one named, with `{"said": <the last user message>}`. Model `bad-args` calls it with arguments that
+are not JSON. A stream sends the role first, a word per chunk, a tool call's id and name once and
+then its arguments in two pieces, one finish_reason per choice, then the usage (always asked for
+by the gateway) and [DONE].
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+def wire_problem(request: dict[str, Any]) -> str | None:
+    """What is wrong with a chat request on OpenAI's wire, or None."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list"
+    for i, message in enumerate(messages):
+        if message.get("role") not in ROLES:
+            return f"messages[{i}].role is invalid"
+        if message["role"] == "tool" and not message.get("tool_call_id"):
+            return f"messages[{i}].tool_call_id is required"
+    if "x-openai-api-key" in request:
+        return "unknown parameter x-openai-api-key"
+    if request.get("stream") and request.get("stream_options") != {"include_usage": True}:
+        return "the gateway must ask for usage in a stream"
+    for tool in request.get("tools") or ():
+        if tool.get("type") != "function" or not tool.get("function", {}).get("name"):
+            return "tools[].function.name is required"
+    return None
+
+
+def _words(request: dict[str, Any], choice: int) -> list[str]:
+    limit = request.get("max_completion_tokens") or request.get("max_tokens") or 8
+    words = [f" w{i}" for i in range(limit)]
+    stops = request.get("stop") or []
+    stops = [stops] if isinstance(stops, str) else stops
+    text = "".join(words)
+    for stop in stops:
+        if stop in text:
+            text = text[: text.index(stop)]
+            return [w for w in words if w in text][: len(text.split())] or []
+    return words
+
+
+def _tool_call(request: dict[str, Any]) -> dict[str, Any] | None:
+    tools = request.get("tools") or []
+    choice = request.get("tool_choice")
+    if not tools or choice == "none":
+        return None
+    name = choice["function"]["name"] if isinstance(choice, dict) else tools[0]["function"]["name"]
+    said = next((m.get("content") for m in reversed(request["messages"]) if m["role"] == "user"), "")
+    arguments = "{not json" if request.get("model") == "bad-args" else json.dumps({"said": said})
+    return {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
+    prompt = sum(len(str(m.get("content") or "").split()) + 1 for m in request["messages"])
+    return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
+
+
+def _logprobs(request: dict[str, Any], words: list[str]) -> dict[str, Any] | None:
+    if not request.get("logprobs"):
+        return None
+    k = request.get("top_logprobs") or 0
+    return {"content": [{"token": w, "logprob": -0.5, "bytes": list(w.encode()),
+                         "top_logprobs": [{"token": w, "logprob": -0.5, "bytes": list(w.encode())}][:k]
+                         + [{"token": f" x{j}", "logprob": -1.0 - j, "bytes": None} for j in range(1, k)]}
+                        for w in words], "refusal": None}
+
+
+def chat(request: dict[str, Any]) -> dict[str, Any]:
+    n = request.get("n") or 1
+    choices, generated = [], 0
+    call = _tool_call(request)
+    for i in range(n):
+        words = [] if call else _words(request, i)
+        generated += len(words) + (1 if call else 0)
+        limit = request.get("max_completion_tokens") or request.get("max_tokens") or 8
+        finish = "tool_calls" if call else ("length" if len(words) == limit else "stop")
+        message: dict[str, Any] = {"role": "assistant", "content": None if call else "".join(words), "refusal": None}
+        if call:
+            message["tool_calls"] = [call]
+        choices.append({"index": i, "message": message, "finish_reason": finish,
+                        "logprobs": _logprobs(request, words)})
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": request["model"],
+            "choices": choices, "usage": _usage(request, generated), "system_fingerprint": "fp_fake"}
+
+
+def chat_events(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunks of a streamed answer (each one a data event), before [DONE]."""
+    head = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": request["model"]}
+    whole = chat(request)
+    events = []
+    for choice in whole["choices"]:
+        i, message = choice["index"], choice["message"]
+        events.append(head | {"choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                           "finish_reason": None}]})
+        for word in _words(request, i) if message["content"] else []:
+            events.append(head | {"choices": [{"index": i, "delta": {"content": word}, "finish_reason": None,
+                                               "logprobs": _logprobs(request, [word])}]})
+        for call in message.get("tool_calls") or ():
+            arguments = call["function"]["arguments"]
+            events.append(head | {"choices": [{"index": i, "delta": {"tool_calls": [
+                {"index": 0, "id": call["id"], "type": "function",
+                 "function": {"name": call["function"]["name"], "arguments": ""}}]}, "finish_reason": None}]})
+            for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2:]):
+                events.append(head | {"choices": [{"index": i, "delta": {"tool_calls": [
+                    {"index": 0, "function": {"arguments": piece}}]}, "finish_reason": None}]})
+        events.append(head | {"choices": [{"index": i, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    events.append(head | {"choices": [], "usage": whole["usage"]})
+    return events
