@@ -33,10 +33,21 @@ async def create(request: HandlerRequest) -> Response:
     created = int(time.time())
     # Admission, the meter (the request's one ledger row) and the limits' check, held until the
     # request is over and given back by it alone (http/lifecycle.py).
-    life = Lifecycle(request, request_id, account, limiting.demand(completion_request))
+    settings = services.settings
+    # Planned first: the limits reserve what its vendor calls can cost (their fan-out). A request
+    # the planner refuses is still asked of the limits (a refusal answers before its mistake).
+    planned: Plan | GatewayError | ValidationFailed
     try:
-        settings = services.settings
-        plan = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
+        planned = planning.plan(completion_request, services.registry, settings.max_vendor_calls)
+    except (GatewayError, ValidationFailed) as exc:
+        planned = exc
+    demand = limiting.demand(completion_request, planned if isinstance(planned, Plan) else None,
+                             falls_back=completion_request.model in settings.fallbacks)
+    life = Lifecycle(request, request_id, account, demand)
+    try:
+        if not isinstance(planned, Plan):
+            raise planned
+        plan = planned
         fallback_chains = life.fallbacks(settings.fallbacks, completion_request.model)
         started = await life.call(len(plan.legs), lambda: fallbacks.start(
             plan, completion_request, services.registry, fallback_chains, settings.max_vendor_calls,
