@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.core.chat import ChatChoice, prompt_text
-from gateway.core.completion import Choice, Chunk, Result, Usage, rough_tokens
+from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
 from gateway.http import limiting
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
@@ -39,12 +39,13 @@ async def create(request: HandlerRequest) -> Response:
 
 
 def demand(body: dict[str, Any]) -> limiting.Demand:
-    """A chat request's demand, by OpenAI's rule for rate limits: the conversation's characters / 4,
-    plus the most tokens every choice may generate."""
+    """What a chat request can cost at most: the conversation once per choice (the embedded model
+    makes a call per choice; a vendor that bills it once costs less), counted as the ledger counts
+    (limiting.Demand), plus the most tokens every choice may generate."""
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or CHAT_DEFAULT_MAX_TOKENS
-    return limiting.Demand(body["model"], rough_tokens(len(prompt_text(body["messages"]))),
-                           max_tokens * (body.get("n") or 1), bool(body.get("stream")), body.get("user"),
-                           endpoint="chat")
+    choices = body.get("n") or 1
+    return limiting.Demand(body["model"], [prompt_text(body["messages"])] * choices, max_tokens * choices,
+                           bool(body.get("stream")), body.get("user"), endpoint="chat")
 
 
 class _Chat:

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.http import limiting
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
@@ -27,7 +28,6 @@ async def create(request: HandlerRequest) -> Response:
     request_id = f"cmpl-{ids.next()}"  # 128 random bits (core/ids.py), without a UUID object
     # Admission, the meter (the request's one ledger row) and the limits' check, held until the
     # request is over and given back by it alone (http/lifecycle.py).
-    life = Lifecycle(request, request_id, account, limiting.demand(completion_request))
     max_calls = services.settings.max_vendor_calls
 
     def plan_for(model: str) -> Plan:
@@ -35,8 +35,26 @@ async def create(request: HandlerRequest) -> Response:
             completion_request.model_copy(update={"model": model})
         return planning.plan(asked, services.registry, max_calls)
 
+    # Planned first: the limits reserve what its vendor calls can cost (their fan-out). A request
+    # the planner refuses is still asked of the limits (a refusal answers before its mistake).
+    planned: Plan | GatewayError | ValidationFailed
+    try:
+        planned = plan_for(completion_request.model)
+    except (GatewayError, ValidationFailed) as exc:
+        planned = exc
+    demand = limiting.demand(completion_request, planned if isinstance(planned, Plan) else None,
+                             falls_back=completion_request.model in services.settings.fallbacks)
+    life = Lifecycle(request, request_id, account, demand)
+
+    def planned_for(model: str) -> Plan:
+        if model != completion_request.model:
+            return plan_for(model)
+        if isinstance(planned, Plan):
+            return planned
+        raise planned
+
     answer = _Completions(request_id, int(time.time()), completion_request, services.redact)
-    return await serve(request, life, completion_request.model, plan_for, answer)
+    return await serve(request, life, completion_request.model, planned_for, answer)
 
 
 class _Completions:

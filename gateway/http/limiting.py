@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pydantic import MISSING
 
 from gateway.core import observe
-from gateway.core.completion import DEFAULT_MAX_TOKENS, Withheld, rough_tokens
+from gateway.core.completion import DEFAULT_MAX_TOKENS, Withheld
 from gateway.core.errors import (
     ClientDisconnected,
     GatewayError,
@@ -27,38 +27,58 @@ from gateway.core.errors import (
     RequestTooLarge,
     clip,
 )
-from gateway.store import counters
+from gateway.store import counters, tokens
 from gateway.store.counters import RPM
 from gateway.store import limiter as limits_on_path
 from gateway.store.limiter import NO_LIMITS, Asking, Grant, Limiter
 from gateway.store.limits import Budget, Limits, Subject, Unit
 from gateway.store.meter import Meter
+from gateway.planner.plan import Plan
 from generated.models import CompletionRequest
 
 __all__ = ["NO_LIMITS", "Check", "Demand", "check", "demand", "headers"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Demand:
     """A request as its limits see it, whatever its endpoint: the model it asks for, the tokens it
-    may use at most, and what its ledger row says of it if a limit refuses it."""
+    may use at most, and what its ledger row says of it if a limit refuses it. Its prompts are
+    counted only when a limit asks (`prompt_tokens`): a request under no limit never pays for it."""
 
     model: str
-    prompt_tokens: int
+    prompts_sent: Sequence[str]  # each prompt as often as a vendor call carries it
     completion_tokens: int
     streamed: bool = False
     user: str | None = None
     endpoint: str = "completions"  # what the ledger's row of a refusal says it came through
+    _prompt_tokens: int | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self._prompt_tokens is None:
+            self._prompt_tokens = sum(tokens.counts(tokens.counter(self.model), self.prompts_sent))
+        return self._prompt_tokens
 
 
-def demand(request: CompletionRequest) -> Demand:
-    """A completion request's demand, by OpenAI's rule for rate limits: the prompts' characters / 4,
-    plus max_tokens for every choice it generates."""
-    prompt = request.prompt
-    prompts = [prompt] if isinstance(prompt, str) else list(prompt.root)
-    max_tokens = _value(request.max_tokens, DEFAULT_MAX_TOKENS)
-    choices = max(_value(request.n, 1), _value(request.best_of, 1))
-    return Demand(request.model, sum(rough_tokens(len(p)) for p in prompts), max_tokens * choices * len(prompts),
+def demand(request: CompletionRequest, plan: Plan | None = None, falls_back: bool = False) -> Demand:
+    """What a completion request can cost at most, as the vendor calls bill it: every vendor call's
+    prompts (counted with the offline counter the ledger estimates with, store/tokens.py), plus
+    max_tokens for every choice each call generates (best_of candidates included). `plan` is its
+    plan on its own model; without one (the planner refused it, or a fallback chain may serve it
+    on a vendor that fans out differently) the bound holds for any vendor: one call per choice,
+    each carrying its prompt. docs/limits.md states the estimate's error."""
+    model = request.model
+    if plan is not None and not falls_back:
+        attempt = plan.attempt()
+        sent: Sequence[str] = attempt.prompts_sent
+        completion = attempt.max_completion_tokens or 0
+    else:
+        prompt = request.prompt
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt.root)
+        choices = max(_value(request.n, 1), _value(request.best_of, 1))
+        sent = [p for p in prompts for _ in range(choices)]
+        completion = _value(request.max_tokens, DEFAULT_MAX_TOKENS) * choices * len(prompts)
+    return Demand(model, sent, completion,
                   bool(_value(request.stream, False)), _value(request.user, None))
 
 
@@ -167,7 +187,7 @@ class Check:
 
 
 # Every request's while no limit exists: its grant is known, nothing else of it is read.
-UNLIMITED = Check(NO_LIMITS, "", Demand("", 0, 0), None)  # type: ignore[arg-type]
+UNLIMITED = Check(NO_LIMITS, "", Demand("", (), 0), None)  # type: ignore[arg-type]
 
 
 def _give_back(verdict: asyncio.Future[Grant]) -> None:

@@ -13,7 +13,7 @@ shared store is gateway/store/counters_redis.py, with the same semantics, tested
   consumption in the ledger (`seed`), so budgets survive a restart of the gateway or of Redis.
 
 Every check of a claim is atomic: either every counter of every subject takes its part, or none.
-Time is the caller's clock (seconds), so tests move it.
+Time is the caller's clock (seconds) here, so tests move it; Redis counts by its own (`time`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class BudgetClaim:
     period: Period
     reserve: int  # in the budget's unit
     seed: int | None = None  # the period's consumption so far (from the ledger), for a new counter
+    seeded: float | None = None  # the moment (the store's clock) until which the seed holds every ledger row
 
     @property
     def counter(self) -> str:
@@ -81,6 +82,7 @@ class Claim:
     # What a store made of the claim for its check (counters_redis: the calls, encoded), kept for
     # the settlement: the same subjects, limits and periods, not worked out a second time.
     prepared: object = None
+    ended: float | None = None  # when its request ended (the store's clock), told with its settlement
 
 
 class Window(NamedTuple):  # a tuple: made on every request, in C (a frozen dataclass sets each field in Python)
@@ -111,6 +113,7 @@ class Verdict:
     refusal: Refusal | None = None
     windows: dict[tuple[Subject, str], Window] = field(default_factory=dict)  # (subject, RPM|TPM)
     unseeded: list[BudgetClaim] = field(default_factory=list)  # counters to seed, then claim again
+    clock: float | None = None  # the store's now, when the claim's periods are not the store's: claim again
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,9 @@ class Counters(Protocol):
         with None when the store has it, or with what failed when it could not be told."""
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None: ...
+
+    def time(self, now: float) -> float:
+        """The store's clock, given the caller's `now`: what periods and deadlines are reckoned in."""
 
     async def read(self, subject: Subject, limits: Limits, now: float) -> Reading: ...
 
@@ -273,6 +279,9 @@ class MemoryCounters:
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
         return None  # leases here end only with settlement (or with this process)
+
+    def time(self, now: float) -> float:
+        return now  # one process: its clock is the store's
 
     async def read(self, subject: Subject, limits: Limits, now: float) -> Reading:
         budgets = {}

@@ -9,19 +9,20 @@ Per subject (a key or an account; `<p>` is `redis_prefix` + "key:<id>" or "accou
 A lease not renewed (`renew`, by the process that holds it) expires: its slot and its budget
 reservations are released by the next claim on that subject, so a process that died frees them.
 Buckets expire once full again (a missing bucket is a full one); budget counters after their
-period. The time is an argument, the caller's clock. The keys of one claim must live on one Redis
-(not a Redis Cluster: a key's and its account's counters share no hash slot).
+period. The time is Redis's own (TIME, in the scripts), and so is every lease's and period's: how
+the scripts stay right under stalls, restarts and clock skew is gateway/store/counters_scripts.py.
+The keys of one claim must live on one Redis (not a Redis Cluster: a key's and its account's
+counters share no hash slot).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.store.counters import (
-    REFILL_SECONDS,
-    RETRY_IN_FLIGHT,
     RPM,
     TPM,
     Charge,
@@ -34,191 +35,13 @@ from gateway.store.counters import (
     refill,
     window,
 )
+from gateway.store.counters_scripts import ACQUIRE, LEASE_SECONDS, SETTLE, header
 from gateway.store.limits import Limits, Subject
 from gateway.store.resp import Redis, Script, bulk
 
-LEASE_SECONDS = 60.0  # a lease not renewed for this long is a dead process's (renewed every third of it)
+__all__ = ["LEASE_SECONDS", "RedisCounters"]
 CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that is away
 COMMAND_TIMEOUT = 1.0
-
-_COMMON = """
--- integers go to Redis as digits: Lua would write 1e+15, or -0, which HINCRBY refuses
-local function int(x) return string.format('%d', x) end
-local function num(x) return string.format('%.17g', x) end
--- a bucket's level at `now` from its stored level and time (none stored: a full bucket)
-local function refilled(l, t, cap, now)
-  l, t = tonumber(l), tonumber(t)
-  if l == nil then return cap end
-  l = l + math.max(now - t, 0) * cap / REFILL
-  if l > cap then l = cap end
-  return l
-end
-local function level(key, lf, tf, cap, now)
-  local v = redis.call('HMGET', key, lf, tf)
-  return refilled(v[1], v[2], cap, now)
-end
--- the arguments that change with every request come as one string of numbers: one to write, not many
-local function numbers(text)
-  local v = {}
-  for x in string.gmatch(text, '%S+') do v[#v + 1] = x end
-  return v
-end
-local function expire_full(key, now, levels)
-  -- a bucket back at its limit is the same as no bucket: let it go then
-  local ms = 1000
-  for _, p in ipairs(levels) do ms = math.max(ms, math.ceil((p[2] - p[1]) * REFILL * 1000 / p[2]) + 1000) end
-  redis.call('PEXPIRE', key, ms)
-end
-"""
-
-# KEYS: per subject rate, leases, held, then one counter per budget.
-# ARGV: request id; what changes with every request, as one string of numbers (see `numbers`): now
-#       (epoch microseconds), tokens, then per budget reserve and seed ("-" when unknown); subjects;
-#       per subject rpm, tpm, concurrent, budgets, and per budget limit, expiry (epoch seconds).
-ACQUIRE = _COMMON + """
-local v = numbers(ARGV[2])
-local id, now, E, S = ARGV[1], tonumber(v[1]) / 1e6, tonumber(v[2]), tonumber(ARGV[3])
-local lease = now + LEASE
-local a, k, vi, subjects, unseeded, refusals = 4, 1, 3, {}, {}, {}
-local bi = 0
-for s = 1, S do
-  local sub = {rate = KEYS[k], leases = KEYS[k + 1], held = KEYS[k + 2], rpm = tonumber(ARGV[a]),
-               tpm = tonumber(ARGV[a + 1]), conc = tonumber(ARGV[a + 2]), budgets = {}}
-  local nb = tonumber(ARGV[a + 3])
-  k, a = k + 3, a + 4
-  for b = 1, nb do
-    bi = bi + 1
-    sub.budgets[b] = {key = KEYS[k], limit = tonumber(ARGV[a]), reserve = tonumber(v[vi]),
-                      seed = tonumber(v[vi + 1]), expire = tonumber(ARGV[a + 1]), index = bi}
-    k, a, vi = k + 1, a + 2, vi + 2
-  end
-  subjects[s] = sub
-end
-local function refuse(s, kind, limit, wait, used, reserved, wanted, budget)
-  refusals[#refusals + 1] = {s, kind, limit, wait, used, reserved, wanted, budget or 0}
-end
-for s, sub in ipairs(subjects) do
-  if sub.conc or #sub.budgets > 0 then
-    -- leases nobody renewed: their holder died; release what they held
-    local expired = redis.call('ZRANGEBYSCORE', sub.leases, '-inf', now)
-    for _, rid in ipairs(expired) do
-      local held = redis.call('HGET', sub.held, rid)
-      if held then
-        for bkey, amount in string.gmatch(held, '([^\\n]+)\\n([^\\n]+)\\n') do
-          if redis.call('EXISTS', bkey) == 1 then redis.call('HINCRBY', bkey, 'reserved', int(-tonumber(amount))) end
-        end
-        redis.call('HDEL', sub.held, rid)
-      end
-    end
-    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', sub.leases, '-inf', now) end
-  end
-  if sub.rpm or sub.tpm then  -- both buckets in one read
-    local v = redis.call('HMGET', sub.rate, 'rl', 'rt', 'tl', 'tt')
-    if sub.rpm then sub.rl = refilled(v[1], v[2], sub.rpm, now) end
-    if sub.tpm then sub.tl = refilled(v[3], v[4], sub.tpm, now) end
-  end
-  if sub.rpm then
-    if sub.rl < 1 then refuse(s, 'rpm', sub.rpm, (1 - sub.rl) * REFILL / sub.rpm, 0, 0, 1) end
-  end
-  if sub.tpm then
-    if E > sub.tpm then refuse(s, 'tpm_too_large', sub.tpm, -1, 0, 0, E)
-    elseif sub.tl < E then refuse(s, 'tpm', sub.tpm, (E - sub.tl) * REFILL / sub.tpm, 0, 0, E) end
-  end
-  if sub.conc and redis.call('ZCARD', sub.leases) >= sub.conc then refuse(s, 'concurrent', sub.conc, RETRY, 0, 0, 1) end
-  for _, b in ipairs(sub.budgets) do
-    -- a counter is written whole (used and reserved) when it is seeded: no `used`, no counter
-    local v = redis.call('HMGET', b.key, 'used', 'reserved')
-    local used, reserved = tonumber(v[1]), tonumber(v[2])
-    if used == nil then
-      if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
-        redis.call('HSET', b.key, 'used', int(b.seed), 'reserved', 0)
-        redis.call('PEXPIREAT', b.key, math.ceil(b.expire * 1000))
-        used, reserved = b.seed, 0
-      end
-    end
-    if used ~= nil then
-      if used + b.reserve > b.limit then refuse(s, 'budget', b.limit, -1, used, reserved, b.reserve, b.index)
-      elseif used + reserved + b.reserve > b.limit then
-        refuse(s, 'budget_in_flight', b.limit, RETRY, used, reserved, b.reserve, b.index)
-      end
-    end
-  end
-end
-if #unseeded > 0 then return 'seed ' .. table.concat(unseeded, ' ') end
--- the reply is one string, its fields separated by spaces: the verdict, each subject's bucket
--- levels after it ('' for no such limit), then each refusal's 8 fields
-local out = {'ok'}
-if #refusals > 0 then out[1] = 'refused' end
-local nowtext = num(now)
-for s, sub in ipairs(subjects) do
-  local taken = #refusals == 0
-  local rl, tl = sub.rl, sub.tl
-  if taken then
-    if rl then rl = rl - 1 end
-    if tl then tl = tl - E end
-    if rl and tl then redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', nowtext, 'tl', num(tl), 'tt', nowtext)
-    elseif rl then redis.call('HSET', sub.rate, 'rl', num(rl), 'rt', nowtext)
-    elseif tl then redis.call('HSET', sub.rate, 'tl', num(tl), 'tt', nowtext) end
-    if rl or tl then
-      local levels = {}
-      if rl then levels[#levels + 1] = {rl, sub.rpm} end
-      if tl then levels[#levels + 1] = {tl, sub.tpm} end
-      expire_full(sub.rate, now, levels)
-    end
-    if sub.conc or #sub.budgets > 0 then
-      redis.call('ZADD', sub.leases, lease, id)
-      redis.call('PEXPIRE', sub.leases, math.ceil((lease - now) * 1000) + 60000)
-      local held = ''
-      for _, b in ipairs(sub.budgets) do
-        redis.call('HINCRBY', b.key, 'reserved', int(b.reserve))
-        held = held .. b.key .. '\\n' .. int(b.reserve) .. '\\n'
-      end
-      if held ~= '' then
-        redis.call('HSET', sub.held, id, held)
-        redis.call('PEXPIRE', sub.held, math.ceil((lease - now) * 1000) + 60000)
-      end
-    end
-  end
-  out[#out + 1] = rl and num(rl) or ''
-  out[#out + 1] = tl and num(tl) or ''
-end
-for _, r in ipairs(refusals) do
-  for i = 1, 8 do out[#out + 1] = type(r[i]) == 'number' and num(r[i]) or r[i] end
-end
-return table.concat(out, ' ')
-"""
-
-# KEYS: as ACQUIRE. ARGV: request id; one string of numbers: now (epoch microseconds), reserved
-# tokens, used tokens, then per budget reserve, spent; subjects; per subject tpm, budgets.
-SETTLE = _COMMON + """
-local v = numbers(ARGV[2])
-local id, now, E, T, S = ARGV[1], tonumber(v[1]) / 1e6, tonumber(v[2]), tonumber(v[3]), tonumber(ARGV[3])
-local a, k, vi = 4, 1, 4
-for s = 1, S do
-  local rate, leases, held = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  local tpm, nb = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  k, a = k + 3, a + 2
-  if tpm then
-    local tl = level(rate, 'tl', 'tt', tpm, now) + E - T
-    if tl > tpm then tl = tpm end
-    redis.call('HSET', rate, 'tl', num(tl), 'tt', num(now))
-    -- kept until the tokens bucket is full again, and no shorter than the requests bucket needs
-    redis.call('PEXPIRE', rate, math.max(redis.call('PTTL', rate), math.ceil((tpm - tl) * REFILL * 1000 / tpm) + 1000))
-  end
-  redis.call('ZREM', leases, id)
-  -- a lease already swept (its holder was thought dead) released its reservation then
-  local mine = redis.call('HDEL', held, id) == 1
-  for b = 1, nb do
-    local key, reserve, spent = KEYS[k], tonumber(v[vi]), tonumber(v[vi + 1])
-    k, vi = k + 1, vi + 2
-    if redis.call('EXISTS', key) == 1 then
-      redis.call('HINCRBY', key, 'used', int(spent))
-      if mine then redis.call('HINCRBY', key, 'reserved', int(-reserve)) end
-    end
-  end
-end
-return 1
-"""
 
 
 def _request(request_id: str, numbers: str) -> bytes:
@@ -226,10 +49,6 @@ def _request(request_id: str, numbers: str) -> bytes:
     if request_id.isascii():  # (always, for the gateway's ids) one string written, one encoded
         return f"${len(request_id)}\r\n{request_id}\r\n${len(numbers)}\r\n{numbers}\r\n".encode()
     return bulk(request_id) + bulk(numbers)
-
-
-def _header(script: str) -> str:
-    return f"local REFILL, RETRY, LEASE = {REFILL_SECONDS!r}, {RETRY_IN_FLIGHT!r}, {LEASE_SECONDS!r}\n" + script
 
 
 MAX_WIRES = 10_000  # subjects (and sets of them) whose calls are kept encoded; past it, forgotten and made again
@@ -242,7 +61,7 @@ class _Wire:
     limits: Limits
     periods: list[str]  # the ids of its budgets' periods
     keys: list[str]  # rate, leases, held, then one counter per budget
-    acquire: bytes  # rpm, tpm, concurrent, number of budgets, then per budget limit and expiry
+    acquire: bytes  # rpm, tpm, concurrent, number of budgets, then per budget limit, start and end
     settle: bytes  # tpm, number of budgets
 
 
@@ -260,13 +79,17 @@ class _Calls:
 class RedisCounters:
     remote = True
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, callers_clock: bool = False) -> None:
+        """`callers_clock`: the scripts take `now` from the caller instead of Redis (tests of the
+        counting that move the time; never a gateway's, whose hosts' clocks may differ)."""
         # No retry, no backoff: a request must not wait for a store that is away (the limiter's
         # policy applies instead, and it tries again shortly).
         self.client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=COMMAND_TIMEOUT)
         self._prefix = prefix
-        self._acquire = Script(self.client, _header(ACQUIRE))
-        self._settle = Script(self.client, _header(SETTLE))
+        self._callers_clock = callers_clock
+        self._offset: float | None = None  # Redis's clock less this process's monotonic clock, as last heard
+        self._acquire = Script(self.client, header(ACQUIRE, prefix))
+        self._settle = Script(self.client, header(SETTLE, prefix))
         self._wires: dict[Subject, _Wire] = {}
         self._calls: dict[tuple[_Wire, ...], _Calls] = {}
 
@@ -290,7 +113,7 @@ class RedisCounters:
             head, subjects = b"".join(keys), bulk(len(wires))
             count = len(keys) + 3  # the id, the numbers and the number of subjects, then the subjects'
             calls = self._calls[wires] = _Calls(
-                self._acquire.head(count + sum(4 + 2 * len(w.periods) for w in wires)) + head,
+                self._acquire.head(count + sum(4 + 3 * len(w.periods) for w in wires)) + head,
                 subjects + b"".join(w.acquire for w in wires),
                 self._settle.head(count + 2 * len(wires)) + head,
                 subjects + b"".join(w.settle for w in wires))
@@ -305,31 +128,57 @@ class RedisCounters:
                      [f"{base}:rate", f"{base}:leases", f"{base}:held",
                       *(f"{base}:budget:{b.counter}" for b in charge.budgets)],
                      b"".join(map(bulk, (lim.rpm or "", lim.tpm or "", lim.concurrent or "", len(charge.budgets),
-                                         *(x for b in charge.budgets
-                                           for x in (b.budget.limit, b.period.end.timestamp()))))),
+                                         *(x for b in charge.budgets for x in (
+                                             b.budget.limit, b.period.start.timestamp(), b.period.end.timestamp()))))),
                      bulk(lim.tpm or "") + bulk(len(charge.budgets)))
         if len(self._wires) >= MAX_WIRES:
             self._wires.clear()
         self._wires[charge.subject] = wire
         return wire
 
+    def time(self, now: float) -> float:
+        """Redis's clock now, as last heard (the caller's `now` until Redis has answered once)."""
+        if self._callers_clock or self._offset is None:
+            return now
+        return time.monotonic() + self._offset
+
+    def _heard(self, redis_now: str) -> None:
+        # Heard after Redis read its clock: the offset errs low by up to a round trip, so a
+        # deadline made from it is early, never late.
+        if not self._callers_clock:
+            self._offset = float(redis_now) - time.monotonic()
+
+    def _moment(self, now: float) -> str:
+        return f"{round(now * 1e6)}" if self._callers_clock else "-"
+
     def acquire(self, claim: Claim, now: float) -> Awaitable[Verdict]:
-        """Written to Redis now (when connected): the verdict is awaited later (Counters.acquire)."""
+        """Written to Redis now (when connected): the verdict is awaited later (Counters.acquire).
+        Redis runs it only before its deadline, the command timeout from now by Redis's clock: a
+        claim this process has given up on is never taken behind its back."""
         calls = self._calls_of(claim)
-        numbers = f"{round(now * 1e6)} {claim.tokens}"
+        deadline = "-"
+        if not self._callers_clock and self._offset is not None:
+            deadline = f"{round((time.monotonic() + self._offset + COMMAND_TIMEOUT) * 1e6)}"
+        numbers = f"{self._moment(now)} {claim.tokens} {deadline}"
         for charge in claim.charges:
             for b in charge.budgets:
-                numbers += f" {b.reserve} {'-' if b.seed is None else b.seed}"
+                numbers += (f" {b.reserve} {'-' if b.seed is None else b.seed}"
+                            f" {'-' if b.seeded is None else round(b.seeded * 1e6)}")
         return self._verdict(claim, self._acquire.ask(calls.acquire_head + _request(claim.request_id, numbers)
                                                       + calls.acquire_tail))
 
     async def _verdict(self, claim: Claim, asked: Awaitable[str]) -> Verdict:
         fields = (await asked).split(" ")
+        self._heard(fields[1])
         if fields[0] == "seed":
             budgets = [b for charge in claim.charges for b in charge.budgets]
-            return Verdict(unseeded=[budgets[int(i) - 1] for i in fields[1:]])
+            return Verdict(unseeded=[budgets[int(i) - 1] for i in fields[2:]])
+        if fields[0] == "clock":  # the claim's periods are not Redis's: asked again in Redis's
+            return Verdict(clock=float(fields[1]))
+        if fields[0] == "late":
+            raise LateClaim("Redis ran the claim after its deadline (a stall past the command timeout)")
         verdict = Verdict()
-        windows, at = verdict.windows, 1
+        windows, at = verdict.windows, 2
         for charge in claim.charges:
             requests, tokens = fields[at], fields[at + 1]
             if requests:
@@ -351,21 +200,24 @@ class RedisCounters:
                        int(float(used)), int(float(reserved)), int(float(wanted)), unit)
 
     def settle(self, claim: Claim, tokens: int, spent: Mapping[str, int], now: float, done: Settled) -> None:
-        """Written to Redis now (no task, no waiting); `done` hears when Redis has it."""
+        """Written to Redis now (no task, no waiting); `done` hears when Redis has it. Applied once
+        however often it is sent (its id is the request's)."""
         calls = self._calls_of(claim)
-        numbers = f"{round(now * 1e6)} {claim.tokens} {tokens}"
+        ended = "-" if claim.ended is None else f"{round(claim.ended * 1e6)}"
+        numbers = f"{self._moment(now)} {claim.tokens} {tokens} {ended}"
         for charge in claim.charges:
             for b in charge.budgets:
                 numbers += f" {b.reserve} {spent.get(b.counter, 0)}"
         self._settle.start(calls.settle_head + _request(claim.request_id, numbers) + calls.settle_tail, done)
 
     async def renew(self, claims: Iterable[Claim], now: float) -> None:
-        until = repr(now + LEASE_SECONDS)
+        until = repr(self.time(now) + LEASE_SECONDS)
         await asyncio.gather(*(self.client.call("ZADD", f"{self.base(charge.subject)}:leases", "XX", until,
                                                 claim.request_id)
-                               for claim in claims for charge in claim.charges if charge.leased))
+                               for claim in claims for charge in claim.charges if charge.settles))
 
     async def read(self, subject: Subject, limits: Limits, now: float) -> Reading:
+        now = self.time(now)
         base = self.base(subject)
         names = [f"{b.unit.name}:{b.period_at(now).id}" for b in limits.budgets]
         rate, in_flight, *budgets = await asyncio.gather(
@@ -382,7 +234,16 @@ class RedisCounters:
                        budgets={name: (int(v[0]), int(v[1])) for name, v in zip(names, budgets) if v[0] is not None})
 
     async def ping(self) -> None:
-        await self.client.call("PING")
+        self._heard(_seconds(await self.client.call("TIME")))
 
     async def close(self) -> None:
         await self.client.close()
+
+
+class LateClaim(Exception):
+    """Redis refused a claim whose deadline had passed: the limiter's policy applies, as for a timeout."""
+
+
+def _seconds(reply: list) -> str:
+    """Redis's TIME reply as seconds."""
+    return f"{int(reply[0])}.{int(reply[1]):06d}"

@@ -183,11 +183,9 @@ class Limiter:
         """Whether every budget of `limits` can be kept on `model` (one in dollars needs its price)."""
         return all(b.unit.reserve(self.prices, model, 0, 0) is not None for b in limits.budgets)
 
-    async def admit(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
-                    request_id: str) -> Grant:
+    async def admit(self, **asked: Any) -> Grant:
         """`ask`, and its verdict awaited."""
-        return await self.ask(key_id=key_id, account=account, model=model, prompt_tokens=prompt_tokens,
-                              completion_tokens=completion_tokens, request_id=request_id).grant()
+        return await self.ask(**asked).grant()
 
     def ask(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
             request_id: str) -> Grant | Asking:
@@ -206,7 +204,7 @@ class Limiter:
             return Grant(subjects=found)
         if self.counters is None:
             return Grant(refusal=Refusal(plan.counted[0][0], UNSHARED, 0), subjects=found)
-        now = self._clock()
+        now = self.counters.time(self._clock())  # the store's clock: periods are the store's
         charges = []
         periods = []
         for subject, limits in plan.counted:
@@ -239,13 +237,24 @@ class Limiter:
         try:
             verdict = await asking.verdict
             plan.prepared = (asking.periods, claim.prepared)
-            for _ in range(3):  # a counter new to the store starts from the ledger; it may expire meanwhile
-                if not verdict.unseeded:
+            # A counter new to the store starts from the ledger (it may expire meanwhile); a claim
+            # made in periods that are not the store's (this host's clock is off) is made again.
+            for _ in range(3):
+                if verdict.clock is not None:
+                    claim.prepared = None
+                    for charge in claim.charges:
+                        for b in charge.budgets:
+                            b.period, b.seed, b.seeded = b.budget.period_at(verdict.clock), None, None
+                elif verdict.unseeded:
+                    await self._seed(claim, verdict.unseeded)
+                else:
                     break
-                await self._seed(claim, verdict.unseeded)
                 verdict = await self.counters.acquire(claim, asking.now)
         except Exception as exc:
             self._failed(exc)
+            if self._policy == "closed" and any(charge.settles for charge in claim.charges):
+                # The store may have taken it and its answer been lost: given back once it is back.
+                self._keep((claim, 0, {}))
             return self._without_store(claim, found)
         if self._down_since is not None:
             self._back()
@@ -261,17 +270,17 @@ class Limiter:
             return Grant(refusal=Refusal(claim.charges[0].subject, STORE_DOWN, 0), subjects=found)
         if not any(charge.settles for charge in claim.charges):
             return Grant(subjects=found)
-        # Served uncounted; what it uses is charged (nothing was reserved) once the store is back.
-        for charge in claim.charges:
-            for b in charge.budgets:
-                b.reserve = 0
-        return Grant(self, Claim(claim.request_id, 0, claim.charges), subjects=found)
+        # Served uncounted; what it uses is charged once the store is back. The claim goes with it
+        # as it was asked for: if the store took it after all, its settlement gives back what it
+        # reserved; if not, the store knows it holds nothing of it (counters_scripts.py).
+        return Grant(self, claim, subjects=found)
 
     def settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
         """Sent to the store at once, without a task: a shared store's settlement is on its way
         before the request's answer is (so a client that has its answer finds its slot free), and
         Redis has it in the order this process sent it, before any later claim from here."""
         self._live.pop(claim.request_id, None)
+        claim.ended = self.counters.time(self._clock()) if self.counters is not None else None
         settlement = (claim, tokens, spent)
         assert self.counters is not None
         if self._down_since is not None and time.monotonic() < self._retry_at:
@@ -310,9 +319,13 @@ class Limiter:
             await asyncio.shield(self._drained)
 
     async def _seed(self, claim: Claim, unseeded: list[BudgetClaim]) -> None:
+        assert self.counters is not None
         for charge in claim.charges:
             for b in charge.budgets:
                 if any(b is u for u in unseeded):
+                    # Every row of a request that ended SEED_LAG before the ledger is read is in it:
+                    # settlements of those add nothing to the seed (counters_scripts.py).
+                    b.seeded = self.counters.time(self._clock()) - SEED_LAG
                     b.seed = await consumed(self._engine, charge.subject, b.budget.unit, b.period)
 
     # -- the store's health ----------------------------------------------------------------
@@ -369,6 +382,7 @@ class Limiter:
 
 
 RENEW_EVERY = 20.0  # seconds; a third of a shared store's lease (counters_redis.LEASE_SECONDS)
+SEED_LAG = 2.0  # seconds a ledger row may take from its request's end to its commit (docs/limits.md)
 
 
 def wall_clock() -> float:

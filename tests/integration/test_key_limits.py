@@ -102,19 +102,19 @@ def test_requests_per_minute_refuse_with_retry_after_and_the_headers(gateway, db
 def test_a_token_limit_reserves_the_estimate_and_settles_to_the_usage(gateway, db):
     key, key_id, _ = new_key(db.url)
     limit(gateway, db, key, "--key", key_id, "--tpm", "100")
-    # Reserved: 15 characters / 4 -> 4 prompt tokens, + max_tokens 20 = 24. Used (the fake vendor
-    # counts words, and stops at " w5"): 8 + 5 = 13.
+    # Reserved: 8 prompt tokens (the offline counter: "a", " b", ...), + max_tokens 20 = 28. Used
+    # (the fake vendor counts words, and stops at " w5"): 8 + 5 = 13.
     body = {"prompt": "a b c d e f g h", "max_tokens": 20, "stop": [" w5"]}
     first = complete(gateway, key, **body)
     assert first.status_code == 200 and first.json()["usage"]["total_tokens"] == 13
-    assert (first.headers["x-ratelimit-limit-tokens"], first.headers["x-ratelimit-remaining-tokens"]) == ("100", "76")
+    assert (first.headers["x-ratelimit-limit-tokens"], first.headers["x-ratelimit-remaining-tokens"]) == ("100", "72")
     second = complete(gateway, key, **body)
-    assert second.headers["x-ratelimit-remaining-tokens"] == str(100 - 13 - 24)  # the first settled to 13
+    assert second.headers["x-ratelimit-remaining-tokens"] == str(100 - 13 - 28)  # the first settled to 13
     too_large = complete(gateway, key, max_tokens=200)
     assert too_large.status_code == 429 and too_large.headers["x-should-retry"] == "false"
     assert too_large.json()["error"]["code"] == "request_too_large" and "retry-after" not in too_large.headers
-    # 74 left now; 84 wanted: the 10 missing refill in 6 s at 100 per minute
-    wait = complete(gateway, key, prompt="a b c d", max_tokens=82)
+    # 74 left now; 84 wanted (4 + 80): the 10 missing refill in 6 s at 100 per minute
+    wait = complete(gateway, key, prompt="a b c d", max_tokens=80)
     assert wait.status_code == 429 and wait.json()["error"]["code"] == "tokens_per_minute"
     assert wait.headers["retry-after"] == "6" and wait.headers["x-should-retry"] == "true"
     assert wait.headers["x-ratelimit-remaining-tokens"] == "74"

@@ -32,7 +32,8 @@ def store(request):
 
     def run(scenario):
         async def main():
-            opened = MemoryCounters() if request.param == "memory" else RedisCounters(redis_url(), prefix)
+            opened = (MemoryCounters() if request.param == "memory"
+                      else RedisCounters(redis_url(), prefix, callers_clock=True))
             try:
                 await scenario(opened)
             finally:
@@ -174,7 +175,7 @@ def test_a_lease_nobody_renews_frees_its_slot_and_its_reservation():
     limits = Limits(concurrent=1, budgets=(Budget(TOKENS, 100, "month"),))
 
     async def scenario():
-        store = RedisCounters(redis_url(), prefix)
+        store = RedisCounters(redis_url(), prefix, callers_clock=True)
         try:
             dead, alive = claim((KEY_A, limits), tokens=80), claim((KEY_A, limits), tokens=80)
             assert (await acquire(store, dead)).refusal is None

@@ -79,6 +79,9 @@ class Flaky:
     async def acquire(self, claim, now):
         return await self.inner.acquire(claim, now)
 
+    def time(self, now):
+        return now
+
     def settle(self, claim, tokens, spent, now, done):
         if self.failures:
             self.failures -= 1
@@ -150,7 +153,7 @@ def test_a_claim_in_the_next_period_counts_in_its_own_budget_counter():
     moment = [NOW]
 
     async def scenario():
-        counters = RedisCounters(redis_url(), prefix)
+        counters = RedisCounters(redis_url(), prefix, callers_clock=True)
         limited = limiter({KEY_A: limits}, counters, clock=lambda: moment[0])
         limited._seed = nothing_in_the_ledger
         try:
@@ -181,7 +184,7 @@ def test_drain_waits_for_every_settlement_sent_and_returns_at_once_when_none_is(
     limits = Limits(concurrent=5, tpm=100)
 
     async def scenario():
-        counters = RedisCounters(redis_url(), prefix)
+        counters = RedisCounters(redis_url(), prefix, callers_clock=True)
         limited = limiter({KEY_A: limits}, counters)
         try:
             await limited.drain()  # nothing sent: nothing to wait for
