@@ -20,7 +20,7 @@ import pytest
 
 from gateway.core.errors import MAX_RETRY_AFTER
 from gateway.store.tokens import PIECE
-from gateway.vendors.http import MAX_ANSWER_BYTES
+from gateway.vendors.answers import MAX_ANSWER_BYTES
 from gateway.vendors.sse_reader import MAX_EVENT_BYTES
 from tests.fakes.hostile_upstream import MIB, HostileOpenAI, word
 from tests.fakes.server import serve
