@@ -326,7 +326,7 @@ class _Stream:
             if sse.data == "[DONE]":
                 return chunks, True, None
             try:
-                chunks.append(reader.read_json(sse.data))
+                chunk = reader.read_json(sse.data)
             except read.READ_ERRORS as exc:
                 return chunks, False, VendorFailed(
                     f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
@@ -334,6 +334,8 @@ class _Stream:
                 message = redact(self._config, exc.message) or "no reason given"
                 return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
                                                    vendor=self._name)
+            if chunk.choices or chunk.usage is not None:  # an empty one says nothing (not even that it answers)
+                chunks.append(chunk)
         return chunks, False, None
 
     def end(self) -> list[Chunk]:
