@@ -1,6 +1,7 @@
 """What every HTTP vendor adapter shares: a pooled client per deployment (vendors/transport.py),
-the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and bounded
-reads of the vendor's answers. A failure becomes the gateway's error in vendors/vendor_errors.py."""
+the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and the
+reading of the vendor's answers until they prove to be answers (vendors/answers.py). A failure
+becomes the gateway's error in vendors/vendor_errors.py."""
 
 from __future__ import annotations
 
