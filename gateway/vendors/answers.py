@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 
 from gateway.core.config import VendorConfig
-from gateway.core.errors import GatewayError, VendorFailed
+from gateway.core.errors import GatewayError, VendorFailed, VendorTimeout
 from gateway.core.streams import Watch
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
 from gateway.vendors.transport import Answer, TooLarge, TransportError, read_body
@@ -43,11 +43,13 @@ ANYWHERE, ELSEWHERE = "anywhere", "elsewhere"
 @dataclass(frozen=True, slots=True)
 class Failure:
     """How one try on one deployment failed: the error, whether and where it may be tried again
-    (ANYWHERE, ELSEWHERE or None), and the vendor's Retry-After."""
+    (ANYWHERE, ELSEWHERE or None), the vendor's Retry-After, and what a retry's metric calls it
+    (default: the vendor's status, else "connection")."""
 
     error: GatewayError
     retry: str | None = None
     retry_after: float | None = None
+    reason: str | None = None
 
 
 class StreamDecoder(Protocol[T]):
@@ -71,17 +73,17 @@ async def whole(config: VendorConfig, answer: Answer, member: str, read: Callabl
     try:
         return read(orjson.loads(await read_body(answer, MAX_ANSWER_BYTES)))
     except TimeoutError as exc:
-        return Failure(transport_error(config, exc, member), ELSEWHERE)
+        return Failure(transport_error(config, exc, member), ELSEWHERE, reason="timeout")
     except TransportError as exc:
         return Failure(transport_error(config, exc, member), ANYWHERE)
     except TooLarge:
         return Failure(VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
-                                   vendor=config.name), ELSEWHERE)
+                                    vendor=config.name), ELSEWHERE, reason="malformed")
     except orjson.JSONDecodeError as exc:
         return Failure(VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
-                                    vendor=config.name), ELSEWHERE)
+                                    vendor=config.name), ELSEWHERE, reason="malformed")
     except VendorFailed as exc:  # the adapter's reading: not its vendor's format
-        return Failure(exc, ELSEWHERE)
+        return Failure(exc, ELSEWHERE, reason="malformed")
 
 
 class Stream(Generic[T]):
@@ -111,10 +113,10 @@ class Stream(Generic[T]):
         answer did not start)."""
         chunks, fault = await self.next()
         if fault is not None:
-            return Failure(fault, ELSEWHERE)
+            return Failure(fault, ELSEWHERE, reason="timeout" if isinstance(fault, VendorTimeout) else "malformed")
         if not chunks:
             return Failure(VendorFailed(f"vendor '{self._config.name}' ended the stream without an answer",
-                                        vendor=self._config.name), ELSEWHERE)
+                                        vendor=self._config.name), ELSEWHERE, reason="malformed")
         return chunks
 
     async def next(self) -> tuple[list[T], GatewayError | None]:

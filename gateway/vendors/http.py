@@ -255,7 +255,7 @@ class Deployments:
             raise error from None
         last = tried[-1]
         observer = observe.current()
-        reason = str(error.vendor_status) if error.vendor_status else "connection"
+        reason = failure.reason or (str(error.vendor_status) if error.vendor_status else "connection")
         if member not in tried:
             log.info("vendor %s: %s (deployment %s); retry %d/%d on deployment %s", self.config.name, error.message,
                      last.name, len(tried), self.config.retries, member.name)
@@ -302,8 +302,9 @@ class Deployments:
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
-                return Failure(transport_error(config, exc, upstream.member.name),
-                               ELSEWHERE if isinstance(exc, TimeoutError) else ANYWHERE)
+                if isinstance(exc, TimeoutError):
+                    return Failure(transport_error(config, exc, upstream.member.name), ELSEWHERE, reason="timeout")
+                return Failure(transport_error(config, exc, upstream.member.name), ANYWHERE)
             except BaseException as exc:  # cancelled: the client left
                 span.failed(exc)
                 span.end()
