@@ -14,6 +14,7 @@ import pytest
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.core.errors import GatewayError, RateLimited, VendorFailed, VendorNotReady
+from gateway.core.streams import all_of, merged
 from gateway.vendors import http as vendor_http
 from gateway.vendors import registry
 from tests.fakes.httpx_client import answered_by
@@ -342,3 +343,37 @@ def test_a_call_its_caller_gives_up_on_unanswered_is_a_failure(stream):
     asyncio.run(give_up())
     (host,) = vendor.hosts
     assert vendor.state(host).failures == 1 and vendor.state(host).in_flight == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_the_gateway_abandons_because_another_failed_is_not_held_against_its_deployment(stream):
+    """One request fanned out: one call refused at once (a client's mistake), the others waiting
+    on a deployment that has not answered yet. Abandoning them is not their deployment's fault."""
+    waiting = asyncio.Event()
+
+    async def later(host: str, request: httpx.Request) -> httpx.Response:
+        waiting.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def refused(host: str, request: httpx.Request) -> httpx.Response:
+        await waiting.wait()  # refused once the other call is on its way
+        return failing(400, message="bad prompt")(host, request)
+
+    one_at_a_time = config().deployments[0].model_copy(update={"max_concurrent": 1})
+    vendor = Vendor({"a": refused, "b": later, "c": later},
+                    config().model_copy(update={"deployments": (one_at_a_time, *config().deployments[1:])}))
+    pin_first_pick(vendor, "a")  # the first call goes to a, the other (a is full) elsewhere
+    calls = [CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=stream) for _ in range(2)]
+
+    async def fan_out() -> None:
+        if stream:
+            async for _ in merged([vendor.adapter.stream(call) for call in calls]):
+                pass
+        else:
+            await all_of([vendor.adapter.complete(call) for call in calls])
+
+    with pytest.raises(GatewayError) as refusal:
+        asyncio.run(fan_out())
+    assert refusal.value.status == 400 and vendor.hosts[0] == "a" and len(vendor.hosts) == 2
+    assert all(s.failures == 0 and s.in_flight <= 1 for s in vendor.adapter.balancer.snapshot())

@@ -17,7 +17,7 @@ from gateway.core import observe
 from gateway.core.completion import cleared
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorNotReady
-from gateway.core.streams import Watch
+from gateway.core.streams import Watch, abandoned
 from gateway.core.vendor_config import Timeouts
 from gateway.vendors.answers import ANYWHERE, ELSEWHERE, Failure, R, Stream, StreamDecoder, T, as_is, whole
 from gateway.vendors.balancer import Balancer, Member, Ticket
@@ -207,7 +207,8 @@ class Deployments:
 
         A try still unanswered when its caller gives up (the client left) is the deployment's
         failure: a vendor that accepts calls and never answers them is ejected even when every
-        client gives up before `first_byte`.
+        client gives up before `first_byte`. One the gateway abandons because another call of the
+        request failed (core/streams.py ABANDONED) says nothing of its deployment.
         """
         await cleared()  # the request's limits let it go (core/completion.py)
         attempts = self.config.retries + 1
@@ -226,8 +227,8 @@ class Deployments:
                         ticket.failed()
                         await answer.aclose()
             except BaseException as exc:
-                if isinstance(exc, asyncio.CancelledError):
-                    ticket.failed()  # given up on, unanswered
+                if isinstance(exc, asyncio.CancelledError) and not abandoned(exc):
+                    ticket.failed()  # given up on by its caller, unanswered
                 ticket.close()
                 if answer is not None and not isinstance(answer, Failure):
                     await answer.aclose()
