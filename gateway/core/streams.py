@@ -1,5 +1,12 @@
-"""Merging concurrent async streams (the planner's fanned-out vendor calls, the local engine's
-`n` generations), and bounding a stream's waits with one timer (`Watch`)."""
+"""Running concurrent vendor calls (the planner's fanned-out calls, the local engine's `n`
+generations): their answers together (`all_of`) or their streams merged (`merged`), and bounding a
+stream's waits with one timer (`Watch`).
+
+When one of the calls fails, the others are cancelled with the message ABANDONED: the gateway gave
+up on them, not their caller, so the vendor layer does not hold a call it was waiting for against
+its deployment (a call its client gave up on, unanswered, is that deployment's failure:
+vendors/http.py). Without it, one request fanned out 50 ways and refused by the vendor (a client's
+mistake) would count dozens of failures and eject every healthy deployment."""
 
 from __future__ import annotations
 
@@ -11,6 +18,34 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _DONE = object()
+# The message of a cancellation by the gateway itself, because a sibling call failed (`abandoned`).
+ABANDONED = "abandoned: another call of the request failed"
+
+
+def abandoned(cancellation: BaseException) -> bool:
+    """Whether a cancellation came from `all_of` or `merged` giving up on a call, not its caller."""
+    return ABANDONED in getattr(cancellation, "args", ())
+
+
+async def all_of(calls: list[Awaitable[T]]) -> list[T]:
+    """The results of `calls` run concurrently, in their order. The first to fail (in their
+    order, among those that failed together) has its exception raised once the others are
+    cancelled as ABANDONED; a cancellation of the caller cancels them all, as its own."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None), None)
+    if failed is None:
+        return [task.result() for task in tasks]
+    for task in tasks:
+        task.cancel(ABANDONED)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    raise failed.exception()  # type: ignore[misc]
 
 
 async def merged(streams: list[AsyncIterator[T]], buffered: int = 0) -> AsyncIterator[tuple[int, T]]:
@@ -35,6 +70,7 @@ async def merged(streams: list[AsyncIterator[T]], buffered: int = 0) -> AsyncIte
             await queue.put((number, exc))
 
     tasks = [asyncio.create_task(pump(number, stream)) for number, stream in enumerate(streams)]
+    why = None  # the consumer's leaving (closing, or cancelled): the calls are given up as its own
     try:
         running = len(tasks)
         while running:
@@ -42,12 +78,13 @@ async def merged(streams: list[AsyncIterator[T]], buffered: int = 0) -> AsyncIte
             if item is _DONE:
                 running -= 1
             elif isinstance(item, Exception):
+                why = ABANDONED
                 raise item
             else:
                 yield number, item
     finally:
         for task in tasks:
-            task.cancel()
+            task.cancel(why)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

@@ -61,7 +61,8 @@ class Frozen(BaseModel):
 
 
 class Timeouts(Frozen):
-    """Seconds. `first_byte` bounds the wait for the vendor's answer to start, `idle` the gap
+    """Seconds. `first_byte` bounds the wait for the vendor's answer to start (a stream's first
+    chunk, and a non-streamed answer's head, which comes with the whole answer), `idle` the gap
     between two stream chunks, `total` the whole vendor call."""
 
     connect: PositiveFloat = 5.0
@@ -72,8 +73,9 @@ class Timeouts(Frozen):
 
 class Health(Frozen):
     """Passive health of a vendor's deployments (gateway/vendors/balancer.py): `eject_after`
-    consecutive failures (connection failures, timeouts, 5xx) take a deployment out for `cooldown`
-    seconds, doubled at each ejection in a row up to `max_cooldown`."""
+    consecutive failures (connection failures, timeouts, 5xx, answers that are not answers, calls
+    given up on unanswered) take a deployment out for `cooldown` seconds, doubled at each
+    ejection in a row up to `max_cooldown`."""
 
     eject_after: PositiveInt = 3
     cooldown: PositiveFloat = 5.0

@@ -33,7 +33,7 @@ from gateway.core.completion import (
 )
 from gateway.core.errors import BadRequest, invalid_field
 from gateway.core.parameters import PARAMETERS
-from gateway.core.streams import merged
+from gateway.core.streams import all_of, merged
 from gateway.planner import capabilities
 from gateway.planner.emulation import Emulation
 from gateway.planner.verify import Expected
@@ -190,14 +190,9 @@ async def complete(plan: Plan) -> Result:
             async with gate:
                 return await _vendor_complete(plan, leg)
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(run(leg)) for leg in legs]
-        except ExceptionGroup as failed:
-            # The first leg's failure is the request's answer (e.g. a 400 for one bad prompt of a
-            # list); the group itself would be an unhandled error, a 500.
-            raise failed.exceptions[0] from None
-        results = [task.result() for task in tasks]
+        # The first leg's failure is the request's answer (e.g. a 400 for one bad prompt of a list);
+        # the others are abandoned, which their deployments' health is told (core/streams.py).
+        results = await all_of([run(leg) for leg in legs])
     choices = []
     for leg, result in zip(legs, results, strict=True):
         for choice in result.choices:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -110,47 +109,21 @@ class AnthropicAdapter(HttpAdapter):
 
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)
-        data = await self._post_json(MESSAGES, payload, call.served_by)
+        return await self._post_json(MESSAGES, payload, call.served_by, lambda data: self._message(data, _Reply(reply.moved)))
+
+    def _message(self, data: Any, reply: _Reply) -> Result:
         try:
             return read_message(data, reply)
         except read.READ_ERRORS as exc:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
                                vendor=self.name) from None
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
+    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         payload, reply = self._request(call)
         payload["stream"] = True
-        reader = EventReader(reply)
-        events = self._sse_events(MESSAGES, payload, call.served_by)
-        async with aclosing(events):
-            async for batch in events:
-                chunks, failure = self._read(reader, batch)
-                if chunks:  # what came before a fault in the same read still goes out first
-                    yield chunks
-                if failure is not None:
-                    raise failure
-                if reader.stopped:
-                    return
-        raise VendorFailed(f"vendor '{self.name}' ended the stream before message_stop", vendor=self.name)
-
-    def _read(self, reader: EventReader, batch: list[Event]) -> tuple[list[Chunk], VendorFailed | None]:
-        """The chunks of one read's events (up to message_stop), and the fault that stopped the
-        reading of them (None when they were all well-formed)."""
-        chunks = []
-        for sse in batch:
-            try:
-                chunk = reader.read(orjson.loads(sse.data))
-            except read.READ_ERRORS as exc:
-                return chunks, VendorFailed(f"vendor '{self.name}' sent a malformed stream event: {read.why(exc)}",
-                                            vendor=self.name)
-            except read.Reported as exc:
-                message = redact(self._config, exc.message) or "no reason given"
-                return chunks, VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name)
-            if chunk is not None:
-                chunks.append(chunk)
-            if reader.stopped:
-                break
-        return chunks, None
+        # A reader per try: the reply's trimming of moved whitespace starts again with each.
+        return self._sse_chunks(MESSAGES, payload, call.served_by,
+                                lambda: _Stream(self.name, self._config, EventReader(_Reply(reply.moved))))
 
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
         (prompt,) = call.prompts  # prompts_per_call = 1
@@ -223,10 +196,44 @@ class EventReader:
         return None
 
 
+class _Stream:
+    """One try's stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to message_stop."""
+
+    __slots__ = ("_name", "_config", "_reader")
+
+    def __init__(self, name: str, config: VendorConfig, reader: EventReader) -> None:
+        self._name = name
+        self._config = config
+        self._reader = reader
+
+    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
+        chunks = []
+        reader = self._reader
+        for sse in batch:
+            try:
+                chunk = reader.read(orjson.loads(sse.data))
+            except read.READ_ERRORS as exc:
+                return chunks, False, VendorFailed(
+                    f"vendor '{self._name}' sent a malformed stream event: {read.why(exc)}", vendor=self._name)
+            except read.Reported as exc:
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
+                                                   vendor=self._name)
+            if chunk is not None:
+                chunks.append(chunk)
+            if reader.stopped:
+                return chunks, True, None
+        return chunks, False, None
+
+    def end(self) -> list[Chunk]:
+        raise VendorFailed(f"vendor '{self._name}' ended the stream before message_stop", vendor=self._name)
+
+
 class _Reply:
     """Drops the whitespace that was moved out of the prefill from the start of the reply."""
 
     def __init__(self, moved: str) -> None:
+        self.moved = moved  # the whitespace moved out of the prefill (what a retry starts from)
         self._moved = moved
 
     def trim(self, text: str) -> str:

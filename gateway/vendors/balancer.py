@@ -3,8 +3,10 @@
 A `Balancer` holds one `Member` per deployment. The HTTP layer (vendors/http.py) asks it to
 `pick` a member for each try, opens a `Ticket` on it (`begin`), and tells the ticket how the try
 went: `answered` when a 200 head arrived (a latency sample), `succeeded` when the whole call
-went well, `failed` on a connection failure, timeout or 5xx, `rest` on a 429 with Retry-After;
-`close` releases the member's slot however the call ended.
+went well, `failed` on what a client would see as a failure (a connection failure, a timeout, a
+5xx, a 200 that is not an answer, a stream cut short, a call its caller gave up on unanswered:
+vendors/answers.py), `rest` on a 429 with Retry-After; `close` releases the member's slot however
+the call ended.
 
 Routing (`VendorConfig.routing`), among the members that can take a try now:
 - least_outstanding: the fewest calls in flight per unit of weight; ties by weight at random (so
@@ -183,7 +185,8 @@ class Ticket:
         self._end_trial()
 
     def failed(self) -> None:
-        """A connection failure, a timeout or a 5xx (before or after the first byte)."""
+        """A connection failure, a timeout, a 5xx, an answer that is not one, a stream cut short,
+        or a call given up on before it was answered (before or after the first byte)."""
         if self._failed:
             return
         self._failed = True

@@ -12,7 +12,6 @@ models spend part of `maxOutputTokens` on thoughts: they count as completion tok
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -26,6 +25,7 @@ from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native
 from gateway.vendors import untrusted as read
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import with_sampled
+from gateway.vendors.sse_reader import Event
 from gateway.vendors.vendor_errors import error_message, vendor_error
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
@@ -130,8 +130,10 @@ class GeminiAdapter(HttpAdapter):
         return {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
 
     async def complete(self, call: CompletionCall) -> Result:
-        url = _url(call, "generateContent")
-        data = await self._post_json(url, self._payload(call), call.served_by)
+        return await self._post_json(_url(call, "generateContent"), self._payload(call), call.served_by,
+                                     lambda data: self._answer(data, call))
+
+    def _answer(self, data: Any, call: CompletionCall) -> Result:
         try:
             reader = Reader(call)
             choices = reader.read(data)
@@ -142,31 +144,9 @@ class GeminiAdapter(HttpAdapter):
             choice.finish_reason = choice.finish_reason or "stop"
         return Result(choices=choices, usage=reader.usage)
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
-        reader = Reader(call)
+    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         url = _url(call, "streamGenerateContent") + "?alt=sse"
-        events = self._sse_events(url, self._payload(call), call.served_by)
-        async with aclosing(events):
-            async for batch in events:
-                chunks: list[Chunk] = []
-                for sse in batch:
-                    try:
-                        choices = reader.read(orjson.loads(sse.data))
-                    except read.READ_ERRORS as exc:
-                        failure = VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
-                                               vendor=self.name)
-                        if chunks:  # what came before the fault in the same read still goes out first
-                            yield chunks
-                        raise failure from None
-                    if choices:
-                        chunks.append(Chunk(choices))
-                if chunks:
-                    yield chunks
-        # The stream has no end marker of its own: it ends when every candidate has finished.
-        if not reader.finished_all:
-            raise VendorFailed(f"vendor '{self.name}' ended the stream before every candidate finished",
-                               vendor=self.name)
-        yield [Chunk([], reader.usage)]
+        return self._sse_chunks(url, self._payload(call), call.served_by, lambda: _Stream(self.name, Reader(call)))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's
@@ -245,6 +225,35 @@ class Reader:
                              for i, (token, logprob) in enumerate(zip(tokens, token_logprobs, strict=True))],
             "text_offset": offsets,
         }
+
+
+class _Stream:
+    """One try's stream (vendors/answers.py `StreamDecoder`). It has no end marker of its own: it
+    ends with the body, well once every candidate has finished; the usage goes out last."""
+
+    __slots__ = ("_name", "_reader")
+
+    def __init__(self, name: str, reader: Reader) -> None:
+        self._name = name
+        self._reader = reader
+
+    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
+        chunks: list[Chunk] = []
+        for sse in batch:
+            try:
+                choices = self._reader.read(orjson.loads(sse.data))
+            except read.READ_ERRORS as exc:
+                return chunks, False, VendorFailed(
+                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
+            if choices:
+                chunks.append(Chunk(choices))
+        return chunks, False, None
+
+    def end(self) -> list[Chunk]:
+        if not self._reader.finished_all:
+            raise VendorFailed(f"vendor '{self._name}' ended the stream before every candidate finished",
+                               vendor=self._name)
+        return [Chunk([], self._reader.usage)]
 
 
 def _alternatives(step: dict[str, Any], top: int) -> list[tuple[str, float]]:

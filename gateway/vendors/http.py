@@ -1,27 +1,27 @@
 """What every HTTP vendor adapter shares: a pooled client per deployment (vendors/transport.py),
-the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and bounded
-reads of the vendor's answers. A failure becomes the gateway's error in vendors/vendor_errors.py."""
+the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and the
+reading of the vendor's answers until they prove to be answers (vendors/answers.py). A failure
+becomes the gateway's error in vendors/vendor_errors.py."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import orjson
 
 from gateway.core import observe
 from gateway.core.completion import cleared
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorFailed, VendorNotReady
-from gateway.core.streams import Watch
+from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorNotReady
+from gateway.core.streams import Watch, abandoned
 from gateway.core.vendor_config import Timeouts
+from gateway.vendors.answers import ANYWHERE, ELSEWHERE, Failure, R, Stream, StreamDecoder, T, as_is, whole
 from gateway.vendors.balancer import Balancer, Member, Ticket
-from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
-from gateway.vendors.transport import Answer, Client, TooLarge, TransportError, read_body
+from gateway.vendors.transport import Answer, Client, TransportError, read_body
 from gateway.vendors.transport_http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 
@@ -29,19 +29,13 @@ from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25  # seconds; attempt k waits up to BACKOFF_BASE * 2**k (full jitter)
 BACKOFF_CAP = 8.0  # a longer Retry-After goes back to the client instead of being waited out here
-# The largest non-streamed answer read from a vendor, in bytes. A completion, even with n choices
-# and logprobs for thousands of tokens, is far smaller; a vendor sending more (or without end) is
-# refused instead of filling the gateway's memory. (A stream is bounded per event: sse_reader.py.)
-MAX_ANSWER_BYTES = 32 << 20
 # How much of a vendor's error answer (a non-200) is read: its message is at the start.
 MAX_ERROR_BYTES = 64 << 10
 # How much of a deployment's answer to a probe (GET /models) is read.
 MAX_PROBE_BYTES = 1 << 20
-# Where a failed try may be retried: on any deployment, or only on another one (a deployment that
-# refused the gateway's key: another deployment has another key).
-ANYWHERE, ELSEWHERE = "anywhere", "elsewhere"
 
 log = logging.getLogger("gateway.vendors")
+A = TypeVar("A")
 
 # How `_send` waits between tries. A module attribute so that tests can record the delays the
 # retry policy asks for instead of waiting them out (tests/integration/test_faults.py).
@@ -87,11 +81,12 @@ class HttpAdapter:
     def not_ready(self) -> str | None:
         return None
 
-    async def _post_json(self, path: str, payload: Any, served: list[str]) -> Any:
-        return await self._deployments.post_json(path, payload, self._error, served)
+    async def _post_json(self, path: str, payload: Any, served: list[str], read: Callable[[Any], R]) -> R:
+        return await self._deployments.post_json(path, payload, self._error, served, read)
 
-    def _sse_events(self, path: str, payload: Any, served: list[str]) -> AsyncIterator[list[Event]]:
-        return self._deployments.sse_events(path, payload, self._error, served)
+    def _sse_chunks(self, path: str, payload: Any, served: list[str],
+                    decoder: Callable[[], StreamDecoder[T]]) -> AsyncIterator[list[T]]:
+        return self._deployments.sse_chunks(path, payload, self._error, served, decoder)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         raise NotImplementedError  # each adapter reads its vendor's error body
@@ -138,87 +133,82 @@ class Deployments:
         when it could not be asked. Not a request: no retry, no ticket."""
         return list(await asyncio.gather(*(_probe(upstream, path) for upstream in self._upstreams)))
 
-    async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str]) -> Any:
-        """POST a JSON body and return the vendor's JSON answer; every failure is a GatewayError."""
+    async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str],
+                        read: Callable[[Any], R] = as_is) -> R:
+        """POST a JSON body and return the vendor's JSON answer as `read` reads it (VendorFailed
+        when it is not the vendor's format: another deployment is then asked); every failure is a
+        GatewayError."""
         config = self.config
-        answer, ticket = await self._send(path, orjson.dumps(payload), on_error, None, served)
-        try:
-            body = await read_body(answer, MAX_ANSWER_BYTES)
-            data = orjson.loads(body)
-        except (TransportError, TimeoutError) as exc:
-            ticket.failed()
-            raise transport_error(config, exc, ticket.member.name) from None
-        except TooLarge:
-            ticket.failed()
-            raise VendorFailed(f"vendor '{config.name}' sent an answer larger than {MAX_ANSWER_BYTES} bytes",
-                               vendor=config.name) from None
-        except orjson.JSONDecodeError as exc:
-            ticket.failed()
-            raise VendorFailed(f"vendor '{config.name}' sent a malformed answer: not JSON (at byte {exc.pos})",
-                               vendor=config.name) from None
-        else:
-            ticket.succeeded()
-        finally:
-            ticket.close()
-            await answer.aclose()
-        return data
 
-    async def sse_events(self, path: str, payload: Any, on_error: ErrorMapper,
-                         served: list[str]) -> AsyncIterator[list[Event]]:
-        """POST a JSON body and yield the server-sent events of the answer, the events each read
-        of it completes as one list. Held to the vendor's timeouts: `first_byte` for the head and
-        again for the first piece of the body, `idle` between two pieces, `total` for the body
-        as a whole, all kept by one timer (core/streams.py `Watch`; a wait never spans a yield).
-        Every failure is a GatewayError. The connection closes with the generator.
+        async def accept(answer: Answer, ticket: Ticket) -> R | Failure:
+            return await whole(config, answer, ticket.member.name, read)
 
-        A stream its reader stops (at its end marker, or because the client left) after events
-        came without a fault went well, as far as the deployment's health is concerned."""
+        answer, ticket, result = await self._send(path, orjson.dumps(payload), on_error, served, accept)
+        ticket.succeeded()
+        ticket.close()
+        await answer.aclose()
+        return result
+
+    async def sse_chunks(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str],
+                         decoder: Callable[[], StreamDecoder[T]]) -> AsyncIterator[list[T]]:
+        """POST a JSON body and yield the chunks its answer's server-sent events make, as each
+        read of the vendor's stream completes them (vendors/answers.py `Stream`: its timeouts).
+        A try is over once its first chunks came: until then a failure (garbage, a stream
+        without an event, a vendor that went quiet) is tried again on another deployment, as
+        nothing went to the client. Every failure is a GatewayError; the connection closes with
+        the generator.
+
+        The deployment did well when its stream came to its end, or when the stream's reader
+        stopped (at a stop sequence, or because the client left) while it was answering."""
         config = self.config
-        timeouts = config.timeouts
         watch = Watch()
+
+        async def accept(answer: Answer, ticket: Ticket) -> tuple[Stream[T], list[T]] | Failure:
+            stream = Stream(config, answer, ticket.member.name, decoder(), watch)
+            first = await stream.first()
+            return first if isinstance(first, Failure) else (stream, first)
+
         try:
-            answer, ticket = await self._send(path, orjson.dumps(payload), on_error, watch, served)
+            answer, ticket, (stream, chunks) = await self._send(path, orjson.dumps(payload), on_error, served, accept)
         except BaseException:
             watch.close()
             raise
-        flowing = False
-        parser = EventParser()
-        read, wait = answer.read, watch.wait
         try:
-            limit = timeouts.first_byte
-            ends = watch.now() + timeouts.total
-            while piece := await wait(read(), min(watch.now() + limit, ends)):
-                limit = timeouts.idle
-                if events := parser.feed(piece):
-                    flowing = True
-                    yield events
-        except (TransportError, TimeoutError) as exc:
-            ticket.failed()
-            raise transport_error(config, exc, ticket.member.name) from None
-        except MalformedStream as exc:
-            ticket.failed()
-            raise VendorFailed(f"vendor '{config.name}' sent a malformed stream: {exc}", vendor=config.name) from None
+            while True:
+                yield chunks
+                chunks, fault = await stream.next()
+                if fault is not None:
+                    ticket.failed()
+                    raise fault
+                if stream.finished:
+                    if chunks:
+                        yield chunks
+                    return
         finally:
             watch.close()
-            if flowing:
-                ticket.succeeded()  # a no-op after a failure
+            ticket.succeeded()  # a no-op after a failure
             ticket.close()
             await answer.aclose()
 
-    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, watch: Watch | None,
-                    served: list[str]) -> tuple[Answer, Ticket]:
-        """Send the request and return the vendor's 200 answer with its body still to be read
-        (the caller closes it and its ticket), or raise the gateway error its failure means.
-        With a stream's `watch`, the wait for the answer's head is bounded by `first_byte` (a
-        non-streamed head comes with the whole answer).
+    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, served: list[str],
+                    accept: Callable[[Answer, Ticket], Awaitable[A | Failure]]) -> tuple[Answer, Ticket, A]:
+        """Send the request until a deployment's 200 answer is `accept`ed (its first chunks came,
+        or it was read whole), and return it with its ticket and what `accept` made of it (the
+        caller closes the answer and gives the ticket its verdict), or raise the gateway error
+        its failure means. The answer's head is bounded by `first_byte` (the transport's).
 
-        Connection failures and RETRY_STATUSES are retried up to `config.retries` times. This
-        happens before anything went to the client (a stream's headers wait for its first chunk),
-        so a retry is invisible to it. A retry goes to a deployment not tried yet when one can
-        take it, at once; back on a deployment already tried it waits first, with exponential
-        backoff and full jitter, honouring Retry-After (a longer one than BACKOFF_CAP goes back to
-        the client). A deployment rejecting the gateway's key (401/403) is retried only elsewhere.
-        Timeouts are not retried: the time is already spent.
+        Connection failures and RETRY_STATUSES are retried up to `config.retries` times, and so
+        are a timeout and an answer `accept` refuses, on another deployment only. This happens
+        before anything went to the client (a stream's headers wait for its first chunk), so a
+        retry is invisible to it. A retry goes to a deployment not tried yet when one can take
+        it, at once; back on a deployment already tried it waits first, with exponential backoff
+        and full jitter, honouring Retry-After (a longer one than BACKOFF_CAP goes back to the
+        client). A deployment rejecting the gateway's key (401/403) is retried only elsewhere.
+
+        A try still unanswered when its caller gives up (the client left) is the deployment's
+        failure: a vendor that accepts calls and never answers them is ejected even when every
+        client gives up before `first_byte`. One the gateway abandons because another call of the
+        request failed (core/streams.py ABANDONED) says nothing of its deployment.
         """
         await cleared()  # the request's limits let it go (core/completion.py)
         attempts = self.config.retries + 1
@@ -227,15 +217,25 @@ class Deployments:
         member = balancer.pick()
         while True:
             ticket = balancer.begin(member)
+            answer: Answer | None = None
             try:
-                tried_here = await self._try(self._upstreams[member.index], ticket, path, body, on_error, watch,
-                                             len(tried))
-            except BaseException:
+                tried_here = answer = await self._try(self._upstreams[member.index], ticket, path, body, on_error,
+                                                      len(tried))
+                if not isinstance(answer, Failure):
+                    tried_here = await accept(answer, ticket)
+                    if isinstance(tried_here, Failure):
+                        ticket.failed()
+                        await answer.aclose()
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError) and not abandoned(exc):
+                    ticket.failed()  # given up on by its caller, unanswered
                 ticket.close()
+                if answer is not None and not isinstance(answer, Failure):
+                    await answer.aclose()
                 raise
             if not isinstance(tried_here, Failure):
                 served.append(member.name)
-                return tried_here, ticket
+                return answer, ticket, tried_here  # type: ignore[return-value]
             ticket.close()
             tried.append(member)
             try:
@@ -256,7 +256,7 @@ class Deployments:
             raise error from None
         last = tried[-1]
         observer = observe.current()
-        reason = str(error.vendor_status) if error.vendor_status else "connection"
+        reason = failure.reason or (str(error.vendor_status) if error.vendor_status else "connection")
         if member not in tried:
             log.info("vendor %s: %s (deployment %s); retry %d/%d on deployment %s", self.config.name, error.message,
                      last.name, len(tried), self.config.retries, member.name)
@@ -275,7 +275,7 @@ class Deployments:
             raise error from None
 
     async def _try(self, upstream: _Upstream, ticket: Ticket, path: str, body: bytes, on_error: ErrorMapper,
-                   watch: Watch | None, attempt: int) -> Answer | Failure:
+                   attempt: int) -> Answer | Failure:
         """One try on one deployment: its 200 answer, or how it failed. The ticket hears what the
         answer says of the deployment's health.
 
@@ -293,9 +293,7 @@ class Deployments:
         while True:
             span = observer.vendor_request(config.name, "POST", url, attempt + resent_after_drop)
             try:
-                sending = upstream.client.send(url, body)
-                answer = await (sending if watch is None else
-                                watch.wait(sending, watch.now() + config.timeouts.first_byte))
+                answer = await upstream.client.send(url, body)
             except (TransportError, TimeoutError) as exc:
                 span.failed(exc)
                 span.end()
@@ -305,8 +303,9 @@ class Deployments:
                     await asyncio.sleep(0)  # lets the pool see the other connections the vendor closed
                     continue
                 ticket.failed()
-                return Failure(transport_error(config, exc, upstream.member.name),
-                               None if isinstance(exc, TimeoutError) else ANYWHERE)
+                if isinstance(exc, TimeoutError):
+                    return Failure(transport_error(config, exc, upstream.member.name), ELSEWHERE, reason="timeout")
+                return Failure(transport_error(config, exc, upstream.member.name), ANYWHERE)
             except BaseException as exc:  # cancelled: the client left
                 span.failed(exc)
                 span.end()
@@ -358,13 +357,3 @@ async def _probe(upstream: _Upstream, path: str) -> tuple[str | None, Any] | Non
     except orjson.JSONDecodeError:
         data = None
     return answer.header("server"), data
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """How one try on one deployment failed: the error, whether and where it may be tried again
-    (ANYWHERE, ELSEWHERE or None), and the vendor's Retry-After."""
-
-    error: GatewayError
-    retry: str | None = None
-    retry_after: float | None = None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, ClassVar
 
 import msgspec
@@ -210,44 +209,18 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
-        data = await self._post_json(COMPLETIONS, self._payload(call), call.served_by)
+        return await self._post_json(COMPLETIONS, self._payload(call), call.served_by,
+                                     lambda data: self._completion(data, call))
+
+    def _completion(self, data: Any, call: CompletionCall) -> Result:
         try:
             return read_completion(data, call)
         except read.READ_ERRORS as exc:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {read.why(exc)}",
                                vendor=self.name) from None
 
-    async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
-        events = self._sse_events(COMPLETIONS, self._payload(call), call.served_by)
-        reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
-        async with aclosing(events):
-            async for batch in events:
-                chunks, done, failure = self._read(reader, batch)
-                if chunks:  # what came before a fault in the same read still goes out first
-                    yield chunks
-                if failure is not None:
-                    raise failure
-                if done:
-                    return
-        raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
-
-    def _read(self, reader: ChunkReader, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
-        """The chunks of one read's events, whether the end marker came, and the fault that
-        stopped the reading of them (None when they were all well-formed)."""
-        chunks = []
-        for sse in batch:
-            if sse.data == "[DONE]":
-                return chunks, True, None
-            try:
-                chunks.append(reader.read_json(sse.data))
-            except read.READ_ERRORS as exc:
-                return chunks, True, VendorFailed(
-                    f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self.name)
-            except read.Reported as exc:
-                message = redact(self._config, exc.message) or "no reason given"
-                return chunks, True, VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}",
-                                                  vendor=self.name)
-        return chunks, False, None
+    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
+        return self._sse_chunks(COMPLETIONS, self._payload(call), call.served_by, lambda: _Stream(self, call))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
@@ -337,6 +310,39 @@ class ChunkReader:
             choices.append(_choice(choice, self._logprobs, self._bound))
         usage = payload.get("usage")
         return Chunk(choices, None if usage is None else read_usage(usage))
+
+
+class _Stream:
+    """One try's stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to `[DONE]`."""
+
+    __slots__ = ("_name", "_config", "_reader")
+
+    def __init__(self, adapter: OpenAIAdapter, call: CompletionCall) -> None:
+        self._name = adapter.name
+        self._config = adapter._config
+        self._reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
+
+    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
+        chunks = []
+        reader = self._reader
+        for sse in batch:
+            if sse.data == "[DONE]":
+                return chunks, True, None
+            try:
+                chunk = reader.read_json(sse.data)
+            except read.READ_ERRORS as exc:
+                return chunks, False, VendorFailed(
+                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
+            except read.Reported as exc:
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
+                                                   vendor=self._name)
+            if chunk.choices or chunk.usage is not None:  # an empty one says nothing (not even that it answers)
+                chunks.append(chunk)
+        return chunks, False, None
+
+    def end(self) -> list[Chunk]:
+        raise VendorFailed(f"vendor '{self._name}' ended the stream early", vendor=self._name)
 
 
 def _choice_count(call: CompletionCall) -> int:

@@ -11,7 +11,6 @@ names, logprobs bounded and rebuilt from checked values, so nothing unexpected p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -77,40 +76,49 @@ class OpenAIChat:
     chat_capabilities: Capabilities
 
     async def chat_complete(self, call: ChatCall) -> Result:
-        data = await self._post_json(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
-                                     call.served_by)
+        return await self._post_json(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
+                                     call.served_by, lambda data: self._chat_answer(data, call.n))
+
+    def _chat_answer(self, data: Any, n: int) -> Result:
         try:
-            return read_chat(data, call.n)
+            return read_chat(data, n)
         except read.READ_ERRORS as exc:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed chat completion: {read.why(exc)}",
                                vendor=self.name) from None
 
-    async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
-        events = self._sse_events(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
-                                  call.served_by)
-        async with aclosing(events):
-            async for batch in events:
-                chunks, done = self._read_events(batch, call.n)
-                if chunks:
-                    yield chunks
-                if done:
-                    return
-        raise VendorFailed(f"vendor '{self.name}' ended the stream early", vendor=self.name)
+    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+        return self._sse_chunks(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
+                                call.served_by, lambda: _ChatStream(self.name, self._config, call.n))  # type: ignore[attr-defined]
 
-    def _read_events(self, batch: list[Event], n: int) -> tuple[list[Chunk], bool]:
+
+class _ChatStream:
+    """One try's chat stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to `[DONE]`."""
+
+    __slots__ = ("_name", "_config", "_n")
+
+    def __init__(self, name: str, config: Any, n: int) -> None:
+        self._name, self._config, self._n = name, config, n
+
+    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
         chunks = []
         for sse in batch:
             if sse.data == "[DONE]":
-                return chunks, True
+                return chunks, True, None
             try:
-                chunks.append(read_chat_chunk(orjson.loads(sse.data), n))
+                chunk = read_chat_chunk(orjson.loads(sse.data), self._n)
             except read.READ_ERRORS as exc:
-                raise VendorFailed(f"vendor '{self.name}' sent a malformed stream chunk: {read.why(exc)}",
-                                   vendor=self.name) from None
+                return chunks, False, VendorFailed(
+                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
             except read.Reported as exc:
-                message = redact(self._config, exc.message) or "no reason given"  # type: ignore[attr-defined]
-                raise VendorFailed(f"vendor '{self.name}' failed mid-stream: {message}", vendor=self.name) from None
-        return chunks, False
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
+                                                   vendor=self._name)
+            if chunk.choices or chunk.usage is not None:  # an empty one says nothing
+                chunks.append(chunk)
+        return chunks, False, None
+
+    def end(self) -> list[Chunk]:
+        raise VendorFailed(f"vendor '{self._name}' ended the stream early", vendor=self._name)
 
 
 def read_chat(data: Any, n: int) -> Result:

@@ -11,7 +11,8 @@ What it keeps of a library's duties:
 - a pool of kept-alive connections, at most MAX_CONNECTIONS open; a connection is used again only
   once its answer was read to the end and the vendor did not ask to close it;
 - TLS with the vendors' context (transport.tls()), the host name checked;
-- the connect timeout, and `total` for every wait for the vendor's bytes (the head, each piece);
+- the connect timeout, `first_byte` for the answer's head (a non-streamed answer's whole wait), and
+  `total` for every piece of the body;
 - a connection closed before any byte of its answer is `dropped` (vendors/http.py sends once more:
   the vendor did not serve it); a broken answer is a TransportError; neither quotes a key;
 - what a vendor sends is bounded: its head at MAX_HEAD_BYTES, the bytes read but not yet taken at
@@ -78,7 +79,7 @@ class Http1Client:
             connection = await self._connect(origin)
         connection.request(data)
         try:
-            await connection.head(self._timeouts.total)
+            await connection.head(self._timeouts.first_byte)
         except BaseException:
             connection.close()
             raise

@@ -8,7 +8,7 @@ is read in every form RFC 9110 allows and bounded.
 from __future__ import annotations
 
 import logging
-import math
+import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -33,6 +33,10 @@ from gateway.vendors.transport import TransportError
 from gateway.vendors.untrusted import MESSAGE_LIMIT
 
 log = logging.getLogger("gateway.vendors")
+
+# Retry-After's delay-seconds: digits (a fraction tolerated, as some servers send one). Python's
+# float() would also read "1_0" as 10, "1e3", "inf", "+5" and surrounding spaces: none is a delay.
+_DELAY = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 def error_message(body: bytes) -> str:
@@ -122,20 +126,17 @@ def _addresses(config: VendorConfig) -> dict[str, str]:
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
     """A vendor's Retry-After (RFC 9110): seconds, or an HTTP-date (IMF-fixdate or an obsolete
-    form) counted from `now`. A wait that is not finite or negative, or a header that is neither,
-    is ignored (None); a date already past is 0; anything longer than MAX_RETRY_AFTER is that."""
+    form) counted from `now`. A header that is neither (a sign, an exponent, "1_0", "inf") is
+    ignored (None); a date already past is 0; anything longer than MAX_RETRY_AFTER is that."""
     if value is None:
         return None
+    if _DELAY.fullmatch(value):
+        return min(float(value), MAX_RETRY_AFTER)  # digits without end are float("inf"): the cap
     try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
-            when = when.replace(tzinfo=UTC)
-        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-    if not math.isfinite(seconds) or seconds < 0:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    if when.tzinfo is None:  # "-0000": UTC, with no claim about the local zone
+        when = when.replace(tzinfo=UTC)
+    seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
     return min(seconds, MAX_RETRY_AFTER)

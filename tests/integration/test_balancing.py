@@ -2,7 +2,8 @@
 OpenAI-compatible vendor (tests/support/fakes/replicas.py): one fine, one slow, one answering 500 to
 everything, configured in the TOML form of the README. Clients must never see the broken one;
 it gets few requests once ejected, and a latency-aware policy sends the slow one fewer than the
-fine one. Then the ledger's record of the deployment, fan-out, and a vendor whose every
+fine one. The same with a replica answering 200 and garbage and one that never answers, and a
+client leaving a call that was never answered. Then the ledger's record of the deployment, fan-out, and a vendor whose every
 deployment is out (503 with Retry-After, or the model's fallbacks)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.support.bodies import sse_events
 from tests.support.cli import fresh_account
 from tests.support.environments import SHARED_TLS, UNREACHABLE_URL
 from tests.support.fakes.openai_upstream import FakeOpenAI
-from tests.support.fakes.replicas import Broken, Slow
+from tests.support.fakes.replicas import Broken, Garbage, Hanging, Slow
 from tests.support.fakes.server import ServerThread
 from tests.support.gateway_process import GatewayProcess
 from tests.support.processes import wait_until
@@ -75,7 +76,7 @@ def vendor_state(gateway: GatewayProcess, key: str, vendor: str) -> dict:
     return next(v for v in r.json()["data"] if v["name"] == vendor)
 
 
-async def load(url: str, key: str, model: str) -> list[str]:
+async def load(url: str, key: str, model: str, timeout: float = 60) -> list[str]:
     """REQUESTS completions at CONCURRENCY, every third one streamed; the problems clients saw."""
     problems: list[str] = []
     queue = list(range(REQUESTS))
@@ -95,7 +96,7 @@ async def load(url: str, key: str, model: str) -> list[str]:
             elif r.json()["choices"][0]["text"] != " w0 w1 w2 w3":
                 problems.append(f"{i}: {r.text[:200]}")
 
-    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60, verify=SHARED_TLS) as http:
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=timeout, verify=SHARED_TLS) as http:
         await asyncio.gather(*(client(http) for _ in range(CONCURRENCY)))
     return problems
 
@@ -128,6 +129,97 @@ def test_clients_never_see_the_broken_replica_and_it_gets_few_requests(pool_gate
 
     rows = wait_for_rows(database.url, account, REQUESTS)
     assert Counter(row["deployment"] for row in rows) == {"fine": served["fine"], "slow": served["slow"]}
+
+
+# -- garbage and silence: what a client sees is what health counts ----------------------------------
+FIRST_BYTE = 3  # seconds; the gateway's only timeout shorter than the client's
+CLIENT_TIMEOUT = 60
+SLOW_TIMEOUTS = f"{{ connect = 90, first_byte = {FIRST_BYTE}, idle = 90, total = 600 }}"
+
+
+@pytest.fixture(scope="module")
+def faulty_replicas():
+    fakes = {"fine": FakeOpenAI(), "garbage": Garbage(), "hanging": Hanging()}
+    with ServerThread(fakes["fine"]) as fine, ServerThread(fakes["garbage"]) as garbage, \
+            ServerThread(fakes["hanging"]) as hanging:
+        yield fakes, {"fine": fine.url, "garbage": garbage.url, "hanging": hanging.url}
+
+
+@pytest.fixture(scope="module")
+def faulty_gateway(faulty_replicas, database, tmp_path_factory):
+    _, urls = faulty_replicas
+    toml = "".join(pool_table(f"faulty_{routing}", urls, routing, timeouts=SLOW_TIMEOUTS) for routing in ROUTINGS)
+    hanging_only = {"fine": urls["fine"], "hanging": urls["hanging"]}
+    toml += "".join(pool_table(f"left_{kind}", hanging_only, "least_outstanding")  # the default first_byte: 60 s
+                    for kind in ("plain", "stream"))
+    with start_gateway(tmp_path_factory.mktemp("faulty"), database.url, toml) as gateway:
+        yield gateway
+
+
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_garbage_and_silence_cost_clients_nothing(faulty_gateway, faulty_replicas, database, routing):
+    """Beside a good replica, one answering 200 and garbage (streamed or not) and one that never
+    answers: no client sees an error, both are ejected, and no request waited for the silent one
+    past FIRST_BYTE. That last by the timeouts: every other one of the gateway's is longer than
+    the client's, so the client's success after its call reached the silent replica means the
+    gateway let go of it at FIRST_BYTE, and the silent replica saw each of its calls left."""
+    fakes, _ = faulty_replicas
+    for fake in fakes.values():
+        fake.requests.clear()
+    fakes["hanging"].left = 0
+    key = create_key(database.url, fresh_account())
+    problems = asyncio.run(load(faulty_gateway.url, key, f"faulty_{routing}/m", timeout=CLIENT_TIMEOUT))
+    assert problems == []
+    served = {name: len(fake.requests) for name, fake in fakes.items()}
+    assert served["fine"] == REQUESTS, served
+    # Ejected after EJECT_AFTER failures in a row; calls already on their way fail too (at most
+    # one per client), and each cooling period that ends in this run lets one trial through.
+    assert 0 < served["garbage"] <= EJECT_AFTER + CONCURRENCY + 5, served
+    assert 0 < served["hanging"] <= EJECT_AFTER + CONCURRENCY + 5, served
+    wait_until(lambda: fakes["hanging"].left == served["hanging"], message="calls the gateway did not let go of")
+
+    deployments = {d["name"]: d for d in vendor_state(faulty_gateway, key, f"faulty_{routing}")["deployments"]}
+    for name in ("garbage", "hanging"):
+        assert deployments[name]["ejections"] >= 1 and deployments[name]["failures"] == served[name], deployments
+    assert deployments["fine"]["failures"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_leaving_an_unanswered_call_counts_against_its_deployment(faulty_gateway, faulty_replicas,
+                                                                          database, stream):
+    """Clients that give up before the gateway's first_byte (60 s here) still get the silent
+    replica ejected: each call it held when its client left is one of its failures."""
+    fakes, _ = faulty_replicas
+    hanging = fakes["hanging"]
+    key = create_key(database.url, fresh_account())
+    vendor = f"left_{'stream' if stream else 'plain'}"
+
+    async def leave_once_it_hangs(http: httpx.AsyncClient) -> bool:
+        """One request; left as soon as it reached the silent replica (True), else answered."""
+        arrived = len(hanging.requests)
+        call = asyncio.create_task(http.post("/v5/completions", json={"model": f"{vendor}/m", "prompt": "p",
+                                                                     "max_tokens": 2, "stream": stream}))
+        while not call.done() and len(hanging.requests) == arrived:
+            await asyncio.sleep(0.01)  # polling the fake's record: the event is in another thread
+        if call.done():
+            assert call.result().status_code == 200, call.result().text
+            return False
+        call.cancel()  # the client gives up: its connection closes
+        await asyncio.gather(call, return_exceptions=True)
+        return True
+
+    async def run() -> int:
+        left = 0
+        async with httpx.AsyncClient(base_url=faulty_gateway.url, headers={"x-api-key": key}, timeout=CLIENT_TIMEOUT,
+                                     verify=SHARED_TLS) as http:
+            while left < EJECT_AFTER:
+                left += await leave_once_it_hangs(http)
+        return left
+
+    left = asyncio.run(run())
+    state = wait_until(lambda: (d := vendor_state(faulty_gateway, key, vendor)["deployments"][1])["state"] == "ejected"
+                       and d, message="the silent replica is still in")
+    assert state["name"] == "hanging" and state["failures"] == left and state["in_flight"] == 0
 
 
 # -- the ledger, fan-out, everything out: on both databases ---------------------------------------

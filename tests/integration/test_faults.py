@@ -81,13 +81,15 @@ def test_non_streamed_answer_slower_than_total_is_a_504(client):
     assert r.json()["error"]["type"] == "vendor_timeout"
 
 
-def test_a_non_streamed_answer_is_held_to_total_not_to_first_byte(client):
-    """A whole answer arrives at its end, so only `total` bounds it: one that comes after the
-    vendor's first_byte limit, well within its total, is served."""
+def test_a_non_streamed_answer_is_held_to_first_byte_too(client, upstream):
+    """A whole answer arrives at its end, and `first_byte` bounds that wait as it bounds a
+    stream's: a vendor that accepts calls and never answers must not hold a request until
+    `total`. One that comes after first_byte, well within total, is a 504 after one try."""
     env = gateway_env("", "")
     first_byte, total = (float(env[f"GATEWAY_VENDOR_RETRYING_{name}"]) for name in ("FIRST_BYTE", "TOTAL"))
     r = post(client, f"retrying/slow-{round((first_byte + total) / 2 * 1000)}")
-    assert r.status_code == 200, r.text
+    assert r.status_code == 504 and r.json()["error"]["code"] == "vendor_timeout", r.text
+    assert len(upstream.requests) == 1  # one deployment: a timeout is retried only elsewhere
 
 
 @pytest.mark.parametrize(("model", "stream"), [("reset", True), ("truncated", False)])

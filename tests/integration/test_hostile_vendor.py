@@ -20,7 +20,7 @@ import pytest
 
 from gateway.core.errors import MAX_RETRY_AFTER
 from gateway.store.tokens import PIECE
-from gateway.vendors.http import MAX_ANSWER_BYTES
+from gateway.vendors.answers import MAX_ANSWER_BYTES
 from gateway.vendors.sse_reader import MAX_EVENT_BYTES
 from tests.support.bodies import chunks_of, sse_events
 from tests.support.environments import SHARED_TLS, gateway_env
@@ -230,8 +230,8 @@ def test_a_legitimately_big_logprobs_answer_is_served(client, gateway, ledger_db
 
 # -- D5: Retry-After ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("case", "passed_on"), [
-    ("inf", None), ("minus-inf", None), ("nan", None), ("junk", None),
-    ("1e308", str(MAX_RETRY_AFTER)), ("far-date", str(MAX_RETRY_AFTER)),
+    ("inf", None), ("minus-inf", None), ("nan", None), ("junk", None), ("1e308", None),
+    ("far-date", str(MAX_RETRY_AFTER)),
     ("past-date", "0"), ("obsolete-date", "0"), ("asctime-date", "0"),
 ])  # fmt: skip
 def test_retry_after_is_passed_on_only_as_a_bounded_number(client, gateway, ledger_db, case, passed_on):

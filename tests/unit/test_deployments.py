@@ -14,11 +14,13 @@ import pytest
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.core.errors import GatewayError, RateLimited, VendorFailed, VendorNotReady
+from gateway.core.streams import all_of, merged
 from gateway.vendors import http as vendor_http
 from gateway.vendors import registry
 from tests.support.clocks import ManualClock
 from tests.support.fakes.httpx_client import answered_by
 from tests.support.fakes.openai_upstream import completion, stream_events
+from tests.support.fakes.replicas import GARBAGE_ANSWERS, GARBAGE_STREAMS
 
 KEYS = {"a": "sk-deployment-a-secret", "b": "sk-deployment-b-secret", "c": "sk-deployment-c-secret"}
 Handler = Callable[[str, httpx.Request], httpx.Response]
@@ -181,14 +183,16 @@ def test_a_client_mistake_is_neither_retried_nor_held_against_the_deployment(wai
     assert all(s.failures == 0 and s.state == "healthy" for s in vendor.adapter.balancer.snapshot())
 
 
-def test_a_timeout_is_not_retried_but_counts_against_the_deployment(waits):
+def test_a_timeout_is_retried_only_elsewhere_and_counts_against_the_deployment(waits):
     def slow(host: str, request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=request)
 
-    vendor = Vendor({host: slow for host in KEYS})
+    vendor = Vendor({host: slow for host in KEYS}, config(retries=5))
     answer, call = vendor.run()
-    assert answer.code == "vendor_timeout" and len(vendor.hosts) == 1
-    assert vendor.state(vendor.hosts[0]).consecutive_failures == 1 and call.served_by == vendor.hosts
+    # Each deployment asked once, at once: asking one that timed out again would cost as much.
+    assert answer.code == "vendor_timeout" and sorted(vendor.hosts) == ["a", "b", "c"] and waits == []
+    assert all(vendor.state(host).consecutive_failures == 1 for host in KEYS)
+    assert call.served_by == vendor.hosts[-1:]
 
 
 def test_ejected_deployments_are_skipped_and_when_all_are_out_the_answer_is_a_503(waits):
@@ -272,3 +276,104 @@ def test_a_failed_trial_sends_the_deployment_out_for_twice_as_long(waits):
     answer, call = vendor.run()
     assert not isinstance(answer, GatewayError) and call.served_by != ["a"]  # retried elsewhere
     assert vendor.state("a").state == "ejected" and vendor.state("a").returns_in == 10
+
+
+# -- answers that are not answers: the deployment's failure, tried elsewhere -------------------------
+def garbage(content_type: bytes, body: bytes) -> Handler:
+    return lambda host, request: httpx.Response(200, content=body, headers={"content-type": content_type.decode()})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("kind", range(len(GARBAGE_STREAMS)))
+def test_a_200_that_is_not_an_answer_is_a_failure_and_tried_elsewhere(waits, stream, kind):
+    kinds = GARBAGE_STREAMS if stream else GARBAGE_ANSWERS
+    vendor = Vendor({"a": garbage(*kinds[kind % len(kinds)])})
+    pin_first_pick(vendor, "a")
+    answer, call = vendor.run(stream)
+    assert not isinstance(answer, GatewayError), answer
+    assert vendor.hosts[0] == "a" and len(vendor.hosts) == 2 and call.served_by == vendor.hosts[1:]
+    assert vendor.state("a").failures == 1 and vendor.state("a").in_flight == 0 and waits == []
+
+
+def test_a_stream_cut_short_after_its_start_is_a_failure():
+    def cut(host: str, request: httpx.Request) -> httpx.Response:
+        first = b'data: {"choices": [{"index": 0, "text": "x", "finish_reason": null}]}\n\n'
+        return httpx.Response(200, content=first, headers={"content-type": "text/event-stream"})  # no [DONE]
+
+    vendor = Vendor({host: cut for host in KEYS})
+    answer, call = vendor.run(stream=True)
+    assert isinstance(answer, VendorFailed) and "ended the stream early" in answer.message
+    assert len(vendor.hosts) == 1  # it had started: nothing is tried again
+    assert vendor.state(call.served_by[0]).failures == 1
+
+
+def test_a_stream_its_reader_stops_early_is_not_held_against_the_deployment():
+    vendor = Vendor({})
+    call = CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=True)
+
+    async def first_chunks_only() -> None:
+        chunks = vendor.adapter.stream(call)
+        await anext(chunks)
+        await chunks.aclose()  # a stop sequence matched, or the client left
+
+    asyncio.run(first_chunks_only())
+    served = vendor.state(call.served_by[0])
+    assert served.failures == 0 and served.in_flight == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_its_caller_gives_up_on_unanswered_is_a_failure(stream):
+    reached = asyncio.Event()
+
+    async def never(host: str, request: httpx.Request) -> httpx.Response:
+        reached.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    vendor = Vendor({host: never for host in KEYS})
+    call = CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=stream)
+
+    async def give_up() -> None:
+        work = vendor.adapter.stream(call).__anext__() if stream else vendor.adapter.complete(call)
+        task = asyncio.ensure_future(work)
+        await reached.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(give_up())
+    (host,) = vendor.hosts
+    assert vendor.state(host).failures == 1 and vendor.state(host).in_flight == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_the_gateway_abandons_because_another_failed_is_not_held_against_its_deployment(stream):
+    """One request fanned out: one call refused at once (a client's mistake), the others waiting
+    on a deployment that has not answered yet. Abandoning them is not their deployment's fault."""
+    waiting = asyncio.Event()
+
+    async def later(host: str, request: httpx.Request) -> httpx.Response:
+        waiting.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def refused(host: str, request: httpx.Request) -> httpx.Response:
+        await waiting.wait()  # refused once the other call is on its way
+        return failing(400, message="bad prompt")(host, request)
+
+    one_at_a_time = config().deployments[0].model_copy(update={"max_concurrent": 1})
+    vendor = Vendor({"a": refused, "b": later, "c": later},
+                    config().model_copy(update={"deployments": (one_at_a_time, *config().deployments[1:])}))
+    pin_first_pick(vendor, "a")  # the first call goes to a, the other (a is full) elsewhere
+    calls = [CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=stream) for _ in range(2)]
+
+    async def fan_out() -> None:
+        if stream:
+            async for _ in merged([vendor.adapter.stream(call) for call in calls]):
+                pass
+        else:
+            await all_of([vendor.adapter.complete(call) for call in calls])
+
+    with pytest.raises(GatewayError) as refusal:
+        asyncio.run(fan_out())
+    assert refusal.value.status == 400 and vendor.hosts[0] == "a" and len(vendor.hosts) == 2
+    assert all(s.failures == 0 and s.in_flight <= 1 for s in vendor.adapter.balancer.snapshot())

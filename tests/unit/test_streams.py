@@ -1,5 +1,6 @@
 """core/streams.py's Watch: one timer bounds every wait of a stream, with asyncio.timeout's
-semantics (the vendor-facing timeouts through real HTTP are in tests/integration/test_faults.py)."""
+semantics (the vendor-facing timeouts through real HTTP are in tests/integration/test_faults.py); and
+`all_of`, whose calls a failure abandons, as such, while its caller's cancellation is its own."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 
 import pytest
 
-from gateway.core.streams import Watch
+from gateway.core.streams import Watch, abandoned, all_of
 
 
 def test_a_wait_that_ends_in_time_gives_its_value_and_a_later_wait_keeps_its_own_deadline():
@@ -70,3 +71,55 @@ def test_the_deadline_counts_only_while_waiting():
             watch.close()
 
     assert asyncio.run(go()) == "served"
+
+
+def test_all_of_gives_every_result_in_order():
+    async def after(delay: float, value: str) -> str:
+        await asyncio.sleep(delay)
+        return value
+
+    assert asyncio.run(all_of([after(0.01, "a"), after(0, "b")])) == ["a", "b"]
+
+
+def test_all_of_raises_the_first_failure_and_abandons_the_others_as_such():
+    seen: list[bool] = []
+
+    async def waits() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as exc:
+            seen.append(abandoned(exc))
+            raise
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        asyncio.run(all_of([waits(), fails(), waits()]))
+    assert seen == [True, True]
+
+
+def test_all_of_cancelled_by_its_caller_cancels_its_calls_as_the_callers_own():
+    seen: list[bool] = []
+    started: list[asyncio.Event] = []
+
+    async def waits(began: asyncio.Event) -> None:
+        began.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as exc:
+            seen.append(abandoned(exc))
+            raise
+
+    async def go() -> None:
+        started.extend(asyncio.Event() for _ in range(2))
+        task = asyncio.ensure_future(all_of([waits(began) for began in started]))
+        for began in started:
+            await began.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert seen == [False, False]

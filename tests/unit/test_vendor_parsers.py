@@ -296,8 +296,11 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("header", "seconds"), [
-    ("0", 0), ("120", 120), ("1.5", 1.5), ("1e308", MAX_RETRY_AFTER), ("inf", None), ("-inf", None), ("nan", None),
+    ("0", 0), ("120", 120), ("1.5", 1.5), ("9" * 400, MAX_RETRY_AFTER), ("inf", None), ("-inf", None), ("nan", None),
     ("-5", None), ("soon", None), ("", None),
+    # float() reads each of these as a number; none is RFC 9110's delay-seconds (digits)
+    ("1_0", None), ("1e308", None), ("1e3", None), ("+5", None), (" 10", None), ("10 ", None), ("0x10", None),
+    ("١٠", None),  # Arabic-Indic digits: float() reads 10
     (format_datetime(NOW + timedelta(seconds=30), usegmt=True), 30), ("Thu, 01 Jan 2026 00:00:30 GMT", 30),
     ("Thursday, 01-Jan-26 00:00:30 GMT", 30), ("Thu Jan  1 00:00:30 2026", 30),  # RFC 850, asctime
     ("Wed, 31 Dec 2025 23:00:00 GMT", 0), ("Fri, 01 Jan 2100 00:00:00 GMT", MAX_RETRY_AFTER),
