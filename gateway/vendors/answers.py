@@ -23,9 +23,10 @@ import orjson
 from gateway.core.config import VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed, VendorTimeout
 from gateway.core.streams import Watch
+from gateway.vendors import untrusted as read
 from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
 from gateway.vendors.transport import Answer, TooLarge, TransportError, read_body
-from gateway.vendors.vendor_errors import transport_error
+from gateway.vendors.vendor_errors import redact, transport_error
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,6 +63,40 @@ class StreamDecoder(Protocol[T]):
     def end(self) -> list[T]:
         """The body ended without an end marker: the chunks that adds (a protocol whose streams
         end with the body), or the GatewayError of a stream cut short."""
+
+
+class JsonEvents(Generic[T]):
+    """A StreamDecoder of the OpenAI protocol's streams (completions and chat): each event a JSON
+    chunk, read by `read_chunk` (untrusted.py's errors when it is not one), up to `[DONE]`."""
+
+    __slots__ = ("_name", "_config", "_read")
+
+    def __init__(self, config: VendorConfig, read_chunk: Callable[[str], Any]) -> None:
+        self._name = config.name
+        self._config = config
+        self._read = read_chunk
+
+    def read(self, batch: list[Event]) -> tuple[list[T], bool, VendorFailed | None]:
+        chunks = []
+        read_chunk = self._read
+        for sse in batch:
+            if sse.data == "[DONE]":
+                return chunks, True, None
+            try:
+                chunk = read_chunk(sse.data)
+            except read.READ_ERRORS as exc:
+                return chunks, False, VendorFailed(
+                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
+            except read.Reported as exc:
+                message = redact(self._config, exc.message) or "no reason given"
+                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
+                                                   vendor=self._name)
+            if chunk.choices or chunk.usage is not None:  # an empty one says nothing (not even that it answers)
+                chunks.append(chunk)
+        return chunks, False, None
+
+    def end(self) -> list[T]:
+        raise VendorFailed(f"vendor '{self._name}' ended the stream early", vendor=self._name)
 
 
 def as_is(data: Any) -> Any:

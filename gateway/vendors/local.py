@@ -44,8 +44,8 @@ from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound,
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
-from gateway.vendors.local_engine import Engine, EngineError
 from gateway.vendors.local_chat import CHAT, LocalChat
+from gateway.vendors.local_engine import Engine, EngineError
 from gateway.vendors.local_model import LocalOptions, engine_options
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
 

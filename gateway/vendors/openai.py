@@ -43,13 +43,13 @@ from gateway.core.parameters import (
     unsupported,
 )
 from gateway.vendors import openai_servers as servers
-from gateway.vendors.openai_chat import CHAT_COMPLETIONS, FINGERPRINT_LIMIT, OpenAIChat, chat_capabilities, read_usage
 from gateway.vendors import untrusted as read
+from gateway.vendors.answers import JsonEvents
 from gateway.vendors.http import HttpAdapter
 from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
+from gateway.vendors.openai_chat import CHAT_COMPLETIONS, FINGERPRINT_LIMIT, OpenAIChat, chat_capabilities, read_usage
 from gateway.vendors.openai_servers import Server
-from gateway.vendors.sse_reader import Event
-from gateway.vendors.vendor_errors import error_message, payload_message, redact, vendor_error
+from gateway.vendors.vendor_errors import error_message, payload_message, vendor_error
 
 log = logging.getLogger("gateway.vendors")
 
@@ -220,7 +220,9 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
                                vendor=self.name) from None
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
-        return self._sse_chunks(COMPLETIONS, self._payload(call), call.served_by, lambda: _Stream(self, call))
+        # (a reader per try: logprobs offsets run on across one stream's chunks)
+        return self._sse_chunks(COMPLETIONS, self._payload(call), call.served_by,
+                                lambda: JsonEvents(self._config, ChunkReader(call).read_json))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         return vendor_error(self._config, status, error_message(body), retry_after)
@@ -310,39 +312,6 @@ class ChunkReader:
             choices.append(_choice(choice, self._logprobs, self._bound))
         usage = payload.get("usage")
         return Chunk(choices, None if usage is None else read_usage(usage))
-
-
-class _Stream:
-    """One try's stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to `[DONE]`."""
-
-    __slots__ = ("_name", "_config", "_reader")
-
-    def __init__(self, adapter: OpenAIAdapter, call: CompletionCall) -> None:
-        self._name = adapter.name
-        self._config = adapter._config
-        self._reader = ChunkReader(call)  # one per stream: logprobs offsets run on across its chunks
-
-    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
-        chunks = []
-        reader = self._reader
-        for sse in batch:
-            if sse.data == "[DONE]":
-                return chunks, True, None
-            try:
-                chunk = reader.read_json(sse.data)
-            except read.READ_ERRORS as exc:
-                return chunks, False, VendorFailed(
-                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
-            except read.Reported as exc:
-                message = redact(self._config, exc.message) or "no reason given"
-                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
-                                                   vendor=self._name)
-            if chunk.choices or chunk.usage is not None:  # an empty one says nothing (not even that it answers)
-                chunks.append(chunk)
-        return chunks, False, None
-
-    def end(self) -> list[Chunk]:
-        raise VendorFailed(f"vendor '{self._name}' ended the stream early", vendor=self._name)
 
 
 def _choice_count(call: CompletionCall) -> int:

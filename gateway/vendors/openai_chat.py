@@ -20,8 +20,8 @@ from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.vendors import untrusted as read
-from gateway.vendors.sse_reader import Event
-from gateway.vendors.vendor_errors import payload_message, redact
+from gateway.vendors.answers import JsonEvents
+from gateway.vendors.vendor_errors import payload_message
 
 CHAT_COMPLETIONS = "/chat/completions"
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -87,38 +87,11 @@ class OpenAIChat:
                                vendor=self.name) from None
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+        def decoder() -> JsonEvents[Chunk]:
+            return JsonEvents(self._config, lambda data: read_chat_chunk(orjson.loads(data), call.n))  # type: ignore[attr-defined]
+
         return self._sse_chunks(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
-                                call.served_by, lambda: _ChatStream(self.name, self._config, call.n))  # type: ignore[attr-defined]
-
-
-class _ChatStream:
-    """One try's chat stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to `[DONE]`."""
-
-    __slots__ = ("_name", "_config", "_n")
-
-    def __init__(self, name: str, config: Any, n: int) -> None:
-        self._name, self._config, self._n = name, config, n
-
-    def read(self, batch: list[Event]) -> tuple[list[Chunk], bool, VendorFailed | None]:
-        chunks = []
-        for sse in batch:
-            if sse.data == "[DONE]":
-                return chunks, True, None
-            try:
-                chunk = read_chat_chunk(orjson.loads(sse.data), self._n)
-            except read.READ_ERRORS as exc:
-                return chunks, False, VendorFailed(
-                    f"vendor '{self._name}' sent a malformed stream chunk: {read.why(exc)}", vendor=self._name)
-            except read.Reported as exc:
-                message = redact(self._config, exc.message) or "no reason given"
-                return chunks, False, VendorFailed(f"vendor '{self._name}' failed mid-stream: {message}",
-                                                   vendor=self._name)
-            if chunk.choices or chunk.usage is not None:  # an empty one says nothing
-                chunks.append(chunk)
-        return chunks, False, None
-
-    def end(self) -> list[Chunk]:
-        raise VendorFailed(f"vendor '{self._name}' ended the stream early", vendor=self._name)
+                                call.served_by, decoder)
 
 
 def read_chat(data: Any, n: int) -> Result:
