@@ -41,9 +41,15 @@ def limited_env(upstream, db, clock, **extra):
                        **extra)
 
 
+# The fake vendor again, lacking `n`: the gateway emulates it, a vendor call per choice.
+FANOUT = {"GATEWAY_VENDOR_FANOUT_PROTOCOL": "openai", "GATEWAY_VENDOR_FANOUT_SERVER": "openai",
+          "GATEWAY_VENDOR_FANOUT_LACKS": "n"}
+
+
 @pytest.fixture(scope="module")
 def gateway(upstream, db, clock):
-    with GatewayProcess(limited_env(upstream, db, clock), module="tests.support.clocked_gateway") as process:
+    env = limited_env(upstream, db, clock, **FANOUT, GATEWAY_VENDOR_FANOUT_BASE_URL=f"{upstream.url}/v1")
+    with GatewayProcess(env, module="tests.support.clocked_gateway") as process:
         yield process
 
 
@@ -141,7 +147,7 @@ def test_requests_in_flight_are_limited_and_freed_when_they_end(gateway, db, ups
 def test_a_spent_token_budget_is_insufficient_quota_and_survives_a_restart(upstream, db, clock, gateway):
     key, key_id, account = new_key(db.url)
     limit(gateway, db, key, "--key", key_id, "--budget-tokens", "30", "--period", "day")
-    body = {"prompt": "a b c d", "max_tokens": 10}  # reserves 2 + 10, uses 4 + 10
+    body = {"prompt": "a b c d", "max_tokens": 10}  # reserves 4 + 10, uses 4 + 10
     assert [complete(gateway, key, **body).status_code for _ in range(2)] == [200, 200]
     spent = complete(gateway, key, **body)
     assert spent.status_code == 429 and spent.headers["x-should-retry"] == "false"
@@ -161,6 +167,23 @@ def test_a_spent_token_budget_is_insufficient_quota_and_survives_a_restart(upstr
         assert complete(other, key, prompt="a", max_tokens=1).status_code == 429
         clock.advance(86_400)  # tomorrow is another day
         assert complete(other, key, **body).status_code == 200
+
+
+def test_a_budget_reserves_the_prompt_of_every_vendor_call_an_emulated_n_makes(gateway, db, upstream):
+    """Where `n` is emulated every vendor call carries the prompt, and is billed for it: the
+    reservation counts it once per call (it counted it once, and n: 50 spent five budgets)."""
+    key, key_id, _ = new_key(db.url)
+    limit(gateway, db, key, "--key", key_id, "--budget-tokens", "1000", "--period", "day", "--models", "fanout/*")
+    prompt = " ".join(["a"] * 100)  # 100 tokens to the ledger's offline counter
+    upstream.clear()
+    refused = complete(gateway, key, model="fanout/m", prompt=prompt, max_tokens=1, n=50)
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded" and "may use up to 5050" in error["message"].replace(",", "")
+    assert upstream.requests == []  # refused before any vendor call
+    served = complete(gateway, key, model="fanout/m", prompt=prompt, max_tokens=1, n=5)  # 5 x 100 + 5 fits
+    assert served.status_code == 200 and len(served.json()["choices"]) == 5
+    assert len([r for r in upstream.requests if r["path"] == "/v1/completions"]) == 5
 
 
 def test_a_budget_in_dollars_is_kept_by_the_prices_and_refuses_a_model_without_one(gateway, db):
