@@ -217,3 +217,28 @@ def test_large_amounts_and_empty_reservations_stay_exact(store):
         assert refused.kind == counters.BUDGET and refused.used == big
 
     store(scenario)
+
+
+def test_two_hosts_whose_clocks_differ_share_one_bucket_by_redis_s_clock():
+    """The scripts read Redis's TIME: a host 30 s ahead neither refills the shared bucket early
+    nor makes another host's claims look old (with the callers' clocks, an `rpm 20` key admitted
+    every request of two hosts 30 s apart)."""
+    prefix = redis_prefix()
+    limits = Limits(rpm=20)
+
+    async def scenario():
+        here, ahead = RedisCounters(redis_url(), prefix), RedisCounters(redis_url(), prefix)
+        try:
+            admitted = 0
+            for i in range(40):  # turn about: each host stamps its claims with its own clock
+                store, now = (here, NOW) if i % 2 == 0 else (ahead, NOW + 30 + i)
+                admitted += (await acquire(store, claim((KEY_A, limits)), now)).refusal is None
+            assert admitted == 20
+        finally:
+            await here.close()
+            await ahead.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
