@@ -153,12 +153,15 @@ class RedisCounters:
 
     def acquire(self, claim: Claim, now: float) -> Awaitable[Verdict]:
         """Written to Redis now (when connected): the verdict is awaited later (Counters.acquire).
-        Redis runs it only before its deadline, the command timeout from now by Redis's clock: a
-        claim this process has given up on is never taken behind its back."""
+        Redis runs it only before its deadline by Redis's clock, the soonest this process may
+        give up on it: a claim this process has given up on is never taken behind its back. A
+        process that has not heard Redis's clock yet asks for it first."""
+        if self._offset is None and not self._callers_clock:
+            return self._acquire_once_heard(claim, now)
         calls = self._calls_of(claim)
         deadline = "-"
-        if not self._callers_clock and self._offset is not None:
-            deadline = f"{round((time.monotonic() + self._offset + COMMAND_TIMEOUT) * 1e6)}"
+        if not self._callers_clock:
+            deadline = f"{round((time.monotonic() + self._offset + self.client.abandons_after) * 1e6)}"
         numbers = f"{self._moment(now)} {claim.tokens} {deadline}"
         for charge in claim.charges:
             for b in charge.budgets:
@@ -166,6 +169,10 @@ class RedisCounters:
                             f" {'-' if b.seeded is None else round(b.seeded * 1e6)}")
         return self._verdict(claim, self._acquire.ask(calls.acquire_head + _request(claim.request_id, numbers)
                                                       + calls.acquire_tail))
+
+    async def _acquire_once_heard(self, claim: Claim, now: float) -> Verdict:
+        await self.ping()
+        return await self.acquire(claim, now)
 
     async def _verdict(self, claim: Claim, asked: Awaitable[str]) -> Verdict:
         fields = (await asked).split(" ")

@@ -5,8 +5,10 @@ Made safe against what a shared store does to its callers:
 - Time is Redis's own (`TIME`), never the caller's: hosts whose clocks differ count the same
   buckets, leases and periods. A claim names the period it counts in; one whose period does not
   hold Redis's now is answered `clock <now>`, and asked again for the right period.
-- A claim carries a deadline (Redis's clock): one Redis runs only after its caller gave up on it
-  (a stall past the command timeout) is answered `late` and takes nothing.
+- A claim carries a deadline (Redis's clock; the soonest its caller may give up on it): one Redis
+  runs only after its caller gave up on it (a stall past the command timeout) is answered `late`
+  and takes nothing; so is one whose settlement reached Redis first (replayed on a new connection
+  while the claim still sat on the old one's socket).
 - A settlement is applied once: its id (the request's) is marked in Redis, and a settlement sent
   again (replayed after a timeout that Redis in fact ran) changes nothing. It gives back what its
   claim reserved only if that claim is still held (`held`), so a claim never taken, or already
@@ -71,6 +73,8 @@ local id, now, E, S = ARGV[1], clock(v[1]), tonumber(v[2]), tonumber(ARGV[3])
 local nowtext = num(now)
 local deadline = tonumber(v[3])
 if deadline and now * 1e6 > deadline then return 'late ' .. nowtext end
+-- settled already: its caller gave up on it, and the settlement overtook it on another connection
+if redis.call('EXISTS', SETTLED .. id) == 1 then return 'late ' .. nowtext end
 local lease = now + LEASE
 local a, k, vi, subjects, unseeded, refusals = 4, 1, 4, {}, {}, {}
 local bi = 0

@@ -233,6 +233,12 @@ class Redis:
         connection.waiting.append(heard)  # (after the write: a write that raised has no reply to wait for)
         return True
 
+    @property
+    def abandons_after(self) -> float:
+        """The shortest wait after which a command may be given up on (`_watch` looks every half
+        `timeout`): a command Redis runs later than this after it was sent may have no caller."""
+        return self._timeout / 2
+
     async def _watch(self) -> None:
         """Aborts a connection whose oldest command has waited longer than `timeout`: replies come
         in order, so one that never came leaves the connection unusable. (One watchdog instead of a

@@ -70,3 +70,17 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def commands_run(url: str, command: str) -> int:
+    """How many times a Redis has run `command` (INFO commandstats), asked on a connection of its own."""
+    from gateway.store.resp import Redis
+
+    client = Redis(url, connect_timeout=5, timeout=5)
+    try:
+        info = await client.call("INFO", "commandstats")
+        info = info.decode() if isinstance(info, bytes) else info
+    finally:
+        await client.close()
+    line = next((line for line in info.splitlines() if line.startswith(f"cmdstat_{command}:")), "calls=0,")
+    return int(line.split("calls=")[1].split(",")[0])

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 
 import pytest
 
 from gateway.store import counters
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
-from gateway.store.counters_redis import LEASE_SECONDS, RedisCounters
+from gateway.store.counters_redis import LEASE_SECONDS, LateClaim, RedisCounters
 from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
-from tests.support.redis_servers import redis_prefix, redis_url, remove_redis_keys
+from tests.support.redis_servers import RedisServer, commands_run, redis_prefix, redis_url, remove_redis_keys
 
 pytestmark = pytest.mark.redis
 
@@ -237,6 +240,74 @@ def test_two_hosts_whose_clocks_differ_share_one_bucket_by_redis_s_clock():
         finally:
             await here.close()
             await ahead.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
+
+
+@pytest.mark.parametrize("heard", [True, False], ids=["clock-heard", "first-claim"])
+def test_a_claim_redis_runs_after_its_caller_gave_up_takes_nothing(heard):
+    """Redis stopped (SIGSTOP) with a claim on its socket until the caller's command timeout has
+    passed: once resumed, Redis runs it past its deadline and takes nothing, though nobody settles
+    it. Also a process's very first claim, sent before it had heard Redis's clock (it learns the
+    clock first)."""
+    limits = Limits(concurrent=1, budgets=(Budget(TOKENS, 1000, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+
+    async def scenario(server: RedisServer):
+        earlier = RedisCounters(server.url, "t:")
+        made = claim((KEY_A, limits), tokens=50)
+        assert (await acquire(earlier, made)).refusal is None
+        await settled(earlier, made, 5, {counter: 5}, NOW)
+        store = earlier if heard else RedisCounters(server.url, "t:")
+        try:
+            if not heard:
+                await store.client.call("PING")  # connected; the clock not heard yet
+            # what Redis is left with: the claim, or (the clock not heard) the question of its time
+            command = "evalsha" if heard else "time"
+            before = await commands_run(server.url, command)
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises((RedisUnavailable, TimeoutError)):
+                    await store.acquire(claim((KEY_A, limits), tokens=50), NOW)
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            while await commands_run(server.url, command) <= before:  # Redis ran what it was left with
+                await asyncio.sleep(0.02)
+            reading = await earlier.read(KEY_A, limits, NOW)
+            assert reading.in_flight == 0 and reading.budgets == {counter: (5, 0)}
+        finally:
+            await store.close()
+            await earlier.close()
+
+    with RedisServer() as server:
+        asyncio.run(asyncio.wait_for(scenario(server), 60))
+
+
+def test_a_claim_whose_settlement_came_first_takes_nothing():
+    """A settlement replayed on a new connection may reach Redis before the claim it settles
+    (left on the old connection's socket by a stall): the claim then takes nothing."""
+    limits = Limits(concurrent=1, budgets=(Budget(TOKENS, 1000, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+    prefix = redis_prefix()
+
+    async def scenario():
+        store = RedisCounters(redis_url(), prefix, callers_clock=True)
+        try:
+            made = claim((KEY_A, limits), tokens=5)
+            assert (await acquire(store, made)).refusal is None  # the counter exists
+            await settled(store, made, 5, {counter: 5}, NOW)
+            overtaken = claim((KEY_A, limits), tokens=50)
+            await settled(store, overtaken, 0, {counter: 0}, NOW)
+            with pytest.raises(LateClaim):
+                await store.acquire(overtaken, NOW)
+            reading = await store.read(KEY_A, limits, NOW)
+            assert reading.in_flight == 0 and reading.budgets == {counter: (5, 0)}
+            assert (await acquire(store, claim((KEY_A, limits), tokens=50))).refusal is None
+        finally:
+            await store.close()
 
     try:
         asyncio.run(scenario())

@@ -5,6 +5,8 @@ replayed, so that nothing a request used is lost. The clock is an argument; noth
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 
@@ -14,7 +16,7 @@ from gateway.store.limiter import Limiter
 from gateway.store.limits import KEY, TOKENS, Budget, Limits, Period, Subject
 from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
-from tests.support.redis_servers import RedisServer, redis_prefix, redis_url, remove_redis_keys
+from tests.support.redis_servers import RedisServer, commands_run, redis_prefix, redis_url, remove_redis_keys
 
 pytestmark = pytest.mark.redis
 
@@ -28,6 +30,12 @@ class Table:
     def __init__(self, subjects: dict[Subject, Limits]) -> None:
         self.subjects = subjects
         self.on_change = None
+
+    async def load(self) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None
@@ -204,3 +212,58 @@ def test_drain_waits_for_every_settlement_sent_and_returns_at_once_when_none_is(
         asyncio.run(scenario())
     finally:
         remove_redis_keys(prefix)
+
+
+@pytest.mark.parametrize("heard", [True, False], ids=["clock-heard", "first-claim"])
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_a_claim_redis_runs_after_a_stall_holds_nothing(policy, heard):
+    """Redis stopped (SIGSTOP) past the command timeout with a claim on its socket: the limiter
+    gives up on it (served uncounted, or refused), Redis runs it once it resumes, and the
+    settlement the limiter replays meets it in either order. Afterwards nothing is held: the slot
+    is free and the budget holds no reservation (before: a concurrency-1 key locked out for the
+    lease, 273 tokens held for the period). Also for a process's first claim, made before it
+    has heard Redis's clock (a gateway that just started, beside one that made the counters)."""
+    limits = Limits(concurrent=1, budgets=(Budget(TOKENS, 1000, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+
+    async def scenario(store: RedisServer):
+        def process() -> Limiter:
+            made = Limiter(Table({KEY_A: limits}), RedisCounters(store.url, "t:"), engine=None, policy=policy,
+                           clock=lambda: NOW)
+            made._seed = nothing_in_the_ledger
+            return made
+
+        earlier = process()
+        grant = await admit(earlier, "cmpl-0")
+        grant.settle({"total_tokens": 3})
+        await earlier.drain()
+        limited = earlier if heard else process()
+        await limited.start()  # its housekeeping replays what the store missed
+        try:
+            if not heard:
+                await earlier.close()
+                await limited.counters.client.call("PING")  # connected, the scripts loaded; no clock heard
+            before = await commands_run(store.url, "evalsha")
+            os.kill(store.proc.pid, signal.SIGSTOP)
+            try:
+                stalled = await admit(limited, "cmpl-1")  # answered by the policy once the timeout passes
+            finally:
+                os.kill(store.proc.pid, signal.SIGCONT)
+            if policy == "closed":
+                assert stalled.refusal is not None and stalled.refusal.kind == "store_down"
+            else:
+                assert stalled.refusal is None
+                stalled.settle({"total_tokens": 9})
+            while await commands_run(store.url, "evalsha") <= before:  # Redis has run the claim it was left with
+                await asyncio.sleep(0.02)
+            while limited.not_ready() is not None or limited._unsettled:  # the limiter replayed its part
+                await asyncio.sleep(0.05)
+            reading = await limited.counters.read(KEY_A, limits, NOW)
+            assert reading.in_flight == 0
+            assert reading.budgets[counter] == (3 + (9 if policy == "open" else 0), 0)  # used, reserved
+            assert (await admit(limited, "cmpl-2")).refusal is None
+        finally:
+            await limited.close()
+
+    with RedisServer() as store:
+        asyncio.run(asyncio.wait_for(scenario(store), 60))
