@@ -26,9 +26,9 @@ from gateway.core.config import Settings
 from gateway.http.limiting import duration
 from gateway.store import database
 from gateway.store.accounts import AccountsError
+from gateway.store.consumption import consumed
 from gateway.store.counters import Reading
 from gateway.store.counters_redis import RedisCounters
-from gateway.store.limiter import consumed
 from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject, clear_limits, read_all, set_limits
 from gateway.store.meter import REFUSED
 from gateway.store.resp import RedisError, RedisUnavailable

@@ -41,6 +41,9 @@ class BudgetClaim:
     reserve: int  # in the budget's unit
     seed: int | None = None  # the period's consumption so far (from the ledger), for a new counter
     seeded: float | None = None  # the moment (the store's clock) until which the seed holds every ledger row
+    # The ledger's rows of requests that ended since `seeded`, by request id: part of the seed
+    # unless their settlement has counted them already (limiter._seed).
+    recent: dict[str, int] = field(default_factory=dict)
 
     @property
     def counter(self) -> str:
@@ -233,7 +236,8 @@ class MemoryCounters:
                     if b.seed is None:
                         verdict.unseeded.append(b)
                         continue
-                    counter = self._budgets[s, name] = [b.seed, 0]
+                    # (this process settles nothing of a counter before its seed)
+                    counter = self._budgets[s, name] = [b.seed + sum(b.recent.values()), 0]
                 used, reserved = counter
                 if used + b.reserve > b.budget.limit:
                     refusals.append(Refusal(s, BUDGET, b.budget.limit, used=used, reserved=reserved, wanted=b.reserve,

@@ -13,10 +13,15 @@ Made safe against what a shared store does to its callers:
   again (replayed after a timeout that Redis in fact ran) changes nothing. It gives back what its
   claim reserved only if that claim is still held (`held`), so a claim never taken, or already
   swept, is not given back twice.
-- A budget counter records the moment its seed from the ledger holds every row of (`seeded`,
-  Redis's clock: the ledger's reading less the ledger's commit lag, limiter.SEED_LAG): a settlement
-  of a request that ended before then is in the seed already and adds nothing to `used` (a Redis
-  restarted empty is not charged the outage twice).
+- A budget counter records the moment its seed from the ledger holds the rows of (`seeded`,
+  Redis's clock: the ledger's reading less the ledger's commit lag, limiter.SEED_LAG; the seed
+  sums the rows of requests that ended before it): a settlement of a request that ended before
+  then is in the seed already and adds nothing to `used`, one that ended after it adds its spend
+  (a Redis restarted empty is not charged the outage twice, nor spared its last requests). A
+  settlement that finds no counter (replayed before anyone's claim seeded it) is kept beside it,
+  by its request's end, for the seed to add. The rows of requests that ended since that moment
+  come with the seed by request id: each is added unless its settlement is marked applied, and is
+  marked seeded so that its settlement, coming later, adds nothing (it still frees its slot).
 Every reply starts with the verdict and Redis's now, from which callers learn their offset.
 """
 
@@ -131,6 +136,24 @@ for s, sub in ipairs(subjects) do
     local used, reserved = tonumber(v[1]), tonumber(v[2])
     if used == nil then
       if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
+        -- the ledger's rows since `seeded`, by request id: each counts unless its settlement did
+        local recent, seed = redis.call('HGETALL', b.key .. ':recent'), b.seed
+        for i = 1, #recent, 2 do
+          if redis.call('EXISTS', SETTLED .. recent[i]) == 0 then
+            redis.call('SET', SEEDED .. recent[i], '1', 'EX', SETTLED_TTL)
+            seed = seed + tonumber(recent[i + 1])
+          end
+        end
+        if #recent > 0 then redis.call('DEL', b.key .. ':recent') end
+        -- settlements that came before the seed (replayed to a Redis restarted empty): those of
+        -- requests that ended after the moment the seed holds the ledger to count on top of it
+        local early = redis.call('HGETALL', b.key)
+        for i = 1, #early, 2 do
+          local at = string.match(early[i], '^ended:(%d+)$')
+          if at and not (tonumber(b.seeded) and tonumber(at) < tonumber(b.seeded)) then seed = seed + tonumber(early[i + 1]) end
+        end
+        if #early > 0 then redis.call('DEL', b.key) end
+        b.seed = seed
         redis.call('HSET', b.key, 'used', int(b.seed), 'reserved', 0, 'seeded', b.seeded)
         redis.call('PEXPIREAT', b.key, math.ceil(b.expire * 1000))
         used, reserved = b.seed, 0
@@ -220,8 +243,16 @@ for s = 1, S do
     if counter[1] then
       -- a request that ended before the counter was seeded from the ledger is in its seed already
       local seeded = tonumber(counter[2])
-      if not (seeded and ended * 1e6 < seeded) then redis.call('HINCRBY', key, 'used', int(spent)) end
+      -- and one whose row the seed counted, by its id, is in it too
+      if not (seeded and ended * 1e6 < seeded) and redis.call('EXISTS', SEEDED .. id) == 0 then
+        redis.call('HINCRBY', key, 'used', int(spent))
+      end
       if mine then redis.call('HINCRBY', key, 'reserved', int(-reserve)) end
+    elseif spent > 0 then
+      -- no counter yet (a Redis restarted empty, the settlements of the outage replayed): kept
+      -- by the request's end, for the seed from the ledger to add what the ledger lacks
+      redis.call('HINCRBY', key, 'ended:' .. int(ended * 1e6), int(spent))
+      if redis.call('PTTL', key) < 0 then redis.call('EXPIRE', key, SETTLED_TTL) end
     end
   end
 end
@@ -232,7 +263,8 @@ return 1
 def header(script: str, prefix: str) -> str:
     """`script` with its constants; the settlements' marks live under the counters' prefix."""
     return (f"local REFILL, RETRY, LEASE = {REFILL_SECONDS!r}, {RETRY_IN_FLIGHT!r}, {LEASE_SECONDS!r}\n"
-            f"local SETTLED, SETTLED_TTL = {_lua_string(prefix + 'settled:')}, {SETTLED_SECONDS}\n" + script)
+            f"local SETTLED, SETTLED_TTL = {_lua_string(prefix + 'settled:')}, {SETTLED_SECONDS}\n"
+            f"local SEEDED = {_lua_string(prefix + 'seeded:')}\n" + script)
 
 
 def _lua_string(text: str) -> str:

@@ -26,17 +26,17 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
+from gateway.store.consumption import consumed, consumed_since
 from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
-from gateway.store.limits import KEY, Limits, LimitsTable, Period, Subject, Unit
+from gateway.store.limits import Limits, LimitsTable, Period, Subject
 from gateway.store.limits_plan import Plan, Plans
 from gateway.store.prices import Prices
-from gateway.store.tables import ledger
 
 log = logging.getLogger("gateway.limits")
 
@@ -245,6 +245,7 @@ class Limiter:
                     for charge in claim.charges:
                         for b in charge.budgets:
                             b.period, b.seed, b.seeded = b.budget.period_at(verdict.clock), None, None
+                            b.recent = {}
                 elif verdict.unseeded:
                     await self._seed(claim, verdict.unseeded)
                 else:
@@ -323,10 +324,14 @@ class Limiter:
         for charge in claim.charges:
             for b in charge.budgets:
                 if any(b is u for u in unseeded):
-                    # Every row of a request that ended SEED_LAG before the ledger is read is in it:
-                    # settlements of those add nothing to the seed (counters_scripts.py).
+                    # One moment on both clocks, SEED_LAG ago: the rows of requests that ended
+                    # before it (all committed by now) are the seed, and settlements of those add
+                    # nothing to it; the rows since are told by id, each counted by its row or by
+                    # its settlement, whichever the store had first (counters_scripts.py).
                     b.seeded = self.counters.time(self._clock()) - SEED_LAG
-                    b.seed = await consumed(self._engine, charge.subject, b.budget.unit, b.period)
+                    since = datetime.now(UTC) - timedelta(seconds=SEED_LAG)  # the ledger's clock
+                    b.seed = await consumed(self._engine, charge.subject, b.budget.unit, b.period, since)
+                    b.recent = await consumed_since(self._engine, charge.subject, b.budget.unit, b.period, since)
 
     # -- the store's health ----------------------------------------------------------------
     def _failed(self, exc: BaseException) -> None:
@@ -388,12 +393,3 @@ SEED_LAG = 2.0  # seconds a ledger row may take from its request's end to its co
 def wall_clock() -> float:
     """The limits' clock: seconds since the epoch (per-minute buckets, UTC budget periods)."""
     return time.time()
-
-
-async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period) -> int:
-    """What `subject` consumed of `unit` in `period`, from the ledger."""
-    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
-    query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(
-        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end)
-    async with engine.connect() as connection:
-        return int(await connection.scalar(query))

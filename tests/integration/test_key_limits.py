@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -184,6 +185,28 @@ def test_a_budget_reserves_the_prompt_of_every_vendor_call_an_emulated_n_makes(g
     served = complete(gateway, key, model="fanout/m", prompt=prompt, max_tokens=1, n=5)  # 5 x 100 + 5 fits
     assert served.status_code == 200 and len(served.json()["choices"]) == 5
     assert len([r for r in upstream.requests if r["path"] == "/v1/completions"]) == 5
+
+
+def test_concurrent_prompts_the_estimate_undercounts_cannot_multiply_its_error(gateway, db):
+    """Twenty 4,000-character CJK prompts at once against a 10,000-token budget, on a vendor that
+    bills a token per character: each reserves what the offline counter counts (not chars / 4,
+    which admitted all twenty and billed 3.6 budgets), so the budget holds but for one request's
+    estimate error."""
+    key, key_id, account = new_key(db.url)
+    limit(gateway, db, key, "--key", key_id, "--budget-tokens", "10000", "--period", "day")
+    text = "数据库连接池的大小限制了并发请求数量，网关按照每个字符计费。"
+    prompt = (text * 200)[:4000]
+
+    def one(_: int) -> httpx.Response:
+        return complete(gateway, key, model="fake/per-character", prompt=prompt, max_tokens=1)
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(one, range(20)))
+    served = [a for a in answers if a.status_code == 200]
+    assert 1 <= len(served) <= 2 and len(served) + [a.status_code for a in answers].count(429) == 20
+    rows = wait_for_rows(db.url, account, 20, where=lambda row: not_a_probe(row))
+    billed = sum(row["total_tokens"] for row in rows if row["outcome"] == "completed")
+    assert billed == len(served) * 4001 <= 10_000
 
 
 def test_a_budget_in_dollars_is_kept_by_the_prices_and_refuses_a_model_without_one(gateway, db):

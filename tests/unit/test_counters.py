@@ -313,3 +313,34 @@ def test_a_claim_whose_settlement_came_first_takes_nothing():
         asyncio.run(scenario())
     finally:
         remove_redis_keys(prefix)
+
+
+def test_a_seed_counts_each_recent_row_once_whether_its_settlement_came_before_or_after():
+    """A Redis restarted empty: the outage's settlements replayed before any claim seeds the
+    counter, the rows of the last moments told by id with the seed. Each request counts once:
+    by its settlement (x, replayed first), by its row (y, whose settlement comes later and only
+    frees its slot), or by the seed's sum (old)."""
+    limits = Limits(concurrent=1, budgets=(Budget(TOKENS, 1000, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+    prefix = redis_prefix()
+
+    async def scenario():
+        store = RedisCounters(redis_url(), prefix, callers_clock=True)
+        try:
+            x, y = claim((KEY_A, limits), tokens=50), claim((KEY_A, limits), tokens=50)
+            await settled(store, x, 7, {counter: 7}, NOW + 5)  # no counter yet: kept by its end
+            seeding = claim((KEY_A, limits), tokens=10, seed=100)
+            seeding.charges[0].budgets[0].seeded = NOW + 1
+            seeding.charges[0].budgets[0].recent = {x.request_id: 7, y.request_id: 11}
+            assert (await acquire(store, seeding, NOW + 6)).refusal is None
+            assert (await store.read(KEY_A, limits, NOW + 6)).budgets == {counter: (118, 10)}
+            await settled(store, seeding, 3, {counter: 3}, NOW + 7)
+            await settled(store, y, 11, {counter: 11}, NOW + 8)  # its row is in the seed already
+            assert (await store.read(KEY_A, limits, NOW + 8)).budgets == {counter: (121, 0)}
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)

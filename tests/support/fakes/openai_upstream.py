@@ -286,7 +286,8 @@ def completion(request: dict[str, Any], with_usage: bool = True) -> dict[str, An
 def usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
     prompts = prompts_of(request)
     n = request.get("n", 1)
-    prompt = sum(prompt_tokens(p) for p in prompts)
+    # model "per-character": a vendor whose tokenizer bills a token per character (CJK text, say)
+    prompt = sum(len(p) if request.get("model") == "per-character" else prompt_tokens(p) for p in prompts)
     completion_tokens = generated * n * len(prompts)
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
