@@ -5,7 +5,7 @@
     gateway keys create --account ID [--account ID2 ...] [--name NAME]
     gateway keys list [--account ID]                  gateway keys revoke KEY_ID
     gateway usage [--account ID ...] [--model vendor/name] [--since T] [--until T]
-                  [--group-by model,day,key,user,outcome] [--outcome completed,...]
+                  [--group-by model,day,key,user,outcome,endpoint] [--outcome completed,...]
     gateway limits set|show|clear (--key KEY_ID | --account ID) ...   (gateway/limits_cli.py)
 
 Lists and reports print as a table, or with --format json or csv. Every command works on the

@@ -1174,6 +1174,10 @@ class UsageLine(BaseModel):
     """
     What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
     """
+    endpoint: Annotated[Literal['completions', 'chat'] | MISSING, Field(title='Endpoint')] = MISSING
+    """
+    The endpoint the requests came through: `completions` (POST /v5/completions) or `chat` (POST /v5/chat/completions). Present when grouped by `endpoint`.
+    """
     requests: Annotated[int, Field(ge=0)]
     """
     Requests that reached the vendor (including those it rejected).
@@ -1313,7 +1317,7 @@ class UsageReport(BaseModel):
     """
     The model filter applied; null for none.
     """
-    group_by: Annotated[list[Literal['model', 'day', 'key', 'user', 'outcome']], Field(title='Group By')]
+    group_by: Annotated[list[Literal['model', 'day', 'key', 'user', 'outcome', 'endpoint']], Field(title='Group By')]
     """
     The dimensions the lines are summed per, besides the account, in order.
     """

@@ -30,7 +30,8 @@ from gateway.store.rollups import Cube
 from gateway.store.tables import ROLLUP_MEASURES, ledger
 
 # What a report can be grouped by (lines are always per account too), and the field each names.
-DIMENSIONS = {"model": "model", "day": "day", "key": "key_id", "user": "user", "outcome": "outcome"}
+DIMENSIONS = {"model": "model", "day": "day", "key": "key_id", "user": "user", "outcome": "outcome",
+              "endpoint": "endpoint"}
 DEFAULT_GROUP_BY = ("model",)
 
 
@@ -46,6 +47,7 @@ class UsageLine(TypedDict):
     key_id: NotRequired[str]
     user: NotRequired[str | None]  # None: the requests without one
     outcome: NotRequired[str]
+    endpoint: NotRequired[str]  # "completions" or "chat"
     requests: int  # that reached a vendor
     estimated_requests: int  # rows whose tokens the gateway counted because the vendor did not report them
     refused_requests: int  # refused by a limit before any vendor call (store/meter.py REFUSED): cost nothing

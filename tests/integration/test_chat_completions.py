@@ -178,3 +178,21 @@ def test_chat_requests_are_counted_with_their_operation_and_recorded_with_their_
     assert row["endpoint"] == "chat" and row["prompt_tokens"] > 0
     wait_until(lambda: metric(scrape(gateway.url), "gateway_requests_total", vendor="fake", model="fake/chat-counted",
                               status="200", stream="false", operation="chat") == 1, message="the chat request counted")
+
+
+def test_the_usage_report_breaks_requests_down_by_endpoint(client, database):
+    """`group_by=endpoint`: chat and completions apart, each line's sums its own rows'."""
+    model = "fake/by-endpoint"
+    chat = client.post("/v5/chat/completions", json={"model": model, "messages": USER, "max_tokens": 1})
+    text = client.post("/v5/completions", json={"model": model, "prompt": "hello there", "max_tokens": 1})
+    assert chat.status_code == text.status_code == 200
+    rows = [ledger_row(database.url, "acct-a", a.headers["x-request-id"]) for a in (chat, text)]
+    report = client.get("/v5/usage", params={"group_by": "model,endpoint", "model": model})
+    assert report.status_code == 200, report.text
+    assert report.json()["group_by"] == ["model", "endpoint"]
+    lines = {line["endpoint"]: line for line in report.json()["data"] if line["account_id"] == "acct-a"}
+    assert sorted(lines) == ["chat", "completions"]
+    for row in rows:
+        line = lines[row["endpoint"]]
+        assert line["model"] == model and line["requests"] == 1
+        assert line["prompt_tokens"] == row["prompt_tokens"] and line["total_tokens"] == row["total_tokens"]

@@ -7,7 +7,8 @@
 const STORAGE_KEY = "gateway.api_key";
 const NANOS_PER_USD = 1e9;
 const SVG = "http://www.w3.org/2000/svg";
-const BREAKDOWNS = [["by-model", "model", "Model"], ["by-key", "key", "Key"], ["by-user", "user", "User"]];
+const BREAKDOWNS = [["by-model", "model", "Model"], ["by-endpoint", "endpoint", "Endpoint"], ["by-key", "key", "Key"],
+  ["by-user", "user", "User"]];
 
 const $ = (id) => document.getElementById(id);
 let signedIn = null; // {key, keyId, accounts}
