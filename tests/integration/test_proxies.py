@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import certifi
 import httpx
 import pytest
 
@@ -199,3 +200,11 @@ def test_a_refusing_proxy_is_a_502_naming_the_proxy_and_a_log_line_without_crede
     log = gateway.log()
     assert any("proxy" in line and "407" in line and "vendor refused" in line for line in log.splitlines()), log[-2000:]
     assert "pr0xy-s3cret" not in log and "sk-vendor-key-never-shown" not in log
+
+
+def test_inside_the_tunnel_the_vendors_certificate_is_checked_against_the_vendors_ca(upstream, proxy):
+    http = Http1Client({}, Timeouts(connect=10), Network(parse_proxy(proxy.url(), "test"), tls(certifi.where())))
+    with pytest.raises(TransportError) as caught:
+        asyncio.run(completions(http, upstream.url))
+    assert caught.value.reason.startswith("its TLS certificate could not be verified (unable to get local issuer")
+    assert f"through proxy {proxy.url()}" in str(caught.value)
