@@ -26,6 +26,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from gateway.core.errors import ConfigError
+from gateway.core.tls import client_context
 
 T = TypeVar("T")
 
@@ -90,17 +91,10 @@ def postgres_tls(query: Mapping[str, Any]) -> ssl.SSLContext | str | None:
             raise ConfigError(f"database_url: sslrootcert, sslcert and sslkey need sslmode verify-ca or verify-full "
                               f"(with sslmode={mode} the server's certificate is not checked)")
         return mode  # asyncpg reads libpq's modes itself
-    try:
-        context = ssl.create_default_context(cafile=None if rootcert in ("", "system") else rootcert)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"database_url sslrootcert: not a readable PEM file of CA certificates ({exc})") from None
+    context = client_context(None if rootcert == "system" else rootcert, given.get("sslcert"), given.get("sslkey"),
+                             names=("database_url sslrootcert", "database_url sslcert / sslkey"))
     # verify-ca checks the chain but not the name (libpq's meaning); verify-full both.
     context.check_hostname = mode == "verify-full"
-    if cert := given.get("sslcert"):
-        try:
-            context.load_cert_chain(cert, given.get("sslkey") or None)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"database_url sslcert / sslkey: not a certificate and its key ({exc})") from None
     return context
 
 

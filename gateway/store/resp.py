@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from gateway.core.errors import ConfigError
+from gateway.core.tls import client_context
 
 Reply = Any  # str | int | None | list[Reply] (strings decoded as UTF-8)
 # What waits for a reply: a future (`execute`), or a callback (`send`) given the reply, a RedisError
@@ -161,16 +162,8 @@ def tls_context(parts: SplitResult) -> ssl.SSLContext | None:
         raise ConfigError("redis_url ssl_cert_reqs: only 'required' (the gateway always verifies Redis's certificate)")
     if given.get("ssl_keyfile") and not given.get("ssl_certfile"):
         raise ConfigError("redis_url: ssl_keyfile without ssl_certfile")
-    try:
-        context = ssl.create_default_context(cafile=given.get("ssl_ca_certs") or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"redis_url ssl_ca_certs: not a readable PEM file of CA certificates ({exc})") from None
-    if certfile := given.get("ssl_certfile"):
-        try:
-            context.load_cert_chain(certfile, given.get("ssl_keyfile") or None)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"redis_url ssl_certfile / ssl_keyfile: not a certificate and its key ({exc})") from None
-    return context
+    return client_context(given.get("ssl_ca_certs"), given.get("ssl_certfile"), given.get("ssl_keyfile"),
+                          names=("redis_url ssl_ca_certs", "redis_url ssl_certfile / ssl_keyfile"))
 
 
 class Redis:

@@ -12,7 +12,6 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from gateway.core.errors import ConfigError
 from gateway.store import database
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess
@@ -73,17 +72,6 @@ def test_verify_full_checks_the_host_name_and_verify_ca_does_not(cluster, pki):
     with pytest.raises(Exception, match="certificate verify failed: Hostname mismatch"):
         asyncio.run(encrypted(renamed))
     assert asyncio.run(encrypted(renamed.replace("verify-full", "verify-ca"))) is True
-
-
-@pytest.mark.parametrize(("query", "message"), [
-    ("sslmode=sometimes", "sslmode: 'sometimes' is none of"),
-    ("sslmode=prefer&sslrootcert=/ca.pem", "need sslmode verify-ca or verify-full"),
-    ("sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "sslrootcert: not a readable PEM file"),
-    ("sslmode=require&ssl=require", "either asyncpg's ssl or libpq's sslmode"),
-])
-def test_unusable_tls_parameters_are_config_errors(query, message):
-    with pytest.raises(ConfigError, match=message):
-        database.connect(f"postgresql://gateway:hunter2@db.internal/gateway?{query}")
 
 
 def test_the_gateway_migrates_provisions_and_serves_over_verified_tls(cluster, pki, upstream):

@@ -107,19 +107,6 @@ def test_redis_urls_never_fall_back_to_plaintext(one_way, pki):
         Redis(url(one_way, "redis", ssl_ca_certs=pki[0].ca_file), connect_timeout=5, timeout=5)
 
 
-@pytest.mark.parametrize(("query", "message"), [
-    ({"ssl_cert_reqs": "none"}, "only 'required'"),
-    ({"ssl_verify": "no"}, "unknown parameter ssl_verify"),
-    ({"ssl_keyfile": "/k.pem"}, "ssl_keyfile without ssl_certfile"),
-    ({"ssl_ca_certs": "/nonexistent/ca.pem"}, "ssl_ca_certs: not a readable PEM file"),
-])
-def test_unusable_tls_parameters_are_config_errors_without_the_password(query, message):
-    address = "rediss://:hunter2-password@127.0.0.1:6380/0?" + "&".join(f"{k}={v}" for k, v in query.items())
-    with pytest.raises(ConfigError, match=message) as caught:
-        Redis(address, connect_timeout=5, timeout=5)
-    assert "hunter2" not in str(caught.value)
-
-
 @pytest.mark.parametrize("trusted", [True, False])
 def test_the_gateways_limits_count_in_redis_over_tls_or_follow_the_policy(upstream, mutual, pki, client_cert, trusted,
                                                                           tmp_path):
