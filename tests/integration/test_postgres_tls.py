@@ -15,7 +15,7 @@ from sqlalchemy import text
 from gateway.store import database
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess
-from tests.support.postgres_tls import TlsPostgres, cluster_missing
+from tests.support.postgres_tls import CERT_USER, TlsPostgres, cluster_missing
 from tests.support.provision import new_key, provision, wait_for_rows
 from tests.support.tls import TestCA
 
@@ -72,6 +72,20 @@ def test_verify_full_checks_the_host_name_and_verify_ca_does_not(cluster, pki):
     with pytest.raises(Exception, match="certificate verify failed: Hostname mismatch"):
         asyncio.run(encrypted(renamed))
     assert asyncio.run(encrypted(renamed.replace("verify-full", "verify-ca"))) is True
+
+
+def test_verify_full_without_sslrootcert_uses_the_systems_cas_which_ssl_cert_file_names(cluster, pki, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki[0].ca_file))  # read by OpenSSL when the context is made
+    assert asyncio.run(encrypted(cluster.url("sslmode=verify-full"))) is True
+
+
+def test_a_client_certificate_logs_in_a_user_the_server_admits_by_certificate_only(cluster, pki):
+    ca = pki[0]
+    client = ca.issue("pg-client", "gateway.client", common_name=CERT_USER)  # PostgreSQL's `cert` method: the common name is the user
+    with_cert = f"sslmode=verify-full&sslrootcert={ca.ca_file}&sslcert={client.cert}&sslkey={client.key}"
+    assert asyncio.run(encrypted(cluster.url(with_cert, user=CERT_USER))) is True
+    with pytest.raises(Exception, match="certificate"):
+        asyncio.run(encrypted(cluster.url(f"sslmode=verify-full&sslrootcert={ca.ca_file}", user=CERT_USER)))
 
 
 def test_the_gateway_migrates_provisions_and_serves_over_verified_tls(cluster, pki, upstream):

@@ -154,16 +154,17 @@ def vendor(name: str, url: str, ca_file: str, **extra: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def gateway(ca, upstream, proxy, guarded_proxy, database, tmp_path_factory):
+def gateway(ca, upstream, plain_upstream, proxy, guarded_proxy, database, tmp_path_factory):
     """HTTPS_PROXY is the guarded proxy (with its credentials), NO_PROXY names localhost: `corp`
     goes through it, `nearby` (the same vendor as localhost) around it, `own` through the other
     proxy (its setting), `direct` around both (proxy = "none") and `refused` to the guarded proxy
-    without credentials."""
+    without credentials; `plain` is an http vendor behind the other proxy."""
     by_ip, by_name = upstream.url, upstream.url.replace("127.0.0.1", "localhost")
     ca_file = str(ca.ca_file)
     toml = (vendor("corp", by_ip, ca_file) + vendor("nearby", by_name, ca_file)
             + vendor("own", by_ip, ca_file, proxy=proxy.url()) + vendor("direct", by_ip, ca_file, proxy="none")
-            + vendor("refused", by_ip, ca_file, proxy=guarded_proxy.url()))
+            + vendor("refused", by_ip, ca_file, proxy=guarded_proxy.url())
+            + vendor("plain", plain_upstream.url, ca_file, proxy=proxy.url()))
     path = tmp_path_factory.mktemp("gateway") / "gateway.toml"
     path.write_text(toml)
     env = {"GATEWAY_CONFIG": str(path), "GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
@@ -189,6 +190,17 @@ def test_the_gateway_honours_https_proxy_no_proxy_and_each_vendors_proxy(gateway
         now = connects_to(proxy, upstream.port), connects_to(guarded_proxy, upstream.port)
         assert (now[0] - through[0], now[1] - through[1]) == (own, environment), model
         through = now
+
+
+def test_an_http_vendor_behind_a_proxy_serves_every_request(gateway, database, plain_upstream, proxy):
+    """(tinyproxy drops a kept-alive plain-HTTP connection at its next request: the gateway sends
+    that request once more, on a new connection, and the client sees nothing of it.)"""
+    key = create_key(database.url, fresh_account())
+    line = f"POST {plain_upstream.url}/v1/completions HTTP/1.1"
+    before, served = proxy.requests().count(line), len(plain_upstream.requests)
+    assert [ask(gateway, key, "plain/m").status_code for _ in range(3)] == [200, 200, 200]
+    assert len(plain_upstream.requests) - served == 3
+    assert proxy.requests().count(line) - before == 3
 
 
 def test_a_refusing_proxy_is_a_502_naming_the_proxy_and_a_log_line_without_credentials(gateway, database):

@@ -84,6 +84,11 @@ def test_a_redis_that_does_not_ask_for_a_certificate_needs_only_the_ca(one_way, 
     assert asyncio.run(ping(url(one_way, ssl_ca_certs=pki[0].ca_file))) == "PONG"
 
 
+def test_without_ssl_ca_certs_the_systems_cas_are_used_and_ssl_cert_file_names_them(one_way, pki, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki[0].ca_file))  # read by OpenSSL when the context is made
+    assert asyncio.run(ping(url(one_way))) == "PONG"
+
+
 def test_a_wrong_ca_is_one_clear_error(one_way, pki):
     # (redis-server sends its CA with its certificate: OpenSSL then calls the chain self-signed.)
     with pytest.raises(RedisUnavailable, match=r"could not be verified \((self-signed|unable to get local issuer)"):

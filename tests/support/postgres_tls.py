@@ -19,7 +19,10 @@ from tests.support.fakes.server import free_port
 from tests.support.processes import wait_until
 from tests.support.tls import TestCA
 
-HBA = """local all all trust
+# CERT_USER may only log in with a client certificate issued to it (its common name) by the test CA.
+CERT_USER = "gateway_cert"
+HBA = f"""local all all trust
+hostssl all {CERT_USER} 127.0.0.1/32 cert
 hostssl all all 127.0.0.1/32 trust
 hostnossl all all 127.0.0.1/32 reject
 """
@@ -52,18 +55,20 @@ class TlsPostgres:
         self.data = self.root / "data"
         issued = ca.issue(f"postgres-{self.port}", "127.0.0.1")  # not "localhost": a name it does not hold
         self.cert, self.key = self.root / "server.crt", self.root / "server.key"
+        self.ca_file = self.root / "ca.pem"  # the CA client certificates are checked against
         shutil.copy(issued.cert, self.cert)
         shutil.copy(issued.key, self.key)
+        shutil.copy(ca.ca_file, self.ca_file)
         self.key.chmod(0o600)
         self._user = "postgres" if os.geteuid() == 0 else None
         if self._user:
             entry = pwd.getpwnam(self._user)
-            for path in (self.root, self.cert, self.key):
+            for path in (self.root, self.cert, self.key, self.ca_file):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         self.proc: subprocess.Popen | None = None
 
-    def url(self, query: str = "") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres" + (f"?{query}" if query else "")
+    def url(self, query: str = "", user: str = "postgres") -> str:
+        return f"postgresql://{user}@127.0.0.1:{self.port}/postgres" + (f"?{query}" if query else "")
 
     def _run(self, *argv: str) -> subprocess.Popen:
         return subprocess.Popen(argv, user=self._user, cwd=self.root, stdout=subprocess.DEVNULL,
@@ -76,13 +81,17 @@ class TlsPostgres:
                            "--no-sync", "-E", "UTF8")
         assert initdb.wait(120) == 0, self.log()
         settings = [f"port = {self.port}", "listen_addresses = '127.0.0.1'", f"unix_socket_directories = '{self.root}'",
-                    "ssl = on", f"ssl_cert_file = '{self.cert}'", f"ssl_key_file = '{self.key}'", "fsync = off",
+                    "ssl = on", f"ssl_cert_file = '{self.cert}'", f"ssl_key_file = '{self.key}'",
+                    f"ssl_ca_file = '{self.ca_file}'", "fsync = off",
                     "max_connections = 30"]
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n".join(settings) + "\n")
         (self.data / "pg_hba.conf").write_text(HBA)
         self.proc = self._run(str(binaries / "postgres"), "-D", str(self.data))
         wait_until(self._listening, timeout=60, message=f"PostgreSQL with TLS on port {self.port}")
+        created = self._run(str(binaries / "psql"), "-h", str(self.root), "-p", str(self.port), "-U", "postgres",
+                            "-d", "postgres", "-c", f"CREATE ROLE {CERT_USER} LOGIN")
+        assert created.wait(60) == 0, self.log()
         return self
 
     def _listening(self) -> bool:

@@ -32,9 +32,9 @@ class TestCA:
         self.ca_file = directory / f"{name}.pem"
         self._ca.cert_pem.write_to_path(str(self.ca_file))
 
-    def issue(self, label: str, *names: str) -> Issued:
+    def issue(self, label: str, *names: str, common_name: str | None = None) -> Issued:
         """A certificate for `names` (default: loopback), usable by a server or a client."""
-        issued = self._ca.issue_cert(*(names or LOOPBACK))
+        issued = self._ca.issue_cert(*(names or LOOPBACK), common_name=common_name)
         cert = self._directory / f"{self._name}-{label}.crt"
         key = self._directory / f"{self._name}-{label}.key"
         cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
