@@ -1,8 +1,8 @@
-"""How a deployment's connections reach it (`Network`): which proxy, if any, and which TLS context.
+"""How a deployment's connections reach it (`Network`): directly or through a proxy, and with which
+TLS context; decided once per deployment as the gateway starts, never per request.
 
-Which proxy, if any, a deployment's connections go through: the vendor's (or deployment's)
-`proxy` setting, else the environment's HTTPS_PROXY / HTTP_PROXY / ALL_PROXY and NO_PROXY, read the
-way curl reads them. Decided once per deployment as the gateway starts (`choose`), never per request.
+The proxy (`choose`) is the deployment's (or its vendor's) `proxy` setting, else the environment's
+HTTPS_PROXY / HTTP_PROXY / ALL_PROXY unless NO_PROXY names the host, read the way curl reads them.
 
     https upstream   CONNECT host:port through the proxy, then TLS to the vendor inside the tunnel
                      (the certificate checked against the vendor's host name, not the proxy's)

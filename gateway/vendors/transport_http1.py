@@ -12,9 +12,9 @@ What it keeps of a library's duties:
   once its answer was read to the end and the vendor did not ask to close it;
 - TLS with the deployment's context (proxies.Network: the vendor's `ca_file`, or transport.tls()),
   the host name checked;
-- a proxy when the deployment has one (vendors/proxies.py): a CONNECT tunnel to
-  an https vendor (TLS inside it, to the vendor's host name), absolute-form requests to an http one;
-  pooled connections are kept-alive tunnels, used again like direct ones;
+- a proxy when the deployment has one (vendors/proxies.py): a CONNECT tunnel to an https vendor
+  (TLS inside it, to the vendor's host name), absolute-form requests to an http one; pooled
+  connections are kept-alive tunnels, used again like direct ones;
 - the connect timeout, `first_byte` for the answer's head (a non-streamed answer's whole wait), and
   `total` for every piece of the body;
 - a connection closed before any byte of its answer is `dropped` (vendors/http.py sends once more:
@@ -23,7 +23,8 @@ What it keeps of a library's duties:
   MAX_BUFFERED (reading pauses; vendors/http.py bounds a body's total); bytes nobody asked for
   close the connection;
 - nothing a library would add unasked: no Accept-Encoding (a vendor that compresses anyway sends
-  what the adapters then refuse as not JSON), no redirects, no cookies, no proxy the settings and environment did not name.
+  what the adapters then refuse as not JSON), no redirects, no cookies, no proxy that neither the
+  settings nor the environment named.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ class Http1Client:
         self._network = network
         proxy = network.proxy
         # What a request to an http vendor through the proxy adds (an https one's goes in its tunnel).
-        self._to_proxy = "" if proxy is None else (
-            f"proxy-authorization: {proxy.authorization}\r\n" if proxy.authorization else "")
+        self._to_proxy = f"proxy-authorization: {proxy.authorization}\r\n" if proxy and proxy.authorization else ""
         if any(c in text for item in fields.items() for text in item for c in "\r\n"):
             raise ValueError("a vendor header holds a line break")
         self._fields = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
