@@ -19,7 +19,7 @@ from gateway.vendors.proxies import Network, parse_proxy
 from gateway.vendors.transport import TransportError, read_body, tls
 from gateway.vendors.transport_http1 import Http1Client
 from tests.support.cli import fresh_account
-from tests.support.environments import SHARED_TLS
+from tests.support.environments import LOCAL_MODEL, LOCAL_TIMEOUT, SHARED_TLS, local_env
 from tests.support.fakes.openai_upstream import FakeOpenAI
 from tests.support.fakes.server import ServerThread
 from tests.support.gateway_process import GatewayProcess
@@ -27,7 +27,7 @@ from tests.support.provision import create_key
 from tests.support.tinyproxy import Tinyproxy, tinyproxy_missing
 from tests.support.tls import TestCA
 
-pytestmark = pytest.mark.skipif(tinyproxy_missing() is not None, reason=tinyproxy_missing() or "")
+needs_tinyproxy = pytest.mark.skipif(tinyproxy_missing() is not None, reason=tinyproxy_missing() or "")
 
 CREDENTIALS = "gateway:pr0xy-s3cret"
 BODY = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 2}).encode()
@@ -58,6 +58,8 @@ def plain_upstream():
 
 @pytest.fixture(scope="module")
 def proxy(upstream, tmp_path_factory):
+    if reason := tinyproxy_missing():
+        pytest.skip(reason)
     with Tinyproxy(tmp_path_factory.mktemp("proxy"), (upstream.port,)) as running:
         yield running
 
@@ -65,6 +67,8 @@ def proxy(upstream, tmp_path_factory):
 @pytest.fixture(scope="module")
 def guarded_proxy(upstream, tmp_path_factory):
     """A proxy that wants CREDENTIALS."""
+    if reason := tinyproxy_missing():
+        pytest.skip(reason)
     with Tinyproxy(tmp_path_factory.mktemp("guarded"), (upstream.port,), CREDENTIALS) as running:
         yield running
 
@@ -121,6 +125,7 @@ def test_a_proxy_refusing_the_tunnel_is_an_error_naming_the_proxy_not_its_creden
     assert "wrong-password" not in str(caught.value) and "pr0xy-s3cret" not in str(caught.value)
 
 
+@needs_tinyproxy
 def test_a_proxy_forbidding_the_destination_is_a_403_refusal(ca, upstream, tmp_path):
     with Tinyproxy(tmp_path, connect_ports=(443,)) as strict, pytest.raises(TransportError) as caught:
         asyncio.run(completions(client(ca, strict.url()), upstream.url))
@@ -220,3 +225,15 @@ def test_inside_the_tunnel_the_vendors_certificate_is_checked_against_the_vendor
         asyncio.run(completions(http, upstream.url))
     assert caught.value.reason.startswith("its TLS certificate could not be verified (unable to get local issuer")
     assert f"through proxy {proxy.url()}" in str(caught.value)
+
+
+def test_the_proxy_variables_never_reach_the_embedded_models_loopback_engine(database):
+    """The local vendor's engine listens on loopback; with every proxy variable naming a port that
+    refuses and no NO_PROXY, the model still loads and answers."""
+    unreachable = "http://127.0.0.1:9"
+    env = {**local_env(database.url), "HTTP_PROXY": unreachable, "HTTPS_PROXY": unreachable,
+           "ALL_PROXY": unreachable, "http_proxy": unreachable, "NO_PROXY": "", "no_proxy": ""}
+    with GatewayProcess(env, ready_timeout=LOCAL_TIMEOUT) as gateway:
+        r = httpx.post(f"{gateway.url}/v5/completions", headers={"x-api-key": database.key}, verify=SHARED_TLS,
+                       timeout=LOCAL_TIMEOUT, json={"model": LOCAL_MODEL, "prompt": "Hello", "max_tokens": 1})
+    assert r.status_code == 200, r.text
