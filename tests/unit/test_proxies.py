@@ -3,6 +3,7 @@ takes (its setting, its vendor's, the environment's), and the settings that reac
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from gateway.core.config import ConfigError
 from gateway.services import load_settings, redactor
 from gateway.vendors import registry
-from gateway.vendors.proxies import Environment, NoProxy, Proxy, choose, parse_proxy
+from gateway.vendors.proxies import Environment, NoProxy, Proxy, choose, open_tunnel, parse_proxy
+from gateway.vendors.transport import TransportError
 
 
 def test_a_proxy_url_gives_host_port_and_basic_credentials_that_its_repr_and_shown_keep_out():
@@ -141,3 +143,53 @@ def test_a_bad_proxy_or_ca_file_fails_at_start_up_naming_the_vendor(tmp_path):
                        GATEWAY_VENDOR_X_CA_FILE=str(tmp_path / "absent.pem"))
     with pytest.raises(ConfigError, match="vendor 'x' ca_file .*absent.pem"):
         registry.Registry.from_settings(missing)
+
+
+async def connect_through(answer: bytes | None) -> tuple[bytes, BaseException | None]:
+    """A CONNECT to vendor.test:443 through a loopback "proxy" that reads the request head and
+    writes `answer` (None: closes at once); what the proxy read, and how the tunnel failed."""
+    heard = bytearray()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heard.extend(await reader.readuntil(b"\r\n\r\n"))
+        if answer is not None:
+            writer.write(answer)
+            await writer.drain()
+            await reader.read()  # until the client gives up on it
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    proxy = parse_proxy(f"http://user:pw@127.0.0.1:{server.sockets[0].getsockname()[1]}", "test")
+    failure = None
+    try:
+        async with asyncio.timeout(10):
+            transport = await open_tunnel(asyncio.get_running_loop(), proxy, "vendor.test", 443)
+        transport.close()
+    except Exception as exc:
+        failure = exc
+    finally:
+        server.close()
+    return bytes(heard), failure
+
+
+def test_the_tunnel_asks_for_the_vendors_authority_with_the_proxys_credentials():
+    heard, failure = asyncio.run(connect_through(b"HTTP/1.1 200 Connection established\r\n\r\n"))
+    assert failure is None
+    assert heard == (b"CONNECT vendor.test:443 HTTP/1.1\r\nhost: vendor.test:443\r\n"
+                     b"proxy-authorization: Basic " + base64.b64encode(b"user:pw") + b"\r\n\r\n")
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    (b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n",
+     "the proxy refused the tunnel to the vendor (HTTP 407: its credentials are missing or wrong)"),
+    (b"HTTP/1.0 403 Forbidden\r\n\r\n", "the proxy refused the tunnel to the vendor (HTTP 403: it does not allow"),
+    (b"HTTP/1.1 502 Bad Gateway\r\n\r\nupstream down",
+     "the proxy refused the tunnel to the vendor (HTTP 502: it could not reach the vendor)"),
+    (b"HTTP/1.1 200 OK\r\n\r\n\x16\x03", "the proxy refused the tunnel to the vendor (HTTP 200; it sent bytes"),
+    (b"SSH-2.0-OpenSSH\r\n\r\n", "the proxy answered CONNECT with something not HTTP"),
+    (None, "the proxy closed the connection before answering CONNECT"),
+])
+def test_a_tunnel_refused_or_garbled_is_a_transport_error_naming_the_proxy(answer, reason):
+    _, failure = asyncio.run(connect_through(answer))
+    assert isinstance(failure, TransportError), failure
+    assert failure.reason.startswith(reason) and "pw" not in str(failure)
