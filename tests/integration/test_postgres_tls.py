@@ -97,3 +97,11 @@ def test_the_gateway_migrates_provisions_and_serves_over_verified_tls(cluster, p
                        json={"model": "fake/m", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 200, r.text
         assert len(wait_for_rows(url, account, 1)) == 1
+
+
+def test_a_gateway_given_the_wrong_ca_stops_in_one_line_saying_why(cluster, pki, upstream):
+    url = cluster.url(f"sslmode=verify-full&sslrootcert={pki[1].ca_file}")
+    with pytest.raises(RuntimeError, match="gateway exited") as caught:
+        GatewayProcess(gateway_env(upstream.url, url), ready_timeout=60).start()
+    lines = [line for line in str(caught.value).splitlines() if "certificate verify failed" in line]
+    assert lines and "Traceback" not in str(caught.value), str(caught.value)[-2000:]
