@@ -66,13 +66,13 @@ class TlsPostgres:
             for path in (self.root, self.cert, self.key, self.ca_file):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         self.proc: subprocess.Popen | None = None
+        self._log = (self.root / "server.log").open("a")  # initdb's, psql's and the server's
 
     def url(self, query: str = "", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/postgres" + (f"?{query}" if query else "")
 
     def _run(self, *argv: str) -> subprocess.Popen:
-        return subprocess.Popen(argv, user=self._user, cwd=self.root, stdout=subprocess.DEVNULL,
-                                stderr=(self.root / "server.log").open("a"))
+        return subprocess.Popen(argv, user=self._user, cwd=self.root, stdout=subprocess.DEVNULL, stderr=self._log)
 
     def __enter__(self) -> TlsPostgres:
         binaries = postgres_bin()
@@ -108,4 +108,5 @@ class TlsPostgres:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # "fast" shutdown
             self.proc.wait(30)
+        self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)
