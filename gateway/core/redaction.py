@@ -13,10 +13,11 @@ import re
 from collections.abc import Iterable
 
 REDACTED = "[redacted]"
-# Key-shaped strings whoever they belong to: an auth header and its value; OpenAI/Anthropic/our
-# own keys (sk-...); Google API keys (AIza + 35 characters); a bare Bearer token.
+# Key-shaped strings whoever they belong to: an auth header and its value (a proxy's Basic
+# credentials too); OpenAI/Anthropic/our own keys (sk-...); Google API keys (AIza + 35
+# characters); a bare Bearer token.
 _SHAPES = [
-    r"\b(authorization|x-api-key|x-goog-api-key|api-key|api_key)([\"']?\s*[:=]\s*[\"']?)(bearer\s+)?[^\s\"',;}]+",
+    r"\b(authorization|x-api-key|x-goog-api-key|api-key|api_key)([\"']?\s*[:=]\s*[\"']?)((?:bearer|basic)\s+)?[^\s\"',;}]+",
     r"\bsk-[A-Za-z0-9_-]{8,}",
     r"\bAIza[0-9A-Za-z_-]{35}\b",
     r"(?<=bearer )[A-Za-z0-9._~+/=-]{12,}",

@@ -104,6 +104,9 @@ class Deployment(Frozen):
     name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     weight: PositiveFloat = 1.0
     max_concurrent: PositiveInt | None = None
+    # Its own proxy and CA file, before the vendor's (VendorConfig.proxy, ca_file).
+    proxy: SecretStr | None = None
+    ca_file: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -130,6 +133,11 @@ class VendorConfig(Frozen):
     timeouts: Timeouts = Timeouts()
     retries: NonNegativeInt = 2  # extra tries after a connection failure or a retryable status
     options: Mapping[str, Any] = Field(default_factory=dict)  # the protocol's own, validated by its adapter
+    # The proxy its connections go through (http://[user:password@]host[:port]; "" or "none": none,
+    # whatever HTTPS_PROXY says; unset: the environment's, gateway/vendors/proxies.py). A secret: the
+    # URL may hold a password.
+    proxy: SecretStr | None = None
+    ca_file: str = ""  # PEM file of the CAs its TLS certificates are checked against (default: the system's)
 
     @model_validator(mode="after")
     def _one_form(self) -> VendorConfig:
@@ -152,14 +160,28 @@ class VendorConfig(Frozen):
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """Every key the vendor's deployments use (what a vendor's text is scrubbed of)."""
-        return tuple(s for s in dict.fromkeys(d.secret for d in self.targets) if s)
+        """Every key the vendor's deployments use, and their proxies' URLs and passwords (what a
+        vendor's text is scrubbed of)."""
+        proxies = [self.proxy, *(d.proxy for d in self.deployments)]
+        found = [d.secret for d in self.targets]
+        for proxy in proxies:
+            if proxy is not None and (url := proxy.get_secret_value()):
+                found += [url, urlsplit(url if "://" in url else f"http://{url}").password or ""]
+        return tuple(s for s in dict.fromkeys(found) if s)
+
+    def proxy_of(self, deployment: Deployment) -> str | None:
+        """The proxy setting of one of its deployments (its own, else the vendor's; None: unset)."""
+        proxy = deployment.proxy if deployment.proxy is not None else self.proxy
+        return None if proxy is None else proxy.get_secret_value()
+
+    def ca_file_of(self, deployment: Deployment) -> str:
+        return deployment.ca_file if deployment.ca_file is not None else self.ca_file
 
 
 # Fields every vendor has, whatever its protocol (api_key_env and enabled are read here, not kept).
 # The fields of `timeouts` and `health` may also be written flat (GATEWAY_VENDOR_X_FIRST_BYTE).
 VENDOR_FIELDS = ("protocol", "base_url", "api_key", "api_key_env", "enabled", "retries", "deployments",
-                 "routing", *Timeouts.model_fields, *Health.model_fields)  # fmt: skip
+                 "routing", "proxy", "ca_file", *Timeouts.model_fields, *Health.model_fields)  # fmt: skip
 
 @dataclass(frozen=True, slots=True)
 class Protocol:
@@ -245,7 +267,7 @@ def _vendor(name: str, values: dict[str, Any], env: Mapping[str, str],
     else:
         common["base_url"] = str(values.pop("base_url", "") or default_url).rstrip("/")
         common["api_key"] = default_key.read(env, f"vendor {name!r}")
-    for name_field in ("retries", "routing"):
+    for name_field in ("retries", "routing", "proxy", "ca_file"):
         if name_field in values:
             common[name_field] = values.pop(name_field)
     try:

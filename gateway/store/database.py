@@ -4,6 +4,7 @@ processes or hosts), through one SQLAlchemy async engine, its schema kept by ale
     sqlite:///var/gateway.db                     a file relative to the working directory
     sqlite:////srv/gateway/gateway.db            an absolute path
     postgresql://user:password@host:5432/name    PostgreSQL (driver: asyncpg)
+    postgresql://...?sslmode=verify-full&sslrootcert=/etc/gateway/pg-ca.pem    over TLS (`postgres_tls`)
 
 SQLite runs in WAL mode with `synchronous=FULL`: a committed ledger row survives a crash of the
 process and of the machine, and readers (key lookups, usage reports) never wait for the writer.
@@ -14,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +26,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from gateway.core.errors import ConfigError
+from gateway.core.tls import client_context
 
 T = TypeVar("T")
 
@@ -58,6 +61,43 @@ def engine_url(url: str) -> URL:
     raise ConfigError(f"database_url: unsupported database {backend!r} (use sqlite:/// or postgresql://)")
 
 
+# libpq's TLS parameters, as a PostgreSQL URL gives them (asyncpg takes them only in its own DSN,
+# and SQLAlchemy hands it keyword arguments): read here and given to asyncpg as its `ssl` argument.
+TLS_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def postgres_tls(query: Mapping[str, Any]) -> ssl.SSLContext | str | None:
+    """asyncpg's `ssl` argument for libpq's TLS parameters in a URL's query, with libpq's meaning:
+    `disable`, `allow`, `prefer`, `require` (encrypted; the certificate checked only with
+    `sslrootcert`, as libpq does, which makes it `verify-ca`), `verify-ca` (the certificate
+    checked against `sslrootcert`, default the system's CAs, or `system`), `verify-full` (and the
+    host name too); `sslcert` and `sslkey` a client certificate, for verify-ca and verify-full.
+    None: the URL names none of them (asyncpg's default, libpq's `prefer`)."""
+    given = {name: str(value[-1] if isinstance(value, tuple) else value) for name, value in query.items()
+             if name in TLS_PARAMETERS}
+    if not given:
+        return None
+    if "ssl" in query:
+        raise ConfigError("database_url: give either asyncpg's ssl or libpq's sslmode, not both")
+    rootcert = given.get("sslrootcert", "")
+    mode = given.get("sslmode", "prefer")
+    if mode not in SSL_MODES:
+        raise ConfigError(f"database_url sslmode: {mode!r} is none of {', '.join(SSL_MODES)}")
+    if mode == "require" and rootcert:
+        mode = "verify-ca"  # libpq: "if a root CA file exists, ... the same way as if verify-ca was specified"
+    if not mode.startswith("verify-"):
+        if rootcert or given.get("sslcert") or given.get("sslkey"):
+            raise ConfigError(f"database_url: sslrootcert, sslcert and sslkey need sslmode verify-ca or verify-full "
+                              f"(with sslmode={mode} the server's certificate is not checked)")
+        return mode  # asyncpg reads libpq's modes itself
+    context = client_context(None if rootcert == "system" else rootcert, given.get("sslcert"), given.get("sslkey"),
+                             names=("database_url sslrootcert", "database_url sslcert / sslkey"))
+    # verify-ca checks the chain but not the name (libpq's meaning); verify-full both.
+    context.check_hostname = mode == "verify-full"
+    return context
+
+
 def connect(url: str) -> AsyncEngine:
     """An engine for `url` (no connection is made yet)."""
     parsed = engine_url(url)
@@ -66,10 +106,14 @@ def connect(url: str) -> AsyncEngine:
         engine = create_async_engine(parsed, pool_pre_ping=True, connect_args={"cached_statements": CACHED_STATEMENTS})
         _sqlite_events(engine)
         return engine
+    tls = postgres_tls(parsed.query)
+    if tls is not None:
+        parsed = parsed.difference_update_query(TLS_PARAMETERS)
     return create_async_engine(
         parsed,
         pool_pre_ping=True,  # a connection broken by a database restart is replaced, not used
-        connect_args={"timeout": PG_CONNECT_TIMEOUT, "server_settings": {"application_name": "completions-gateway"}},
+        connect_args={"timeout": PG_CONNECT_TIMEOUT, "server_settings": {"application_name": "completions-gateway"},
+                      **({"ssl": tls} if tls is not None else {})},
     )
 
 

@@ -11,6 +11,16 @@ without waiting for its reply (`send`, `Script.start`): then the reply is handed
 it is read, with no future and no callback scheduled on the loop in between.
 
     redis://[[user]:password@]host[:port][/db]     rediss://... the same over TLS
+
+Over TLS (rediss://) Redis's certificate is always verified, its host name checked, against the
+system's CAs (or SSL_CERT_FILE) or the CA file the URL's query names; the query may also name a
+client certificate for a Redis that asks for one (`tls-auth-clients yes`). The names are
+redis-py's, so one URL serves both:
+
+    rediss://:password@redis.internal:6380/0?ssl_ca_certs=/etc/redis/ca.pem
+        &ssl_certfile=/etc/redis/client.crt&ssl_keyfile=/etc/redis/client.key&ssl_cert_reqs=required
+
+(`ssl_cert_reqs` may only be `required`: verification is not switched off.)
 """
 
 from __future__ import annotations
@@ -20,7 +30,10 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+
+from gateway.core.errors import ConfigError
+from gateway.core.tls import client_context
 
 Reply = Any  # str | int | None | list[Reply] (strings decoded as UTF-8)
 # What waits for a reply: a future (`execute`), or a callback (`send`) given the reply, a RedisError
@@ -131,13 +144,35 @@ class _Connection(asyncio.Protocol):
 
 
 
+TLS_PARAMETERS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
+
+
+def tls_context(parts: SplitResult) -> ssl.SSLContext | None:
+    """The TLS context of a rediss:// URL, from its query (the module's docstring); None for
+    redis://. A ConfigError names the parameter that is wrong, never the URL (it may hold a password)."""
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if unknown := sorted(set(query) - set(TLS_PARAMETERS)):
+        raise ConfigError(f"redis_url: unknown parameter {', '.join(unknown)} (known: {', '.join(TLS_PARAMETERS)})")
+    if parts.scheme != "rediss":
+        if query:
+            raise ConfigError(f"redis_url: {', '.join(sorted(query))} need rediss:// (Redis over TLS)")
+        return None
+    given = {name: values[-1] for name, values in query.items()}
+    if given.get("ssl_cert_reqs", "required").lower() != "required":
+        raise ConfigError("redis_url ssl_cert_reqs: only 'required' (the gateway always verifies Redis's certificate)")
+    if given.get("ssl_keyfile") and not given.get("ssl_certfile"):
+        raise ConfigError("redis_url: ssl_keyfile without ssl_certfile")
+    return client_context(given.get("ssl_ca_certs"), given.get("ssl_certfile"), given.get("ssl_keyfile"),
+                          names=("redis_url ssl_ca_certs", "redis_url ssl_certfile / ssl_keyfile"))
+
+
 class Redis:
     def __init__(self, url: str, *, connect_timeout: float, timeout: float) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise ValueError(f"not a redis:// or rediss:// URL: {parts.scheme}://")
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 6379
-        self._tls = ssl.create_default_context() if parts.scheme == "rediss" else None
+        self._tls = tls_context(parts)
         self._user = unquote(parts.username) if parts.username else None
         self._password = unquote(parts.password) if parts.password else None
         self._db = int(parts.path.strip("/") or 0)
@@ -178,6 +213,9 @@ class Redis:
                 setup += self._loading(connection)
                 for reply in setup:
                     self._check(await reply)
+        except ssl.SSLCertVerificationError as exc:
+            raise RedisUnavailable(f"cannot reach Redis at {self._host}:{self._port}: its TLS certificate could not "
+                                   f"be verified ({exc.verify_message or exc})") from None
         except (OSError, TimeoutError) as exc:
             raise RedisUnavailable(f"cannot reach Redis at {self._host}:{self._port}: "
                                    f"{type(exc).__name__}: {exc}") from None

@@ -18,9 +18,10 @@ from gateway.core.completion import cleared
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorNotReady
 from gateway.core.streams import Watch, abandoned
-from gateway.core.vendor_config import Timeouts
+from gateway.core.vendor_config import Deployment, Timeouts
 from gateway.vendors.answers import ANYWHERE, ELSEWHERE, Failure, R, Stream, StreamDecoder, T, as_is, whole
 from gateway.vendors.balancer import Balancer, Member, Ticket
+from gateway.vendors.proxies import Network, network
 from gateway.vendors.transport import Answer, Client, TransportError, read_body
 from gateway.vendors.transport_http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
@@ -43,9 +44,9 @@ sleep = asyncio.sleep
 
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
 ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
-# What makes a deployment's client, for the process's life, from its headers and timeouts: the
-# gateway's own HTTP/1.1 client (vendors/transport_http1.py), or a test's.
-Clients = Callable[[Mapping[str, str], Timeouts], Client]
+# What makes a deployment's client, for the process's life, from its headers, timeouts and network
+# (its proxy and TLS context): the gateway's own HTTP/1.1 client (vendors/transport_http1.py), or a test's.
+Clients = Callable[[Mapping[str, str], Timeouts, Network], Client]
 
 
 class HttpAdapter:
@@ -119,8 +120,9 @@ class Deployments:
         self.balancer = balancer or Balancer(config.name, config.targets, config.routing, config.health)
         paths = tuple(paths)
         self._upstreams = [
-            _Upstream(member, clients(headers(deployment.secret), config.timeouts), deployment.base_url, paths)
-            for member, deployment in zip(self.balancer.members, config.targets, strict=True)
+            _Upstream(member, clients(headers(deployment.secret), config.timeouts, _network(config, index, deployment)),
+                      deployment.base_url, paths)
+            for index, (member, deployment) in enumerate(zip(self.balancer.members, config.targets, strict=True))
         ]
 
     async def aclose(self) -> None:
@@ -339,6 +341,12 @@ class Deployments:
             ticket.succeeded()  # up, and answering the request's own mistake
         retry = ANYWHERE if status in RETRY_STATUSES else ELSEWHERE if key_rejected else None
         return Failure(error, retry, retry_after)
+
+
+def _network(config: VendorConfig, index: int, deployment: Deployment) -> Network:
+    """A deployment's proxy and TLS context, its own settings before its vendor's (vendors/proxies.py)."""
+    where = f"vendor {config.name!r}" + (f" deployment {deployment.name or index}" if config.deployments else "")
+    return network(deployment.base_url, config.proxy_of(deployment), config.ca_file_of(deployment), where)
 
 
 async def _probe(upstream: _Upstream, path: str) -> tuple[str | None, Any] | None:

@@ -108,7 +108,9 @@ class Engine:
         server = xllamacpp.Server(params)
         url = server.listening_address
         headers = {"authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        # trust_env=False: the engine is on loopback, and httpx would send its calls to HTTP_PROXY
+        # (docs/operations.md#networks) unless NO_PROXY happened to name 127.0.0.1.
+        with httpx.Client(base_url=url, headers=headers, timeout=30, trust_env=False) as http:
             meta = http.get("/v1/models").raise_for_status().json()["data"][0]["meta"]
             probe = http.post("/tokenize", json={"content": ","}).raise_for_status().json()["tokens"]
             bos = http.get("/props").raise_for_status().json().get("bos_token")
@@ -117,8 +119,8 @@ class Engine:
         self.vocab_size = int(meta["n_vocab"])
         self._probe = probe[0]
         self.start_token = start[0] if len(start) == 1 else None
-        self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
-        self._counting = httpx.Client(base_url=url, headers=headers, timeout=COUNT_TOKENS_TIMEOUT)
+        self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=30, trust_env=False)
+        self._counting = httpx.Client(base_url=url, headers=headers, timeout=COUNT_TOKENS_TIMEOUT, trust_env=False)
         self._server = server
         # One token generated before the engine says it is ready: the first generation pages the
         # weights in and sets up the engine's compute buffers, which otherwise the first client's

@@ -42,7 +42,10 @@ def connect_failure(exc: OSError) -> str:
     if isinstance(exc, socket.gaierror):
         return "its host name does not resolve"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return "its TLS certificate could not be verified"
+        # OpenSSL's why ("unable to get local issuer certificate", "Hostname mismatch, ..."), never
+        # an address of ours but the vendor's own host name, which the error's redaction replaces.
+        why = f" ({exc.verify_message})" if exc.verify_message else ""
+        return f"its TLS certificate could not be verified{why}"
     if isinstance(exc, ssl.SSLError):
         return "TLS failed"
     if exc.strerror:
@@ -74,9 +77,12 @@ class Client(Protocol):
 
 
 @functools.cache
-def tls() -> ssl.SSLContext:
-    """The vendors' TLS context, one per process, for either client: certifi's roots, or those of
-    SSL_CERT_FILE / SSL_CERT_DIR (as httpx chooses them)."""
+def tls(ca_file: str = "") -> ssl.SSLContext:
+    """The vendors' TLS context, one per process and CA file, for every client: the roots of
+    `ca_file` alone (a vendor's private CA), else those of SSL_CERT_FILE / SSL_CERT_DIR (as httpx
+    and OpenSSL choose them), else certifi's. Always verifying, host names checked."""
+    if ca_file:
+        return ssl.create_default_context(cafile=ca_file)
     if cafile := os.environ.get("SSL_CERT_FILE"):
         return ssl.create_default_context(cafile=cafile)
     if capath := os.environ.get("SSL_CERT_DIR"):

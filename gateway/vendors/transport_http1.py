@@ -10,7 +10,11 @@ which uvicorn parses requests with already).
 What it keeps of a library's duties:
 - a pool of kept-alive connections, at most MAX_CONNECTIONS open; a connection is used again only
   once its answer was read to the end and the vendor did not ask to close it;
-- TLS with the vendors' context (transport.tls()), the host name checked;
+- TLS with the deployment's context (proxies.Network: the vendor's `ca_file`, or transport.tls()),
+  the host name checked;
+- a proxy when the deployment has one (vendors/proxies.py): a CONNECT tunnel to an https vendor
+  (TLS inside it, to the vendor's host name), absolute-form requests to an http one; pooled
+  connections are kept-alive tunnels, used again like direct ones;
 - the connect timeout, `first_byte` for the answer's head (a non-streamed answer's whole wait), and
   `total` for every piece of the body;
 - a connection closed before any byte of its answer is `dropped` (vendors/http.py sends once more:
@@ -19,7 +23,8 @@ What it keeps of a library's duties:
   MAX_BUFFERED (reading pauses; vendors/http.py bounds a body's total); bytes nobody asked for
   close the connection;
 - nothing a library would add unasked: no Accept-Encoding (a vendor that compresses anyway sends
-  what the adapters then refuse as not JSON), no redirects, no cookies, no proxies.
+  what the adapters then refuse as not JSON), no redirects, no cookies, no proxy that neither the
+  settings nor the environment named.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described, tls
+from gateway.vendors.proxies import Network, open_tunnel, reach
+from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described
 
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers
 MAX_HEADERS = 256  # header lines of an answer (repeats of one name are joined: their count bounds the copying)
@@ -45,8 +51,12 @@ KEEP_IDLE = 15.0
 
 
 class Http1Client:
-    def __init__(self, headers: Mapping[str, str], timeouts: Timeouts) -> None:
+    def __init__(self, headers: Mapping[str, str], timeouts: Timeouts, network: Network = Network()) -> None:
         fields = {**headers, "content-type": "application/json"}
+        self._network = network
+        proxy = network.proxy
+        # What a request to an http vendor through the proxy adds (an https one's goes in its tunnel).
+        self._to_proxy = f"proxy-authorization: {proxy.authorization}\r\n" if proxy and proxy.authorization else ""
         if any(c in text for item in fields.items() for text in item for c in "\r\n"):
             raise ValueError("a vendor header holds a line break")
         self._fields = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
@@ -83,6 +93,10 @@ class Http1Client:
         except BaseException:
             connection.close()
             raise
+        if connection.status == 407 and origin[0] == "http" and self._network.proxy is not None:
+            connection.close()  # the proxy's answer, not the vendor's
+            raise TransportError("the proxy refused the request (HTTP 407: its credentials are missing or wrong)",
+                                 where=f"proxy {self._network.proxy.shown}")
         return _Http1Answer(connection, self, origin)
 
     def _target(self, url: str, method: str = "POST", cached: bool = True) -> tuple[tuple[str, str, int], bytes]:
@@ -95,7 +109,11 @@ class Http1Client:
         shown = f"[{host}]" if ":" in host else host
         authority = shown if port == default else f"{shown}:{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\n{self._fields}content-length: ".encode("latin-1")
+        extra = ""
+        if self._network.proxy is not None and parts.scheme == "http":
+            path, extra = f"http://{authority}{path}", self._to_proxy  # absolute form, for the proxy
+        head = f"{method} {path} HTTP/1.1\r\nhost: {authority}\r\n{extra}{self._fields}content-length: ".encode(
+            "latin-1")
         found = (parts.scheme, host, port), head
         if cached and len(self._targets) < 64:  # a deployment's few paths; others are parsed each time
             self._targets[url] = found
@@ -104,20 +122,36 @@ class Http1Client:
     async def _connect(self, origin: tuple[str, str, int]) -> _Connection:
         slots = self._slots = self._slots or asyncio.Semaphore(MAX_CONNECTIONS)
         scheme, host, port = origin
+        network = self._network
+        proxy = network.proxy
         connection = None
+        where = f"{host}:{port}" if proxy is None else f"{host}:{port} through proxy {proxy.shown}"
         try:
-            # The wait for a free slot counts in the connect timeout, as in aiohttp's pool.
+            # The wait for a free slot counts in the connect timeout, as in aiohttp's pool; so do
+            # the proxy's tunnel and the TLS handshake.
             async with asyncio.timeout(self._timeouts.connect):
                 await slots.acquire()
                 connection = _Connection(slots, f"{host}:{port}")
-                await asyncio.get_running_loop().create_connection(
-                    lambda: connection, host, port, ssl=tls() if scheme == "https" else None,
-                    server_hostname=host if scheme == "https" else None)
+                loop = asyncio.get_running_loop()
+                if proxy is None:
+                    await loop.create_connection(lambda: connection, host, port,
+                                                 ssl=network.tls if scheme == "https" else None,
+                                                 server_hostname=host if scheme == "https" else None)
+                elif scheme == "http":
+                    await reach(loop, lambda: connection, proxy)
+                else:
+                    tunnel = await open_tunnel(loop, proxy, host, port)
+                    try:
+                        transport = await loop.start_tls(tunnel, connection, network.tls, server_hostname=host)
+                    except BaseException:
+                        tunnel.close()
+                        raise
+                    connection.connection_made(transport)  # (start_tls does not call it)
         except BaseException as exc:
             if connection is not None:
                 connection.close()
             if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
-                raise TransportError(connect_failure(exc), where=f"{host}:{port} ({described(exc)})") from None
+                raise TransportError(connect_failure(exc), where=f"{where} ({described(exc)})") from None
             raise
         return connection
 

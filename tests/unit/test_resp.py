@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import ssl
 
 import pytest
 
+from gateway.core.errors import ConfigError
 from gateway.store.resp import Redis, RedisError, RedisUnavailable, Script, bulk, pack
 from tests.support.redis_servers import redis_url
 
@@ -80,3 +82,23 @@ def test_a_script_started_without_waiting_is_loaded_again_when_redis_forgot_it_a
             await redis.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("ssl_cert_reqs=none", "only 'required'"),
+    ("ssl_verify=no", "unknown parameter ssl_verify"),
+    ("ssl_keyfile=/k.pem", "ssl_keyfile without ssl_certfile"),
+    ("ssl_ca_certs=/nonexistent/ca.pem", "redis_url ssl_ca_certs: not a readable PEM file"),
+    ("ssl_certfile=/nonexistent/c.crt", "redis_url ssl_certfile / ssl_keyfile: not a certificate"),
+])
+def test_unusable_tls_parameters_are_config_errors_without_the_password(query, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        Redis(f"rediss://:hunter2-password@127.0.0.1:6380/0?{query}", connect_timeout=5, timeout=5)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_tls_parameters_need_rediss_and_rediss_always_verifies():
+    with pytest.raises(ConfigError, match="ssl_ca_certs need rediss://"):
+        Redis("redis://127.0.0.1:6379/0?ssl_ca_certs=/ca.pem", connect_timeout=5, timeout=5)
+    context = Redis("rediss://127.0.0.1:6380/0", connect_timeout=5, timeout=5)._tls
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname

@@ -13,14 +13,15 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from gateway.core.vendor_config import Timeouts
+from gateway.vendors.proxies import Network
 from gateway.vendors.transport import Answer, Client, TransportError, described
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def answered_by(handler: Handler) -> Callable[[Mapping[str, str], Timeouts], Client]:
-    """Clients whose every request `handler` answers."""
-    return lambda headers, timeouts: HttpxClient(headers, timeouts, httpx.MockTransport(handler))
+def answered_by(handler: Handler) -> Callable[[Mapping[str, str], Timeouts, Network], Client]:
+    """Clients whose every request `handler` answers (in-process: no network, so no proxy nor TLS)."""
+    return lambda headers, timeouts, network: HttpxClient(headers, timeouts, httpx.MockTransport(handler))
 
 
 class HttpxClient:

@@ -16,20 +16,22 @@ def free_port() -> int:
 
 
 class ServerThread:
-    def __init__(self, app, port: int | None = None) -> None:
+    def __init__(self, app, port: int | None = None, **tls: str) -> None:
+        """`tls`: uvicorn's ssl_certfile and ssl_keyfile, for an https server (tests/support/tls.py)."""
         self.port = port or free_port()
+        self.scheme = "https" if tls else "http"
         # Keep idle connections open like hosted vendors do (a minute or more). With uvicorn's 5 s
         # default the fake closes them while the gateway's pool (it keeps them 15 s) may be reusing
         # one, and a request a few seconds after a burst failed now and then. Upstreams with short
         # keep-alives (vLLM, llama.cpp) are the vendor layer's to handle (tests/integration/test_llamacpp_upstream.py).
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
-                                loop="asyncio", http="httptools", timeout_keep_alive=75)
+                                loop="asyncio", http="httptools", timeout_keep_alive=75, **tls)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
