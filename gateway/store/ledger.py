@@ -70,6 +70,9 @@ class Ledger:
         self.prices = prices or Prices.load()  # what the meters price their rows with
         self._max_pending = max_pending
         self._pending: deque[dict[str, Any]] = deque()
+        # The rows of refused requests still waiting for the writer, by what they have in common:
+        # a refusal like one of them counts in that row (`refusals`) instead of a row of its own.
+        self._refusing: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # set while nothing waits for the writer
         self._drained.set()
@@ -121,6 +124,23 @@ class Ledger:
             self._drained.clear()
             self._wake.set()
 
+    def refuse(self, row: dict[str, Any]) -> None:
+        """A refused request's row (no tokens, no cost): counted in a waiting row of the same
+        account, key, model, endpoint, end user and minute when there is one. A flood of refused
+        requests costs a row per writer batch, not a row each, and reports count every one."""
+        started: datetime = row["started_at"]
+        alike = (row["account_id"], row["key_id"], row["model"], row["endpoint"], row["end_user"], row["streamed"],
+                 started.replace(second=0, microsecond=0))
+        waiting = self._refusing.get(alike)
+        if waiting is not None:
+            observe.current().ledger_row(row)
+            waiting["refusals"] += 1
+            return
+        row["refusals"] = 1
+        self.add(row)
+        if self._pending and self._pending[-1]["request_id"] == row["request_id"]:
+            self._refusing[alike] = self._pending[-1]
+
     def estimate(self, row: dict[str, Any], estimate: Estimate,
                  then: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Count the tokens (off the event loop, bounded in time: meter.counted), then add the row
@@ -167,6 +187,7 @@ class Ledger:
                 await self._wake.wait()
                 continue
             batch = list(itertools.islice(self._pending, self.BATCH_ROWS))
+            self._refusing.clear()  # the rows taken are written as they are now
             started = time.monotonic()
             try:
                 await self._write(batch)

@@ -207,7 +207,7 @@ class Meter:
         if self._closed:
             return
         self._closed = True
-        self._ledger.add(self._row | {
+        self._ledger.refuse(self._row | {
             "vendor": model.partition("/")[0], "model": model, "fallback_from": None, "streamed": streamed,
             "end_user": end_user, "outcome": REFUSED, "ended_at": datetime.now(UTC), "ttft_ms": None,
             "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,

@@ -111,7 +111,7 @@ def measures(row: dict[str, Any]) -> tuple[int, ...]:
     refused = row["outcome"] == REFUSED
     return (0 if refused else 1, 1 if row["estimated"] else 0, row["prompt_tokens"], row["completion_tokens"],
             row["total_tokens"], row.get("cached_tokens") or 0, row.get("reasoning_tokens") or 0, cost or 0,
-            1 if cost is None and not refused else 0, 1 if refused else 0)
+            1 if cost is None and not refused else 0, (row.get("refusals") or 1) if refused else 0)
 
 
 def _add_to(sums: dict[tuple[Any, ...], tuple[int, ...]], key: tuple[Any, ...], values: tuple[int, ...]) -> None:
@@ -228,7 +228,7 @@ def ledger_measures() -> list[ColumnElement[Any]]:
         func.coalesce(total(c.reasoning_tokens), 0),
         func.coalesce(total(c.cost_nanos), 0),
         total(case((c.cost_nanos.is_(None) & ~refused, 1), else_=0)),
-        total(case((refused, 1), else_=0)),
+        total(case((refused, func.coalesce(c.refusals, 1)), else_=0)),
     ]
 
 

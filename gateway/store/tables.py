@@ -109,6 +109,9 @@ ledger = Table(
     Column("cost_nanos", BigInteger, nullable=True),
     # The endpoint the request came through: "completions" (POST /v5/completions) or "chat".
     Column("endpoint", String(16), nullable=False, server_default="completions"),
+    # A `refused` row stands for this many refused requests alike (store/ledger.py `refuse`);
+    # null: one (every other row, and refused rows written before rows were shared).
+    Column("refusals", BigInteger, nullable=True),
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
     Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period

@@ -144,14 +144,19 @@ def ledger_rows(url: str, account_id: str) -> list[dict]:
 
 def wait_for_rows(url: str, account_id: str, count: int, timeout: float = 15.0,
                   where: Callable[[dict], bool] | None = None) -> list[dict]:
-    """The account's rows (those `where` accepts) once there are `count` of them (the writer
-    commits in the background)."""
+    """The account's rows (those `where` accepts) once they record `count` requests (the writer
+    commits in the background; a row of refused requests alike records `refusals` of them)."""
     deadline = time.monotonic() + timeout
     while True:
         rows = [row for row in ledger_rows(url, account_id) if where is None or where(row)]
-        if len(rows) >= count or time.monotonic() > deadline:
+        if requests_in(rows) >= count or time.monotonic() > deadline:
             return rows
         time.sleep(0.05)
+
+
+def requests_in(rows: list[dict], outcome: str | None = None) -> int:
+    """How many requests `rows` record (of `outcome`, when given)."""
+    return sum(row.get("refusals") or 1 for row in rows if outcome is None or row["outcome"] == outcome)
 
 
 def ledger_row(url: str, account_id: str, request_id: str, timeout: float = 15.0) -> dict:
