@@ -17,7 +17,7 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench clean
+.PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench image clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,5 +80,22 @@ fuzz: install
 bench: install
 	$(BIN)/python -m bench.run
 
+# The container image (Dockerfile; docs/deployment.md): completions-gateway:<version> and :latest,
+# with the embedded model; MODEL=none builds :<version>-no-model and :latest-no-model without it.
+# The base image is pulled, or made here when no registry answers (deploy/base-image.sh); the
+# wheelhouse is made with this machine's pip (deploy/wheelhouse.sh). The build runs on the host's
+# network: apt reaches Debian's mirror, and no bridge network is needed.
+IMAGE   := completions-gateway
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+MODEL   ?= smollm2
+IMAGE_SUFFIX := $(if $(filter none,$(MODEL)),-no-model,)
+
+image: $(RUNTIME_STAMP)
+	deploy/base-image.sh
+	PYTHON=$(BIN)/python deploy/wheelhouse.sh build/wheelhouse $(MODEL_PACKAGE)
+	docker build --network host --build-arg MODEL=$(MODEL) --build-arg VERSION=$(VERSION) \
+		-t $(IMAGE):$(VERSION)$(IMAGE_SUFFIX) -t $(IMAGE):latest$(IMAGE_SUFFIX) .
+	@docker image ls $(IMAGE):$(VERSION)$(IMAGE_SUFFIX) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
+
 clean:
-	rm -rf $(VENV) .pytest_cache $(NODE_TESTS)/node_modules
+	rm -rf $(VENV) .pytest_cache $(NODE_TESTS)/node_modules build/wheelhouse

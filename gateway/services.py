@@ -162,5 +162,7 @@ def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: R
                   "exists but those made with `gateway accounts create ID`)", flush=True)
     # The key's header in double quotes, so that a shell expands $KEY in it (single quotes would
     # send the four characters "$KEY"); a written-out key has no character a shell reads there.
-    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H \"x-api-key: {key}\" "
+    # A wildcard address (a container's 0.0.0.0) is not one to call: its loopback is.
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(settings.host, settings.host)
+    print(f"Try it:\n    curl http://{host}:{settings.port}/v5/completions -H \"x-api-key: {key}\" "
           f"-H 'content-type: application/json' -d '{body}'", flush=True)
