@@ -129,14 +129,15 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
 
 def _check_config(settings: Settings) -> int:
     """`gateway config check`: the checks a start makes (services.check), then the settings."""
-    from gateway.services import check
+    from gateway.services import check, redactor
 
     try:
         check(settings)
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(_masked(settings.model_dump(mode="json"), settings), indent=2))
+    # Scrubbed as the logs are, too: a secret written where no SecretStr holds it (an option) stays unshown.
+    print(redactor(settings)(json.dumps(_masked(settings.model_dump(mode="json"), settings), indent=2)))
     return 0
 
 

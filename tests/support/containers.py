@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -62,18 +61,20 @@ class GatewayContainer:
     def start(self, ready_timeout: float = 120.0) -> GatewayContainer:
         names = [arg for var in self.env for arg in ("-e", var)]
         docker("run", "-d", "--name", self.name, "--network", "host", *names, self.image, env=self.env)
-        deadline = time.monotonic() + ready_timeout
         with httpx.Client(timeout=2) as http:
-            while time.monotonic() < deadline:
+            def ready() -> bool:
                 if not self.running():
                     raise RuntimeError(f"container {self.name} exited:\n{self.logs()}")
                 try:
-                    if http.get(f"{self.url}/readyz").status_code == 200:
-                        return self
+                    return http.get(f"{self.url}/readyz").status_code == 200
                 except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-        raise RuntimeError(f"container {self.name} not ready in {ready_timeout}s:\n{self.logs()}")
+                    return False
+
+            try:
+                wait_until(ready, timeout=ready_timeout, interval=0.1, message=f"{self.name} to be ready")
+            except AssertionError as exc:
+                raise RuntimeError(f"{exc}:\n{self.logs()}") from None
+        return self
 
     def running(self) -> bool:
         return docker("inspect", "-f", "{{.State.Running}}", self.name).stdout.strip() == "true"
