@@ -187,6 +187,15 @@ def test_docker_stop_mid_stream_finishes_the_stream_and_loses_no_row(deployment,
     assert len(wait_for_rows(deployment.url, deployment.stream_account, 2)) == 2
 
 
+def test_the_image_is_the_runtime_only_as_a_user_of_its_own_with_no_first_start_key(gateway_image):
+    tools = ("pip", "setuptools", "pytest", "schemathesis", "datamodel_code_generator", "playwright")
+    found = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/gateway/bin/python", gateway_image, "-c",
+                   f"import importlib.util, os; print(os.getuid(), [m for m in {tools!r} if importlib.util.find_spec(m)])")
+    assert found.stdout.split(maxsplit=1) == ["10001", "[]\n"]
+    effective = json.loads(docker("run", "--rm", "--network", "host", gateway_image, "config", "check").stdout)
+    assert (effective["host"], effective["port"], effective["bootstrap"]) == ("0.0.0.0", 8000, False)
+
+
 # -- compose.yaml ----------------------------------------------------------------------------------
 
 def compose_file() -> dict:
