@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import shutil
+import subprocess
 import threading
 
 import aiohttp
@@ -199,12 +201,17 @@ def test_the_image_is_the_runtime_only_as_a_user_of_its_own_with_no_first_start_
 # -- compose.yaml ----------------------------------------------------------------------------------
 
 def compose_file() -> dict:
-    """compose.yaml as docker compose reads it where the plugin is installed (variables filled in,
-    anchors merged), else as YAML (anchors merged by the parser; variables left as ${...})."""
+    """compose.yaml as docker compose validates and reads it (variables filled in, anchors merged):
+    the compose plugin, else Debian's docker-compose, else the file as YAML (anchors merged by the
+    parser; variables left as ${...})."""
+    path, variables = str(repository_file("compose.yaml")), {"POSTGRES_PASSWORD": "x", "GATEWAY_METRICS_KEY": "y"}
     if shutil.which("docker") and docker("compose", "version", check=False).returncode == 0:
-        done = docker("compose", "-f", str(repository_file("compose.yaml")), "config", "--format", "json",
-                      env={"POSTGRES_PASSWORD": "x", "GATEWAY_METRICS_KEY": "y"})
-        return json.loads(done.stdout)
+        return json.loads(docker("compose", "-f", path, "config", "--format", "json", env=variables).stdout)
+    if shutil.which("docker-compose"):
+        done = subprocess.run(["docker-compose", "-f", path, "config"], capture_output=True, text=True,
+                              timeout=SAFETY, env={**os.environ, **variables})
+        assert done.returncode == 0, done.stderr
+        return yaml.safe_load(done.stdout)
     return yaml.safe_load(repository_file("compose.yaml").read_text())
 
 
