@@ -32,6 +32,9 @@ if [[ ! -d "$deps" ]]; then
   rm -f "$deps.part"/completions_gateway-*.whl  # the gateway's own is built below, from the tree as it is
   mv "$deps.part" "$deps"
 fi
+# The gateway's wheel the same bytes for the same tree (its files' times taken from the last commit),
+# so that docker's layer cache holds when nothing changed.
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}"
 rm -rf "$OUT" && mkdir -p "$OUT"
 cp "$deps"/*.whl "$OUT"/
 "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$OUT" . 2>/dev/null \
