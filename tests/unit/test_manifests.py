@@ -33,8 +33,12 @@ def rendered() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def manifests() -> dict[str, dict]:
-    by_kind = {doc["kind"]: doc for doc in rendered()}
-    assert set(by_kind) == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+    """The objects by kind; the ConfigMap of the config file as "ConfigFile"."""
+    docs = rendered()
+    by_kind = {("ConfigFile" if doc["metadata"]["name"].endswith("-file") else doc["kind"]): doc for doc in docs}
+    assert len(by_kind) == len(docs)
+    assert set(by_kind) == {"ConfigMap", "ConfigFile", "Deployment", "Service", "PodDisruptionBudget",
+                            "HorizontalPodAutoscaler"}
     return by_kind
 
 
@@ -61,16 +65,17 @@ def dockerfile_env() -> dict[str, str]:
 
 
 def test_every_variable_is_a_setting_the_gateway_loads(manifests, gateway):
-    config = manifests["ConfigMap"]["data"]
+    env = dict(manifests["ConfigMap"]["data"])
+    (source,) = gateway["envFrom"]
+    assert source["configMapRef"]["name"] == manifests["ConfigMap"]["metadata"]["name"]
     secrets = secret_example()
-    env = {name: value for name, value in config.items() if name != "gateway.toml"}
     for var in gateway["env"]:
         ref = var["valueFrom"]["secretKeyRef"]
         assert ref["name"] == "completions-gateway" and ref["key"] in secrets, ref
         env[var["name"]] = secrets[ref["key"]]
     assert gateway_variables(env)
     with tempfile.NamedTemporaryFile("w", suffix=".toml") as file:  # the mounted file, where the test can read it
-        file.write(config["gateway.toml"])
+        file.write(manifests["ConfigFile"]["data"]["gateway.toml"])
         file.flush()
         assert env["GATEWAY_CONFIG"] == "/etc/gateway/gateway.toml"
         settings = check_gateway_env(dockerfile_env() | env | {"GATEWAY_CONFIG": file.name})
@@ -82,7 +87,9 @@ def test_every_variable_is_a_setting_the_gateway_loads(manifests, gateway):
 def test_the_config_file_is_mounted_where_gateway_config_names_it(manifests, gateway, pod):
     mount = next(m for m in gateway["volumeMounts"] if m["name"] == "config")
     volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == manifests["ConfigFile"]["metadata"]["name"]
     (item,) = volume["configMap"]["items"]
+    assert item["key"] in manifests["ConfigFile"]["data"]
     assert f"{mount['mountPath']}/{item['path']}" == manifests["ConfigMap"]["data"]["GATEWAY_CONFIG"]
 
 
