@@ -189,7 +189,7 @@ def test_docker_stop_mid_stream_finishes_the_stream_and_loses_no_row(deployment,
     assert len(wait_for_rows(deployment.url, deployment.stream_account, 2)) == 2
 
 
-def test_the_image_is_the_runtime_only_as_a_user_of_its_own_with_no_first_start_key(gateway_image):
+def test_the_image_is_the_runtime_only_with_its_migrations_as_a_user_of_its_own(gateway_image):
     tools = ("pip", "setuptools", "pytest", "schemathesis", "datamodel_code_generator", "playwright")
     found = docker("run", "--rm", "--network", "host", "--entrypoint", "/opt/gateway/bin/python", gateway_image, "-c",
                    f"import importlib.util, os; print(os.getuid(), [m for m in {tools!r} if importlib.util.find_spec(m)])")
@@ -199,6 +199,9 @@ def test_the_image_is_the_runtime_only_as_a_user_of_its_own_with_no_first_start_
     assert traced.returncode == 0  # OTEL_* variables turn traces on: the image has what they need
     effective = json.loads(docker("run", "--rm", "--network", "host", gateway_image, "config", "check").stdout)
     assert (effective["host"], effective["port"], effective["bootstrap"]) == ("0.0.0.0", 8000, False)
+    # The migrations are inside: the CLI makes the schema of an empty SQLite in the user's home.
+    listed = docker("run", "--rm", "--network", "host", gateway_image, "accounts", "list", "--format", "json")
+    assert json.loads(listed.stdout) == []
 
 
 # -- compose.yaml ----------------------------------------------------------------------------------
