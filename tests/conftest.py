@@ -28,7 +28,7 @@ pytest_plugins = ["tests.support.vendor_fixtures", "tests.support.browser"]
 
 # What a test needs besides Python, as markers (`-m "not postgres"`, `-m chromium`...): given by the
 # fixtures it uses; modules that talk to Redis or PostgreSQL directly mark themselves.
-_NEEDS = {"postgres": "postgres", "page": "chromium", "browser": "chromium"}
+_NEEDS = {"postgres": "postgres", "page": "chromium", "browser": "chromium", "gateway_image": "docker"}
 
 
 def pytest_collection_modifyitems(items):
@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(items):
             needs.add("postgres")
         for mark in needs:
             item.add_marker(mark)
+
+
+@pytest.fixture(scope="session")
+def gateway_image() -> str:
+    """The gateway's image (`make image`; .ci/run builds it once per run) with a docker to run it;
+    without them, the tests that use it are skipped, saying why."""
+    from tests.support.containers import IMAGE, docker_unavailable
+
+    if reason := docker_unavailable():
+        pytest.skip(reason)
+    return IMAGE
 
 
 @pytest.fixture(scope="session")

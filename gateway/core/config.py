@@ -154,6 +154,9 @@ class Settings(Frozen):
     # gateway process; several processes or hosts share one PostgreSQL (postgresql://...). Secret:
     # a PostgreSQL URL may hold a password.
     database_url: SecretStr = SecretStr("sqlite:///var/gateway.db")
+    # On an empty database, create the `default` account and a key for it, printed once, so that a
+    # fresh clone works. Off in production (the image): only the keys an operator creates exist.
+    bootstrap: bool = True
     # How long a key's lookup is trusted before the database is asked again: a revoked key keeps
     # working on a running gateway for at most this long.
     key_cache_seconds: NonNegativeFloat = 10.0

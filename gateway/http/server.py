@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
@@ -27,6 +28,7 @@ from typing import Any
 import uvicorn
 
 from gateway.core.config import Settings
+from gateway.core.errors import ConfigError
 from gateway.core.redaction import Redactor
 from gateway.http import connection, log_stream, logs, metrics
 
@@ -35,12 +37,21 @@ log = logging.getLogger("gateway")
 STARTUP_FAILED = 3  # a worker's exit code when its app did not start (uvicorn's own)
 
 
-def run(factory: Callable[[], Any], settings: Settings, redact: Redactor, built: Any = None) -> int:
+def listen(settings: Settings) -> list[socket.socket]:
+    """The listening sockets of `run`, bound before anything starts: a port in use is an OSError
+    here, before the gateway says it is ready or prints a key (uvicorn binds after the app started)."""
+    return _listen(settings.host, settings.port, settings.workers)
+
+
+def run(factory: Callable[[], Any], settings: Settings, redact: Redactor, built: Any = None,
+        sockets: list[socket.socket] | None = None) -> int:
     """Serve until SIGTERM or SIGINT; the exit code. `factory` builds the app in each worker (it
-    must pickle: workers are new processes); `built`, if given, is the app one worker serves."""
+    must pickle: workers are new processes); `built`, if given, is the app one worker serves;
+    `sockets` are `listen`'s (default: bound here)."""
+    sockets = sockets or listen(settings)
     if settings.workers == 1:
-        return serve_worker(factory if built is None else (lambda: built), settings, redact)
-    return _supervise(factory, settings, redact)
+        return serve_worker(factory if built is None else (lambda: built), settings, redact, sockets[:1])
+    return _supervise(factory, settings, redact, sockets)
 
 
 _serving: Any = None  # a worker's: the Event set once any worker of its gateway serves
@@ -114,12 +125,16 @@ def _worker_main(factory: Callable[[], Any], settings: Settings, redact: Redacto
     # Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes on one
     # SIGTERM (a second signal would make uvicorn cut its connections instead of draining them).
     os.setpgrp()
-    raise SystemExit(serve_worker(factory, settings, redact, [sock], ready, parent, started))
+    try:
+        code = serve_worker(factory, settings, redact, [sock], ready, parent, started)
+    except ConfigError as exc:  # found by the supervisor first (services.check); one line here too, no traceback
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        code = STARTUP_FAILED
+    raise SystemExit(code)
 
 
-def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor) -> int:
+def _supervise(factory: Callable[[], Any], settings: Settings, redact: Redactor, sockets: list[socket.socket]) -> int:
     logs.configure(settings.log_level, settings.log_format, redact)
-    sockets = _listen(settings.host, settings.port, settings.workers)
     context = multiprocessing.get_context("spawn")
     workers: list[tuple[BaseProcess, Any]] = []
     started = context.Event()  # set by the first worker that serves (`serving`)
