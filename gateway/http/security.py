@@ -1,29 +1,59 @@
 """API keys on the HTTP side: the check Connexion runs for the spec's two security schemes
 (`x-api-key` and `Authorization: Bearer`), against the running gateway's key store
-(gateway/store/accounts.py). Connexion runs security before body validation (no key and a bad
+(gateway/store/accounts.py): the key must be known, neither expired (401 `key_expired`) nor past
+a rotation's grace, and hold the scope the operation's security requirement names in openapi.json
+(403 `insufficient_scope`). Connexion runs security before body validation (no key and a bad
 body: 401). And who is an operator: who may read /metrics and /readyz's detail."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from connexion.lifecycle import ConnexionRequest
 from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
-from gateway.core.errors import AuthenticationFailed
+from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDenied, clip
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
 from gateway.store.accounts import Caller
 
+# Seconds since the epoch: when a key's expiry or a rotation's grace is over (tests move it).
+clock: Callable[[], float] = time.time
+
 
 async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any = None) -> dict[str, Any]:
+    """The key's caller, if the key is valid now and has the scopes the operation's security
+    requirement names (Connexion reads them from openapi.json when it builds the operation)."""
     caller = await request.scope["state"]["services"].keys.caller(key)
     if caller is None:
         raise AuthenticationFailed("invalid or revoked API key", code="invalid_api_key")
+    refusal = refused(caller, required_scopes or (), clock())
+    if refusal is not None:
+        if isinstance(refusal, PermissionDenied):
+            refusal.message += f", which {request.method} {clip(request.url.path)} needs"
+        raise refusal
     return {CALLER_KEY: caller, "sub": caller.key_id}
+
+
+def refused(caller: Caller, scopes: Iterable[str], now: float) -> GatewayError | None:
+    """Why `caller` may not call an operation needing `scopes` at `now`, or None."""
+    who = f"key {caller.key_id}" + (f" ({clip(caller.name)})" if caller.name else "")
+    if caller.ends is not None and now >= caller.ends:
+        return AuthenticationFailed(f"{who} was rotated and its grace period is over: use the key that "
+                                    "replaced it", code="invalid_api_key")
+    if caller.expires is not None and now >= caller.expires:
+        expired = datetime.fromtimestamp(caller.expires, UTC).isoformat().replace("+00:00", "Z")
+        return AuthenticationFailed(f"{who} expired at {expired}", code="key_expired")
+    missing = [scope for scope in scopes if scope not in caller.scopes]
+    if missing:
+        return PermissionDenied(f"{who} lacks the scope '{missing[0]}'", code="insufficient_scope")
+    return None
 
 
 SECURITY_MAP = security_map(authenticate)
