@@ -22,17 +22,31 @@ from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDe
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
 from gateway.store.accounts import Caller
+from gateway.store.limits import KEY, Subject
 
 # Seconds since the epoch: when a key's expiry or a rotation's grace is over (tests move it).
 clock: Callable[[], float] = time.time
+# Keys whose limits made this process reread the limits table early (see authenticate).
+MAX_RELOADED = 10_000
+_reloaded: set[str] = set()
 
 
 async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any = None) -> dict[str, Any]:
     """The key's caller, if the key is valid now and has the scopes the operation's security
     requirement names (Connexion reads them from openapi.json when it builds the operation)."""
-    caller = await request.scope["state"]["services"].keys.caller(key)
+    services = request.scope["state"]["services"]
+    caller = await services.keys.caller(key)
     if caller is None:
         raise AuthenticationFailed("invalid or revoked API key", code="invalid_api_key")
+    table = services.limiter.table
+    if caller.limited and table.of(Subject(KEY, caller.key_id)) is None and caller.key_id not in _reloaded:
+        # A key newer than this gateway's copy of the limits: the limits it was made with (an
+        # allow-list of models, a rotated key's budgets) apply from its first request, not from
+        # the next reread. Once per key and process (the set is bounded by the keys looked up).
+        if len(_reloaded) >= MAX_RELOADED:
+            _reloaded.clear()
+        _reloaded.add(caller.key_id)
+        await table.load()
     refusal = refused(caller, required_scopes or (), clock())
     if refusal is not None:
         if isinstance(refusal, PermissionDenied):

@@ -28,7 +28,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core.errors import BadRequest, PermissionDenied, StorageUnavailable, clip
-from gateway.store.tables import accounts, api_keys, key_accounts
+from gateway.store.tables import accounts, api_keys, key_accounts, limits
 
 log = logging.getLogger("gateway.accounts")
 
@@ -70,6 +70,7 @@ class Caller:
     scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
     expires: float | None = None
     ends: float | None = None
+    limited: bool = False  # whether the key had limits of its own when it was looked up (http/security.py)
 
     def account(self, selected: str | None) -> str:
         """The account a request is billed to, from the `x-selected-account-id` header."""
@@ -102,9 +103,10 @@ class AccountsError(Exception):
     """An administrative request that cannot be done as asked (an HTTP 422); `field` names the
     request's field at fault, when there is one."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.code = code
 
 
 class UnknownObject(AccountsError):
@@ -154,7 +156,7 @@ async def create_account(connection: AsyncConnection, account_id: str, name: str
                             "starting with a letter or digit", field="id")
     exists = await connection.scalar(select(accounts.c.id).where(accounts.c.id == account_id))
     if exists:
-        raise Conflict(f"account {account_id!r} already exists", field="id")
+        raise Conflict(f"account {account_id!r} already exists", field="id", code="already_exists")
     account = Account(account_id, name, _now())
     await connection.execute(insert(accounts).values(id=account.id, name=account.name, created_at=account.created_at))
     return account
@@ -185,7 +187,8 @@ async def create_key(connection: AsyncConnection, account_ids: Sequence[str], na
     found = set((await connection.scalars(select(accounts.c.id).where(accounts.c.id.in_(wanted)))).all())
     missing = [a for a in wanted if a not in found]
     if missing:
-        raise UnknownObject(f"no such account: {', '.join(missing)} (create it first)", field="accounts")
+        raise UnknownObject(f"no such account: {', '.join(missing)} (create it first)", field="accounts",
+                            code="unknown_account")
     key = new_key()
     info = KeyInfo(f"key_{secrets.token_hex(8)}", name, tuple(wanted), now, None, granted, expires_at)
     await connection.execute(
@@ -222,7 +225,7 @@ async def list_keys(connection: AsyncConnection, account_id: str | None = None,
 async def get_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
     found = await list_keys(connection, key_id=key_id)
     if not found:
-        raise UnknownObject(f"no such key: {clip(key_id)!r}", field="key_id")
+        raise UnknownObject(f"no such key: {clip(key_id)!r}", field="key_id", code="unknown_key")
     return found[0]
 
 
@@ -236,7 +239,7 @@ async def revoke_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
     )
     if revoked.rowcount == 0:
         await get_key(connection, key_id)  # unknown: UnknownObject
-        raise Conflict(f"key {key_id!r} is already revoked", field="key_id")
+        raise Conflict(f"key {key_id!r} is already revoked", field="key_id", code="already_revoked")
     return await get_key(connection, key_id)
 
 
@@ -248,7 +251,7 @@ async def replace_key(connection: AsyncConnection, key_id: str, grace: timedelta
     state = old.state(now)
     if state != "active":
         raise Conflict(f"key {key_id!r} is {state}" + (f" (replaced by {old.replaced_by})" if old.replaced_by else "")
-                       + ": only an active key can be rotated", field="key_id")
+                       + ": only an active key can be rotated", field="key_id", code="not_active")
     new = await create_key(connection, old.accounts, old.name, old.scopes, old.expires_at)
     await connection.execute(update(api_keys).where(api_keys.c.id == key_id)
                              .values(revoked_at=now + grace, replaced_by=new.info.id))
@@ -354,7 +357,9 @@ async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
     # An expired key is found (its requests hear `key_expired`); a revoked one is not.
     query = (
         select(api_keys.c.id, api_keys.c.name, api_keys.c.scopes, api_keys.c.expires_at, api_keys.c.revoked_at,
-               key_accounts.c.account_id)
+               key_accounts.c.account_id,
+               select(limits.c.subject_id).where(limits.c.subject == "key", limits.c.subject_id == api_keys.c.id)
+               .exists().label("limited"))
         .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
         .where(api_keys.c.digest == key_digest, api_keys.c.revoked_at.is_(None) | (api_keys.c.revoked_at > _now()))
     )
@@ -365,7 +370,7 @@ async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
     first = rows[0]
     return Caller(first.id, frozenset(r.account_id for r in rows), first.name, frozenset(first.scopes.split()),
                   first.expires_at.timestamp() if first.expires_at else None,
-                  first.revoked_at.timestamp() if first.revoked_at else None)
+                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited))
 
 
 def _reason(exc: BaseException) -> str:

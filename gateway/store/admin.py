@@ -131,7 +131,7 @@ async def create_key(engine: AsyncEngine, actor: Actor, account_ids: Sequence[st
 async def list_keys(engine: AsyncEngine, account_id: str | None = None) -> list[KeyView]:
     async def work(connection: AsyncConnection) -> list[KeyView]:
         if account_id is not None and not await accounts.list_accounts(connection, [account_id]):
-            raise accounts.UnknownObject(f"no such account: {account_id!r}", field="account")
+            raise accounts.UnknownObject(f"no such account: {account_id!r}", field="account", code="unknown_account")
         return await _views(connection, await accounts.list_keys(connection, account_id))
 
     return await _read(engine, work)

@@ -7,7 +7,6 @@ known only to Redis (or to the gateway process counting them)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,8 +15,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store import limiter
 from gateway.store.accounts import AccountsError
-from gateway.store.counters import Reading
+from gateway.store.counters import Counters, Reading
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.limiter import consumed
 from gateway.store.limits import KEY, PERIODS, RATES, UNITS, Limits, Subject
@@ -85,16 +85,19 @@ class Consumed:
     last_minute: bool = False  # a rate read from the ledger's last 60 s, not from a bucket
 
 
-async def consumption(engine: AsyncEngine, redis: RedisCounters | None, subject: Subject, limits: Limits,
+async def consumption(engine: AsyncEngine, counters: Counters | None, subject: Subject, limits: Limits,
                       now: float | None = None) -> list[Consumed]:
-    now = time.time() if now is None else now
+    """What each of `subject`'s limits has consumed: from `counters` (the live ones: the gateways'
+    Redis, or a gateway's own memory) when given and reachable, else from the ledger."""
+    now = limiter.wall_clock() if now is None else now
     reading, source = Reading(), "ledger"
-    if redis is not None:
+    if counters is not None:
         try:
-            reading, source = await redis.read(subject, limits, now), "redis"
+            reading = await counters.read(subject, limits, now)
+            source = "redis" if isinstance(counters, RedisCounters) else "the gateway's memory"
         except (RedisError, RedisUnavailable) as exc:
-            redis, source = None, f"ledger (redis unavailable: {type(exc).__name__})"
-    minute = await _last_minute(engine, subject, now) if redis is None else (0, 0)
+            counters, source = None, f"ledger (redis unavailable: {type(exc).__name__})"
+    minute = await _last_minute(engine, subject, now) if counters is None else (0, 0)
     rows = []
     for name, window, used_last_minute in (("rpm", reading.requests, minute[0]), ("tpm", reading.tokens, minute[1])):
         limit = getattr(limits, name)
@@ -117,7 +120,7 @@ async def consumption(engine: AsyncEngine, redis: RedisCounters | None, subject:
         counter = f"{budget.unit.name}:{period.id}"
         if counter in reading.budgets:
             used, reserved = reading.budgets[counter]
-            row_source = f"redis ({budget.unit.show(reserved)} reserved in flight)"
+            row_source = f"{source} ({budget.unit.show(reserved)} reserved in flight)"
         else:
             used, row_source = await consumed(engine, subject, budget.unit, period), "ledger"
         rows.append(Consumed(budget.unit.limit_column, budget.limit, used, max(budget.limit - used, 0), row_source,

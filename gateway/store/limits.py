@@ -196,7 +196,8 @@ async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
 async def check_subject(connection: AsyncConnection, subject: Subject) -> None:
     table = api_keys if subject.kind == KEY else accounts
     if not await connection.scalar(select(table.c.id).where(table.c.id == subject.id)):
-        raise UnknownObject(f"no such {subject.kind}: {subject.id!r}", field=f"{subject.kind}_id")
+        raise UnknownObject(f"no such {subject.kind}: {subject.id!r}", field=f"{subject.kind}_id",
+                            code=f"unknown_{subject.kind}")
 
 
 async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapping[str, Any]) -> Limits:
@@ -209,7 +210,8 @@ async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapp
     merged |= {name: json.dumps(list(value)) if name == "models" else value for name, value in values.items()}
     has_budget = any(merged.get(unit.limit_column) is not None for unit in UNITS.values())
     if merged.get("budget_period") is not None and not has_budget:
-        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens)")
+        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens; `budget_tokens` "
+                            "over HTTP)", field="budget_period")
     if has_budget and merged.get("budget_period") is None:
         merged["budget_period"] = "month"
     merged["updated_at"] = datetime.now(UTC)
