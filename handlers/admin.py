@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import orjson
@@ -21,7 +22,7 @@ from gateway.store import admin, stored_prices, usage
 from gateway.store.accounts import Account, AccountsError, Conflict, UnknownObject
 from gateway.store.admin_limits import consumption
 from gateway.store.limits import ACCOUNT, KEY, UNITS, Limits, Subject
-from gateway.store.prices import Price, usd
+from gateway.store.prices import NANOS_PER_USD, Price, usd
 
 log = logging.getLogger("gateway")
 
@@ -30,8 +31,6 @@ QUERY_TIMEOUT = 10.0  # seconds; past it the answer is a 503, not a request held
 # A request's names for the limits table's columns (the rest are the same).
 _OVER_HTTP = {"budget_period": "period"}
 _FROM_HTTP = {http: column for column, http in _OVER_HTTP.items()}
-# Where a refusal's field is, when it is not in the body.
-_PATH_FIELDS = {"key_id": ["path", "key_id"], "account_id": ["path", "account_id"], "account": ["query", "account"]}
 
 
 async def _done(work: Awaitable[T]) -> T:
@@ -44,8 +43,10 @@ async def _done(work: Awaitable[T]) -> T:
     except Conflict as exc:
         raise errors.Conflict(str(exc), code=exc.code, param=exc.field) from None
     except AccountsError as exc:
-        loc = _PATH_FIELDS.get(exc.field or "") or ["body", *([_OVER_HTTP.get(exc.field, exc.field)] if exc.field else [])]
-        raise errors.ValidationFailed([{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+        # The contract's own checks answered 422 already: this is a value it allows that cannot be
+        # used (an expiry in the past, a pattern that matches no model...).
+        raise errors.BadRequest(str(exc), code="invalid_value",
+                                param=_OVER_HTTP.get(exc.field, exc.field) if exc.field else None) from None
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         log.warning("administration failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         raise errors.StorageUnavailable("the gateway's database is unavailable; retry later",
@@ -148,12 +149,10 @@ async def put_limits(request: HandlerRequest) -> Response:
     return await get_limits(request)
 
 
-def _nanos(dollars: Any) -> int:
-    try:
-        return UNITS["usd"].parse(str(dollars))
-    except ValueError as exc:
-        raise errors.ValidationFailed([{"loc": ["body", "budget_usd"], "msg": f"budget_usd: {exc}",
-                                        "type": "value_error", "input": dollars}]) from None
+def _nanos(dollars: float | int) -> int:
+    """US dollars as nano-dollars, rounded (half to even) to the nano-dollar: a JSON number is often
+    a binary float's expansion (the contract bounds it already)."""
+    return int((Decimal(str(dollars)) * NANOS_PER_USD).to_integral_value())
 
 
 async def get_limits(request: HandlerRequest) -> Response:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store import accounts, database, limits, stored_prices
 from gateway.store.accounts import Account, AccountsError, KeyInfo, NewKey
-from gateway.store.admin_limits import checked
+from gateway.store.admin_limits import checked, whole
 from gateway.store.limits import KEY, Limits, Subject
 from gateway.store.tables import audit_log
 
@@ -157,10 +157,11 @@ async def revoke_key(engine: AsyncEngine, actor: Actor, key_id: str) -> KeyInfo:
 async def rotate_key(engine: AsyncEngine, actor: Actor, key_id: str, grace_seconds: int) -> tuple[KeyInfo, NewKey]:
     """A new key in place of `key_id`, with its accounts, name, scopes, expiry, limits and
     allow-list; the old key works on until `grace_seconds` have passed."""
-    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) \
-            or not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
+    seconds = whole(grace_seconds)
+    if seconds is None or not 0 <= seconds <= MAX_GRACE_SECONDS:
         raise AccountsError(f"grace_seconds must be a whole number from 0 to {MAX_GRACE_SECONDS}",
                             field="grace_seconds")
+    grace_seconds = seconds
 
     async def work(connection: AsyncConnection) -> tuple[KeyInfo, NewKey]:
         old, new = await accounts.replace_key(connection, key_id, timedelta(seconds=grace_seconds))

@@ -64,10 +64,20 @@ def checked(values: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = value
         else:
             least = 0 if name.startswith("budget_") else 1
-            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_AMOUNT:
+            count = whole(value)
+            if count is None or not least <= count <= MAX_AMOUNT:
                 raise AccountsError(f"{name} must be a whole number from {least} to {MAX_AMOUNT:,}", field=name)
-            out[name] = value
+            out[name] = count
     return out
+
+
+def whole(value: Any) -> int | None:
+    """`value` as an int if it is a whole number (JSON's 5.0 too), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,17 +32,16 @@ SOURCE = "stored"
 
 
 def picos(name: str, usd_per_million: Any) -> int:
-    """USD per 1M tokens (a number, at most six decimals) as pico-dollars per token, exactly."""
+    """USD per 1M tokens as pico-dollars per token (exact for six decimals or fewer)."""
     try:
         value = Decimal(str(usd_per_million))
     except InvalidOperation:
         raise AccountsError(f"{name}: not a number of US dollars", field=name) from None
     if isinstance(usd_per_million, bool) or not value.is_finite() or not 0 <= value <= MAX_USD_PER_MILLION:
         raise AccountsError(f"{name} must be from 0 to {MAX_USD_PER_MILLION:,} US dollars per 1M tokens", field=name)
-    scaled = value * PICOS_PER_USD_PER_MILLION
-    if scaled != scaled.to_integral_value():
-        raise AccountsError(f"{name}: at most six decimals (a pico-dollar per token)", field=name)
-    return int(scaled)
+    # A JSON number is often a binary float's decimal expansion (0.1 + 0.2): rounded, half to even,
+    # to the pico-dollar per token, the unit costs are computed in.
+    return int((value * PICOS_PER_USD_PER_MILLION).to_integral_value())
 
 
 def _price(row: Any) -> Price:
