@@ -192,7 +192,8 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 _print_new_key(new, args.format)
             case "audit", _:
                 entries = await admin.audit(engine, args.since)
-                rows = [dataclasses.asdict(e) | {"detail": json.dumps(e.detail, sort_keys=True)} for e in entries]
+                rows = [dataclasses.asdict(e) | ({} if args.format == "json" else
+                                                 {"detail": json.dumps(e.detail, sort_keys=True)}) for e in entries]
                 _emit(rows, ("at", "actor", "address", "action", "object_kind", "object_id", "detail"), args.format)
             case "usage", _:
                 lines = await _read(engine, lambda c: usage.report(

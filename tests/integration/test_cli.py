@@ -84,10 +84,15 @@ def test_the_audit_trail_has_every_change_the_cli_made(url):
     key_id = json.loads(gateway_cli(url, "keys", "create", "--account", "audited", "--format", "json").stdout)["id"]
     listed = gateway_cli(url, "keys", "list")
     assert listed.stderr.startswith(f"gateway: database {url}")  # the URL is absolute already
+    rotated = gateway_cli(url, "keys", "rotate", key_id, "--grace", "60", "--format", "json")
+    assert rotated.returncode == 0 and f"key {key_id} works until " in rotated.stderr
+    new_id = json.loads(rotated.stdout)["id"]
     assert gateway_cli(url, "keys", "revoke", key_id).returncode == 0
     trail = json.loads(gateway_cli(url, "audit", "--format", "json").stdout)
     mine = [(e["action"], e["object_id"]) for e in trail if e["object_id"] in ("audited", key_id)]
-    assert mine == [("account.create", "audited"), ("key.create", key_id), ("key.revoke", key_id)]
+    assert mine == [("account.create", "audited"), ("key.create", key_id), ("key.rotate", key_id),
+                    ("key.revoke", key_id)]
+    assert next(e for e in trail if e["action"] == "key.rotate")["detail"]["replaced_by"] == new_id
     assert all(e["actor"].startswith("cli (") and e["address"] is None for e in trail)
 
 

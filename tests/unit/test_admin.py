@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from gateway.store import admin, database, limits
+from gateway.store import accounts, admin, database, limits
 from gateway.store.accounts import AccountsError, Conflict, UnknownObject
 from gateway.store.limits import ACCOUNT, KEY, Subject
 from gateway.store.prices import Prices
@@ -147,3 +147,16 @@ def test_a_stored_price_applies_from_when_it_was_set():
         assert (entry.action, entry.object_id, entry.detail["input"]) == ("price.set", "v/m", "1")
 
     run(work)
+
+
+def test_the_key_serve_prints_on_a_first_start_is_never_an_admin_key():
+    async def first_start(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            first = await database.prepare(engine, accounts.bootstrap)
+            assert first.info.scopes == ("inference", "usage")
+        finally:
+            await engine.dispose()
+
+    with empty_database("sqlite") as url:
+        asyncio.run(first_start(url))
