@@ -356,6 +356,18 @@ class Account(BaseModel):
     """
 
 
+class AccountKey(BaseModel):
+    """
+    A key by its public id and name.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: str
+    name: str
+
+
 class TextContentPart(BaseModel):
     """
     A part of a message's content: text.
@@ -1618,9 +1630,21 @@ class AccountList(BaseModel):
     """
     The public id of the calling key (`key_…`), as ledger rows and usage reports name it.
     """
+    key_name: Annotated[str, Field(title='Key Name')]
+    """
+    The calling key's name (may be empty).
+    """
+    scopes: Annotated[list[Literal['inference', 'usage', 'admin']], Field(title='Scopes')]
+    """
+    What the calling key may call (a page offers administration to a key with `admin`).
+    """
     data: Annotated[list[Account], Field(title='Data')]
     """
     The accounts, sorted by id.
+    """
+    keys: Annotated[list[AccountKey], Field(title='Keys')]
+    """
+    The keys granting these accounts, by public id, with their names: what usage reports' `key_id` values are called (never a key itself).
     """
 
 
