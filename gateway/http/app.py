@@ -171,6 +171,8 @@ class _ErrorRenderer:
             # the first route of the path only: the path's methods are the contract's.
             allowed = next((methods for pattern, methods in self._allowed if pattern.fullmatch(request.url.path)), None)
             if allowed:
+                for name in [name for name in response.headers if name.lower() == "allow"]:
+                    del response.headers[name]
                 response.headers["allow"] = allowed
         return response
 

@@ -202,5 +202,7 @@ def test_bad_bodies_and_unknown_objects_are_named(api):
                                                                      ("body", "bogus")}
     nothing = api.get("/v5/admin/audit")
     assert not any(e["object_id"] in ("nobody-here", "key_nope") for e in nothing.json()["data"])  # failures: no line
+    patched = api.patch("/v5/admin/keys/key_nope", json={})
+    assert patched.status_code == 405 and patched.headers["allow"] == "DELETE, GET, HEAD"  # the path's, all of them
     assert api.post("/v5/admin/keys/key_nope/rotate", json={"grace_seconds": -1}).status_code == 422
     assert api.post("/v5/admin/keys/key_nope/rotate", json={"grace_seconds": 5.0}).status_code == 404  # a whole number
