@@ -141,7 +141,8 @@ def test_a_stored_price_applies_from_when_it_was_set():
         await admin.set_price(engine, ACTOR, "v/m", {"input": 1, "output": 2, "cached_input": None})
         async with engine.connect() as connection:
             prices.use_stored(await read(connection))
-        assert prices.cost_nanos("v/m", 1000, 1000) == 3_000_000  # $1 and $2 per 1M: 1,000 and 2,000 nano-dollars a token
+        # $1 and $2 per 1M tokens: 1,000 and 2,000 nano-dollars a token
+        assert prices.cost_nanos("v/m", 1000, 1000) == 3_000_000
         assert prices.cost_nanos("v/m", 1000, 1000, at=set_at - timedelta(seconds=1)) is None  # started before
         (*_, entry) = await admin.audit(engine, since=set_at)
         assert (entry.action, entry.object_id, entry.detail["input"]) == ("price.set", "v/m", "1")
