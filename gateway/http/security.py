@@ -37,7 +37,7 @@ async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any
     services = request.scope["state"]["services"]
     caller = await services.keys.caller(key)
     if caller is None:
-        raise AuthenticationFailed("invalid or revoked API key", code="invalid_api_key")
+        raise AuthenticationFailed("invalid API key", code="invalid_api_key")
     table = services.limiter.table
     if caller.limited and table.of(Subject(KEY, caller.key_id)) is None and caller.key_id not in _reloaded:
         # A key newer than this gateway's copy of the limits: the limits it was made with (an
@@ -59,8 +59,11 @@ def refused(caller: Caller, scopes: Iterable[str], now: float) -> GatewayError |
     """Why `caller` may not call an operation needing `scopes` at `now`, or None."""
     who = f"key {caller.key_id}" + (f" ({clip(caller.name)})" if caller.name else "")
     if caller.ends is not None and now >= caller.ends:
-        return AuthenticationFailed(f"{who} was rotated and its grace period is over: use the key that "
-                                    "replaced it", code="invalid_api_key")
+        ended = datetime.fromtimestamp(caller.ends, UTC).isoformat().replace("+00:00", "Z")
+        if caller.replaced_by:
+            return AuthenticationFailed(f"{who} was replaced by {caller.replaced_by} (a rotation) and stopped "
+                                        f"working at {ended}", code="invalid_api_key")
+        return AuthenticationFailed(f"{who} was revoked at {ended}", code="invalid_api_key")
     if caller.expires is not None and now >= caller.expires:
         expired = datetime.fromtimestamp(caller.expires, UTC).isoformat().replace("+00:00", "Z")
         return AuthenticationFailed(f"{who} expired at {expired}", code="key_expired")

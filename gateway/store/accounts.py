@@ -62,7 +62,8 @@ def digest(key: str) -> str:
 class Caller:
     """Who is calling: the key's id (never the key), the accounts it grants, its name and scopes,
     and when it stops working (seconds since the epoch; checked on every request, since the cache
-    keeps a key's answer for a while): `expires` (its expiry) or `ends` (a rotation's grace)."""
+    keeps a key's answer for a while): `expires` (its expiry) or `ends` (its revocation: now or
+    past, or the end of a rotation's grace, `replaced_by` naming the new key)."""
 
     key_id: str
     accounts: frozenset[str]
@@ -71,6 +72,7 @@ class Caller:
     expires: float | None = None
     ends: float | None = None
     limited: bool = False  # whether the key had limits of its own when it was looked up (http/security.py)
+    replaced_by: str | None = None
 
     def account(self, selected: str | None) -> str:
         """The account a request is billed to, from the `x-selected-account-id` header."""
@@ -93,7 +95,8 @@ class Caller:
 
 class KeyStore(Protocol):
     async def caller(self, key: str) -> Caller | None:
-        """The caller a key belongs to, or None for an unknown or revoked key."""
+        """The caller a key belongs to (a revoked or expired key's too: it is told so), or None for
+        an unknown key."""
 
 
 ACCOUNT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -300,7 +303,7 @@ class KeyCache:
         self._ttl = ttl
         self._clock = clock
         self._known: OrderedDict[str, _Cached] = OrderedDict()  # digest -> a valid key's caller
-        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown or revoked)
+        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown)
         self._limits = {id(self._known): max_known, id(self._unknown): max_unknown}
         # One lookup per digest at a time: a burst of requests with a cold key asks the database once.
         self._lookups: dict[str, asyncio.Task[Caller | None]] = {}
@@ -354,14 +357,14 @@ class DatabaseKeyStore(KeyCache):
 
 
 async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
-    # An expired key is found (its requests hear `key_expired`); a revoked one is not.
+    # A revoked or expired key is found too: its holder hears which key it is and since when.
     query = (
         select(api_keys.c.id, api_keys.c.name, api_keys.c.scopes, api_keys.c.expires_at, api_keys.c.revoked_at,
-               key_accounts.c.account_id,
+               api_keys.c.replaced_by, key_accounts.c.account_id,
                select(limits.c.subject_id).where(limits.c.subject == "key", limits.c.subject_id == api_keys.c.id)
                .exists().label("limited"))
         .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
-        .where(api_keys.c.digest == key_digest, api_keys.c.revoked_at.is_(None) | (api_keys.c.revoked_at > _now()))
+        .where(api_keys.c.digest == key_digest)
     )
     async with engine.connect() as connection:
         rows = (await connection.execute(query)).all()
@@ -370,7 +373,7 @@ async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
     first = rows[0]
     return Caller(first.id, frozenset(r.account_id for r in rows), first.name, frozenset(first.scopes.split()),
                   first.expires_at.timestamp() if first.expires_at else None,
-                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited))
+                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited), first.replaced_by)
 
 
 def _reason(exc: BaseException) -> str:

@@ -139,6 +139,7 @@ def test_the_operator_story_end_to_end(gateways, api, backend, admin_key):
     refused = wait_until(lambda: (r := complete(gateway.url, key, model="fake/admin-priced")).status_code == 401 and r,
                          timeout=KEY_CACHE_SECONDS + 10, message="the revoked key refused")
     assert refused.json()["error"]["code"] == "invalid_api_key"
+    assert refused.json()["error"]["message"].startswith(f"key {info['id']} (svc) was replaced by {new_info['id']}")
     assert api.delete(f"/v5/admin/keys/{info['id']}").json()["error"]["code"] == "already_revoked"
     rotate_revoked = api.post(f"/v5/admin/keys/{info['id']}/rotate", json={"grace_seconds": 0})
     assert rotate_revoked.status_code == 409
@@ -161,8 +162,9 @@ def test_a_revocation_reaches_another_gateway_within_its_key_cache(gateways, api
     key, key_id = made.json()["key"], made.json()["api_key"]["id"]
     assert complete(second.url, key).status_code == 200  # the second gateway has it in its cache now
     assert api.delete(f"/v5/admin/keys/{key_id}").status_code == 200  # through the first
-    wait_until(lambda: complete(second.url, key).status_code == 401, timeout=KEY_CACHE_SECONDS + 10,
-               message="the second gateway to refuse the revoked key")
+    refused = wait_until(lambda: (r := complete(second.url, key)).status_code == 401 and r,
+                         timeout=KEY_CACHE_SECONDS + 10, message="the second gateway to refuse the revoked key")
+    assert refused.json()["error"]["message"].startswith(f"key {key_id} (two) was revoked at ")
 
 
 def test_an_expired_key_is_refused_saying_so(api, gateways):

@@ -40,10 +40,17 @@ def test_an_expired_key_is_a_401_saying_so_from_the_instant_it_expires():
 
 
 def test_a_rotated_key_works_until_its_grace_ends():
-    assert refused(caller(ends=NOW + 5), ["inference"], NOW) is None
-    error = refused(caller(ends=NOW + 5), ["inference"], NOW + 5)
+    assert refused(caller(ends=NOW + 5, replaced_by="key_2"), ["inference"], NOW) is None
+    error = refused(caller(ends=NOW + 5, replaced_by="key_2"), ["inference"], NOW + 5)
     assert isinstance(error, AuthenticationFailed) and error.code == "invalid_api_key"
-    assert "grace period is over" in error.message
+    assert error.message == ("key key_1 (ci bot) was replaced by key_2 (a rotation) and stopped working at "
+                             "2027-01-15T08:00:05Z")
+
+
+def test_a_revoked_key_is_told_which_and_since_when():
+    error = refused(caller(ends=NOW), ["inference"], NOW)
+    assert isinstance(error, AuthenticationFailed) and error.code == "invalid_api_key"
+    assert error.message == "key key_1 (ci bot) was revoked at 2027-01-15T08:00:00Z"
 
 
 OPERATIONS = [(method.upper(), path, operation) for path, item in SPEC["paths"].items()
