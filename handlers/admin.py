@@ -122,6 +122,7 @@ async def get_key(request: HandlerRequest) -> Response:
 async def revoke_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     await _done(admin.revoke_key(request.services.database, _actor(request), key_id))
+    request.services.keys.forget(key_id)  # refused here at once; other gateways within their key cache
     return await get_key(request)
 
 
@@ -129,6 +130,7 @@ async def rotate_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
                                             request.body["grace_seconds"]))
+    request.services.keys.forget(key_id)  # its grace's end, known here at once
     return await _new_key(request, new, replaces=old)
 
 

@@ -98,6 +98,9 @@ class KeyStore(Protocol):
         """The caller a key belongs to (a revoked or expired key's too: it is told so), or None for
         an unknown key."""
 
+    def forget(self, key_id: str) -> None:
+        """Drop any cached answer for key `key_id` (it was just changed)."""
+
 
 ACCOUNT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -337,6 +340,12 @@ class KeyCache:
         self._unknown.pop(key_digest, None)
         self._remember(self._known if caller is not None else self._unknown, key_digest, caller)
         return caller
+
+    def forget(self, key_id: str) -> None:
+        """Drop what this cache knows of key `key_id` (revoked or rotated through this gateway: it
+        hears of it at once, the others within `ttl`). A scan: administration is rare."""
+        for key_digest in [d for d, cached in self._known.items() if cached.caller and cached.caller.key_id == key_id]:
+            del self._known[key_digest]
 
     def _remember(self, cache: OrderedDict[str, _Cached], key_digest: str, caller: Caller | None) -> None:
         cache[key_digest] = _Cached(caller, self._clock() + self._ttl)
