@@ -3,14 +3,18 @@
     gateway serve [--host H] [--port P] [--workers N] [--config FILE]
     gateway config check [--config FILE]
     gateway accounts create ID [--name NAME]          gateway accounts list
-    gateway keys create --account ID [--account ID2 ...] [--name NAME]
+    gateway keys create --account ID [--account ID2 ...] [--name NAME] [--scope S ...] [--expires-at T]
     gateway keys list [--account ID]                  gateway keys revoke KEY_ID
+    gateway keys rotate KEY_ID [--grace SECONDS]      gateway audit [--since T]
     gateway usage [--account ID ...] [--model vendor/name] [--since T] [--until T]
                   [--group-by model,day,key,user,outcome,endpoint] [--outcome completed,...]
     gateway limits set|show|clear (--key KEY_ID | --account ID) ...   (gateway/limits_cli.py)
 
 Lists and reports print as a table, or with --format json or csv. Every command works on the
-database of GATEWAY_DATABASE_URL (or the config file), upgrading its schema first if needed.
+database of GATEWAY_DATABASE_URL (or the config file), says which on standard error, and upgrades
+its schema first if needed; only `serve` creates a database (a SQLite file that is missing is an
+error naming the URL). Changes go through gateway/store/admin.py, as the HTTP API's do, and are
+in its audit trail as made by "cli (<OS user>)".
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import make_url
@@ -34,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gateway import __version__, limits_cli
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
-from gateway.store import accounts, database, usage
+from gateway.store import accounts, admin, database, usage
 from gateway.store.accounts import AccountsError, NewKey
 from gateway.store.meter import OUTCOMES
 from gateway.vendors.registry import load_settings
@@ -97,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--account", action="append", required=True, dest="accounts", metavar="ID",
                         help="an account the key grants (repeat for several)")
     create.add_argument("--name", default="", help="a description for people, e.g. who holds the key")
+    create.add_argument("--scope", action="append", dest="scopes", choices=accounts.SCOPES,
+                        help="what the key may call (repeat for several; default: "
+                             f"{' and '.join(accounts.DEFAULT_SCOPES)}; admin: everything under /v5/admin/)")
+    create.add_argument("--expires-at", type=_instant, help="when the key stops working (e.g. 2027-01-01)")
     create.add_argument("--format", choices=("text", "json"), default="text")
     listing = key_commands.add_parser("list", help="list keys (never the keys themselves)")
     listing.add_argument("--account", help="only keys that grant this account")
@@ -104,6 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     revoke = key_commands.add_parser(
         "revoke", help="revoke a key (running gateways stop taking it within key_cache_seconds)")
     revoke.add_argument("key_id", help="the key's id (key_...), as `keys list` shows it")
+    rotate = key_commands.add_parser("rotate", help="a new key in place of one (same accounts, scopes, limits); "
+                                                    "the old one works on for the grace period")
+    rotate.add_argument("key_id", help="the key's id (key_...)")
+    rotate.add_argument("--grace", type=int, default=0, metavar="SECONDS",
+                        help="how long the old key keeps working (default 0: revoked now)")
+    rotate.add_argument("--format", choices=("text", "json"), default="text")
+    trail = commands.add_parser("audit", help="the audit trail: who changed what, when, from where")
+    trail.add_argument("--since", type=_instant, help="from this instant, inclusive")
+    _format_option(trail)
 
     report = commands.add_parser("usage", help="usage and its cost per account (and model, day, key, user or "
                                                "outcome) over a time range")
@@ -177,34 +195,51 @@ def _instant(text: str) -> datetime:
 
 
 async def _administer(settings: Settings, args: argparse.Namespace) -> int:
-    engine = database.connect(settings.database_url.get_secret_value())
+    url = settings.database_url.get_secret_value()
+    print(f"gateway: database {_existing(url)}", file=sys.stderr)
+    engine = database.connect(url)
+    actor = admin.Actor.cli()
     try:
         await database.prepare(engine, _nothing)
-        match args.command, args.action if args.command != "usage" else None:
+        match args.command, getattr(args, "action", None):
             case "limits", _:
-                out = await limits_cli.run(engine, settings, args)
+                out = await limits_cli.run(engine, settings, args, actor)
                 if isinstance(out, str):
                     print(out)
                 else:
                     _emit(out, limits_cli.COLUMNS, args.format)
             case "accounts", "create":
-                account = await _write(engine, lambda c: accounts.create_account(c, args.id, args.name))
+                account = await admin.create_account(engine, actor, args.id, args.name)
                 print(f"created account {account.id}")
             case "accounts", "list":
-                found = await _read(engine, accounts.list_accounts)
+                found = await admin.list_accounts(engine)
                 _emit([dataclasses.asdict(a) for a in found], ("id", "name", "created_at"), args.format)
             case "keys", "create":
-                new = await _write(engine, lambda c: accounts.create_key(c, args.accounts, args.name))
+                new = await admin.create_key(engine, actor, args.accounts, args.name,
+                                             args.scopes or accounts.DEFAULT_SCOPES, args.expires_at)
                 _print_new_key(new, args.format)
             case "keys", "list":
-                found = await _read(engine, lambda c: accounts.list_keys(c, args.account))
-                rows = [dataclasses.asdict(k) | {"accounts": " ".join(k.accounts)} for k in found]
-                _emit(rows, ("id", "name", "accounts", "created_at", "revoked_at"), args.format)
+                now = datetime.now(UTC)
+                rows = [dataclasses.asdict(view.info) | {"accounts": " ".join(view.info.accounts),
+                                                         "scopes": " ".join(view.info.scopes),
+                                                         "state": view.info.state(now)}
+                        for view in await admin.list_keys(engine, args.account)]
+                _emit(rows, ("id", "name", "accounts", "scopes", "state", "created_at", "expires_at", "revoked_at"),
+                      args.format)
             case "keys", "revoke":
-                await _write(engine, lambda c: accounts.revoke_key(c, args.key_id))
+                await admin.revoke_key(engine, actor, args.key_id)
                 print(f"revoked key {args.key_id}; running gateways refuse it within "
                       f"{settings.key_cache_seconds:g}s")
-            case "usage", None:
+            case "keys", "rotate":
+                old, new = await admin.rotate_key(engine, actor, args.key_id, args.grace)
+                print(f"key {old.id} works until {_text(old.revoked_at)}, then is revoked", file=sys.stderr)
+                _print_new_key(new, args.format)
+            case "audit", _:
+                entries = await admin.audit(engine, args.since)
+                rows = [dataclasses.asdict(e) | ({} if args.format == "json" else
+                                                 {"detail": json.dumps(e.detail, sort_keys=True)}) for e in entries]
+                _emit(rows, ("at", "actor", "address", "action", "object_kind", "object_id", "detail"), args.format)
+            case "usage", _:
                 lines = await _read(engine, lambda c: usage.report(
                     c, accounts=args.accounts, start=args.since, end=args.until, model=args.model,
                     outcomes=args.outcomes, group_by=args.group_by))
@@ -218,9 +253,18 @@ async def _nothing(connection: AsyncConnection) -> None:
     return None  # the CLI never creates the first-start account: an operator creates their own
 
 
-async def _write(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-    async with database.writing(engine) as connection:
-        return await work(connection)
+def _existing(url: str) -> str:
+    """The database `url` names, as the operator should read it (a SQLite file's absolute path),
+    if it exists: an administrative command that created an empty database somewhere (say, run from
+    another directory than the gateway's) would report on nothing, or create keys no gateway reads."""
+    parsed = database.engine_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return parsed.render_as_string(hide_password=True).replace("+asyncpg", "")
+    path = Path(parsed.database).resolve()
+    if not path.is_file():
+        raise ConfigError(f"no database at sqlite:///{path} (from {url!r}): `gateway serve` creates it; check "
+                          "GATEWAY_DATABASE_URL (or the config file's database_url) and the directory you run in")
+    return f"sqlite:///{path}"
 
 
 async def _read(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
@@ -232,9 +276,11 @@ def _print_new_key(new: NewKey, fmt: str) -> None:
     info = new.info
     if fmt == "json":
         print(json.dumps({"id": info.id, "name": info.name, "accounts": list(info.accounts),
+                          "scopes": list(info.scopes), "expires_at": _json(info.expires_at),
                           "created_at": _text(info.created_at), "key": new.key}))
     else:
-        print(f"created key {info.id} for account(s) {', '.join(info.accounts)}")
+        print(f"created key {info.id} for account(s) {', '.join(info.accounts)} with scope(s) "
+              f"{', '.join(info.scopes)}")
         print(new.key)
     print("The key is shown only this once: store it now (the gateway keeps only its hash).", file=sys.stderr)
 

@@ -7,39 +7,26 @@
                          --budget-tokens | --budget-usd | --models ...)
 
 `show` puts what is being consumed next to each limit: the live counters when GATEWAY_REDIS_URL
-names the gateways' Redis, else what the ledger says (requests and tokens of the last minute,
-the budget period's consumption); requests in flight are known only to Redis (or to the gateway
-process that counts them).
+names the gateways' Redis, else what the ledger says (gateway/store/admin_limits.py). The changes
+are gateway/store/admin.py's, as those of /v5/admin/limits/... are.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.config import Settings
 from gateway.http.limiting import duration
-from gateway.store import database
+from gateway.store import admin
 from gateway.store.accounts import AccountsError
-from gateway.store.consumption import consumed
-from gateway.store.counters import Reading
+from gateway.store.admin_limits import MAX_AMOUNT, Consumed, check_pattern, consumption
 from gateway.store.counters_redis import RedisCounters
-from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject, clear_limits, read_all, set_limits
-from gateway.store.meter import REFUSED
-from gateway.store.resp import RedisError, RedisUnavailable
-from gateway.store.tables import ledger
+from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
-# The largest count or amount a limit takes (requests, tokens, nano-dollars): Redis counts in its Lua
-# scripts with doubles, exact below 2^53, and the counters' arithmetic must stay exact to the unit
-# (a TPM of 2^63 read back as a bucket fuller than its limit: "used -1"). The same bound as
-# store/limits.py MAX_BUDGET_USD in nano-dollars.
-MAX_AMOUNT = 10**15
 _CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models")
 
 
@@ -86,16 +73,10 @@ def _positive(text: str) -> int:
 
 
 def _pattern(text: str) -> str:
-    """A model pattern of an allow-list: one that can match a "vendor/name" (an empty one, or one
-    naming no vendor, would set a list that refuses every model)."""
-    pattern = text.strip()
-    if not pattern:
-        raise argparse.ArgumentTypeError("an empty pattern matches no model (to lift the allow-list: "
-                                         "gateway limits clear --models)")
-    if "/" not in pattern and not any(c in pattern for c in "*?["):
-        raise argparse.ArgumentTypeError(f"{pattern!r} matches no model: models are written vendor/name "
-                                         "(e.g. openai/* or local/smollm2-135m)")
-    return pattern
+    try:
+        return check_pattern(text)
+    except AccountsError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("clear `models`", "gateway limits clear --models")) from None
 
 
 def _amount(parse: Any) -> Any:
@@ -116,7 +97,8 @@ def subject_of(args: argparse.Namespace) -> Subject | None:
     return Subject(ACCOUNT, args.account) if args.account else None
 
 
-async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]] | str:
+async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace,
+              actor: admin.Actor) -> list[dict[str, Any]] | str:
     """What to print: rows for `show`, a sentence for the others."""
     subject = subject_of(args)
     interval = f"running gateways apply it within {settings.limits_cache_seconds:g}s"
@@ -126,18 +108,15 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
                                 + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models")
-        async with database.writing(engine) as connection:
-            limits = await set_limits(connection, subject, values)
-        return f"limits of {subject}: {_described(limits)}; {interval}"
+        limits = await admin.set_limits(engine, actor, subject, values)
+        return f"limits of {subject}: {_described(limits) if limits else 'none'}; {interval}"
     if args.action == "clear":
         if args.all == bool(args.clear):
             raise AccountsError("say what to clear: --all, or some of "
                                 + ", ".join(f"--{name.replace('_', '-')}" for name in _CLEARABLE))
-        async with database.writing(engine) as connection:
-            left = await clear_limits(connection, subject, None if args.all else args.clear)
+        left = await admin.clear_limits(engine, actor, subject, None if args.all else args.clear)
         return f"limits of {subject}: {_described(left) if left else 'none'}; {interval}"
-    async with engine.connect() as connection:
-        found = await read_all(connection)
+    found = await admin.limits_of(engine)
     if subject is not None:
         found = {subject: found[subject]} if subject in found else {}
     rows: list[dict[str, Any]] = []
@@ -145,7 +124,7 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
     live = RedisCounters(redis_url, settings.redis_prefix) if redis_url else None
     try:
         for s, limits in sorted(found.items(), key=lambda item: (item[0].kind, item[0].id)):
-            rows += await _rows(engine, live, s, limits)
+            rows += [_row(s, limits, used) for used in await consumption(engine, live, s, limits)]
     finally:
         if live is not None:
             await live.close()
@@ -157,57 +136,16 @@ def _described(limits: Limits) -> str:
                      for name, value in limits.describe().items()) or "none"
 
 
-async def _rows(engine: AsyncEngine, live: RedisCounters | None, subject: Subject, limits: Limits) -> list[dict]:
-    now = time.time()
-    reading, source = Reading(), "ledger"
-    if live is not None:
-        try:
-            reading, source = await live.read(subject, limits, now), "redis"
-        except (RedisError, RedisUnavailable) as exc:
-            live, source = None, f"ledger (redis unavailable: {type(exc).__name__})"
-    minute = await _last_minute(engine, subject, now) if live is None else (0, 0)
-    base = {"subject": subject.kind, "id": subject.id, "source": source}
-    rows = []
-    for name, window, used_last_minute in (("rpm", reading.requests, minute[0]), ("tpm", reading.tokens, minute[1])):
-        limit = getattr(limits, name)
-        if limit is None:
-            continue
-        if window is not None:
-            # A limit set before MAX_AMOUNT bounded it reads back rounded as a double: never "used -1".
-            remaining = min(window.remaining, limit)
-            rows.append(base | {"limit": name, "value": limit, "used": limit - remaining, "remaining": remaining,
-                                "resets": f"full in {duration(window.reset)}"})
-        else:
-            rows.append(base | {"limit": name, "value": limit, "used": used_last_minute,
-                                "remaining": max(limit - used_last_minute, 0), "resets": "(last 60s)"})
-    if limits.concurrent is not None:
-        in_flight = reading.in_flight
-        rows.append(base | {"limit": "concurrent", "value": limits.concurrent, "used": in_flight,
-                            "remaining": None if in_flight is None else max(limits.concurrent - in_flight, 0),
-                            "resets": "", "source": source if in_flight is not None else "(in the gateway's memory)"})
-    for budget in limits.budgets:
-        period = budget.period_at(now)
-        counter = f"{budget.unit.name}:{period.id}"
-        if counter in reading.budgets:
-            used, reserved = reading.budgets[counter]
-            row_source = f"redis ({budget.unit.show(reserved)} reserved in flight)"
-        else:
-            used, row_source = await consumed(engine, subject, budget.unit, period), "ledger"
-        rows.append(base | {"limit": budget.unit.limit_column, "value": f"{budget.unit.show(budget.limit)} per "
-                            f"{budget.period}", "used": budget.unit.show(used),
-                            "remaining": budget.unit.show(max(budget.limit - used, 0)),
-                            "resets": period.end.isoformat().replace("+00:00", "Z"), "source": row_source})
-    if limits.models is not None:
-        rows.append(base | {"limit": "models", "value": " ".join(limits.models), "used": None, "remaining": None,
-                            "resets": "", "source": ""})
-    return rows
-
-
-async def _last_minute(engine: AsyncEngine, subject: Subject, now: float) -> tuple[int, int]:
-    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
-    since = datetime.fromtimestamp(now, UTC) - timedelta(seconds=60)
-    query = select(func.count(), func.coalesce(func.sum(ledger.c.total_tokens), 0)).where(
-        who == subject.id, ledger.c.started_at >= since, ledger.c.outcome != REFUSED)
-    async with engine.connect() as connection:
-        count, tokens = (await connection.execute(query)).one()
-    return int(count), int(tokens)
+def _row(subject: Subject, limits: Limits, used: Consumed) -> dict[str, Any]:
+    """One line of `limits show`, as people read it."""
+    row = {"subject": subject.kind, "id": subject.id, "limit": used.limit, "value": used.value, "used": used.used,
+           "remaining": used.remaining, "resets": "", "source": used.source}
+    if used.limit == "models":
+        return row | {"value": " ".join(used.value)}
+    if used.resets_at is not None:  # a budget
+        unit = next(unit for unit in UNITS.values() if unit.limit_column == used.limit)
+        return row | {"value": f"{unit.show(used.value)} per {used.period}", "used": unit.show(used.used),
+                      "remaining": unit.show(used.remaining), "resets": used.resets_at.isoformat().replace("+00:00", "Z")}
+    if used.resets_in is not None:
+        return row | {"resets": f"full in {duration(used.resets_in)}"}
+    return row | {"resets": "(last 60s)" if used.last_minute else ""}

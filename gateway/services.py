@@ -31,6 +31,7 @@ from gateway.store.ledger import Ledger
 from gateway.store.limiter import Limiter
 from gateway.store.limits import LimitsTable
 from gateway.store.prices import Prices
+from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
 from handlers import resolve
@@ -92,10 +93,15 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     ledger = Ledger(engine, settings.ledger_buffer_rows, prices)
     ledger.start()
     limiter = limits_store(settings, engine, prices)
+    # The operator's stored prices, reread with the limits (gateway/store/stored_prices.py).
+    price_reader = StoredPriceReader(engine, prices, settings.limits_cache_seconds)
     try:
+        await price_reader.load()
+        price_reader.start()
         await limiter.start(strict=not server.serving())
     except BaseException as exc:
         log.error("%s", exc)
+        await price_reader.close()
         await limiter.close()
         await ledger.close()
         await registry.close()
@@ -117,6 +123,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         yield {"services": services}
     finally:
         try:
+            await price_reader.close()
             await limiter.close()  # settles what is still open
             await ledger.close()  # after the server finished its requests: every pending row is written
         finally:

@@ -356,6 +356,18 @@ class Account(BaseModel):
     """
 
 
+class AccountKey(BaseModel):
+    """
+    A key by its public id and name.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: str
+    name: str
+
+
 class TextContentPart(BaseModel):
     """
     A part of a message's content: text.
@@ -1061,6 +1073,395 @@ class ModelList(BaseModel):
     data: list[Model]
 
 
+class AdminAccountCreate(BaseModel):
+    """
+    A new account.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')]
+    """
+    What `x-selected-account-id` names: 1-64 letters, digits, `.`, `_`, `-`.
+    """
+    name: Annotated[str | None, Field(max_length=1000)] = ''
+    """
+    A description for people.
+    """
+
+
+class AdminAccount(BaseModel):
+    """
+    An account.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: str
+    name: str
+    created_at: AwareDatetime
+
+
+class AdminAccountList(BaseModel):
+    """
+    Accounts.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['list']
+    data: list[AdminAccount]
+
+
+class Account1(RootModel[str]):
+    root: Annotated[str, Field(pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')]
+
+
+class Model1(RootModel[str]):
+    root: Annotated[str, Field(max_length=200, min_length=1)]
+
+
+class Models(RootModel[list[Model1]]):
+    root: Annotated[list[Model1], Field(max_length=100)]
+    """
+    The only models it may call: glob patterns such as `openai/*`.
+    """
+
+
+class AdminKeyCreate(BaseModel):
+    """
+    A new API key.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    accounts: Annotated[list[Account1], Field(max_length=100, min_length=1)]
+    """
+    The accounts it grants.
+    """
+    name: Annotated[str, Field(max_length=1000)]
+    """
+    A description for people, e.g. who holds the key.
+    """
+    scopes: Annotated[list[Literal['inference', 'usage', 'admin']], Field(min_length=1)]
+    """
+    What it may call: `inference` (completions, chat, model lists), `usage` (`/v5/usage`, `/v5/accounts`), `admin` (`/v5/admin/`).
+    """
+    expires_at: AwareDatetime | None | MISSING = MISSING
+    models: Models | None | MISSING = MISSING
+
+
+class AdminKey(BaseModel):
+    """
+    An API key as administration sees it (never the key itself).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['api_key']
+    id: str
+    """
+    Its public id (`key_…`).
+    """
+    name: str
+    accounts: list[str]
+    scopes: list[Literal['inference', 'usage', 'admin']]
+    state: Literal['active', 'rotating', 'expired', 'revoked']
+    """
+    `rotating`: replaced by a rotation, working until `revoked_at`.
+    """
+    created_at: AwareDatetime
+    expires_at: AwareDatetime | None
+    revoked_at: AwareDatetime | None
+    replaced_by: str | None
+    models: list[str] | None
+
+
+class AdminNewKey(BaseModel):
+    """
+    A key just made: the key itself, shown this once.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['api_key.created']
+    key: str
+    """
+    The key (`sk-gw-…`): store it now, the gateway keeps only its digest.
+    """
+    api_key: AdminKey
+    replaces: AdminKey | MISSING = MISSING
+    """
+    A rotation's old key, working until its `revoked_at`.
+    """
+
+
+class AdminKeyList(BaseModel):
+    """
+    Keys.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['list']
+    data: list[AdminKey]
+
+
+class AdminKeyRotate(BaseModel):
+    """
+    A rotation.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    grace_seconds: Annotated[int, Field(ge=0, le=2592000)]
+    """
+    How long the old key keeps working (at most 30 days).
+    """
+
+
+class Rpm(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1000000000000000)]
+    """
+    Requests per minute.
+    """
+
+
+class Tpm(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1000000000000000)]
+    """
+    Tokens (prompt + completion) per minute.
+    """
+
+
+class Concurrent(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=1000000000000000)]
+    """
+    Requests in flight.
+    """
+
+
+class BudgetTokens(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=1000000000000000)]
+    """
+    Tokens per budget period.
+    """
+
+
+class BudgetUsd(RootModel[float]):
+    root: Annotated[float, Field(ge=0.0, le=1000000.0)]
+    """
+    US dollars per budget period (at most 9 decimals), by the gateway's prices.
+    """
+
+
+class Models1Item(RootModel[str]):
+    root: Annotated[str, Field(max_length=200, min_length=1)]
+
+
+class Models1(RootModel[list[Models1Item]]):
+    root: Annotated[list[Models1Item], Field(max_length=100)]
+    """
+    The only models it may call: glob patterns such as `openai/*`.
+    """
+
+
+class AdminLimitsUpdate(BaseModel):
+    """
+    Limits to set (a value) or clear (null); those left out stay.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    rpm: Rpm | None | MISSING = MISSING
+    tpm: Tpm | None | MISSING = MISSING
+    concurrent: Concurrent | None | MISSING = MISSING
+    budget_tokens: BudgetTokens | None | MISSING = MISSING
+    budget_usd: BudgetUsd | None | MISSING = MISSING
+    period: Literal['day', 'month'] | None | MISSING = MISSING
+    models: Models1 | None | MISSING = MISSING
+
+
+class AdminLimitUse(BaseModel):
+    """
+    One limit beside what it has consumed.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    limit: Literal['rpm', 'tpm', 'concurrent', 'budget_tokens', 'budget_usd', 'models']
+    value: float | list[str]
+    """
+    The limit (US dollars for `budget_usd`).
+    """
+    used: float | None
+    remaining: float | None
+    resets_in_seconds: float | None
+    resets_at: AwareDatetime | None
+    period: Literal['day', 'month'] | None
+    source: str
+    """
+    Where `used` comes from: `redis`, `ledger` (the last 60 s for rates), ...
+    """
+
+
+class Models2Item(RootModel[str]):
+    root: Annotated[str, Field(max_length=200, min_length=1)]
+
+
+class Models2(RootModel[list[Models2Item]]):
+    root: Annotated[list[Models2Item], Field(max_length=100)]
+    """
+    The only models it may call: glob patterns such as `openai/*`.
+    """
+
+
+class Limits(BaseModel):
+    """
+    Every limit; null: none of that kind.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    rpm: Rpm | None
+    tpm: Tpm | None
+    concurrent: Concurrent | None
+    budget_tokens: BudgetTokens | None
+    budget_usd: BudgetUsd | None
+    period: Literal['day', 'month'] | None
+    models: Models2 | None
+
+
+class AdminLimits(BaseModel):
+    """
+    A key's or an account's limits, with their consumption.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['limits']
+    subject: Literal['key', 'account']
+    id: str
+    limits: Annotated[Limits, Field(title='AdminLimitValues')]
+    """
+    Every limit; null: none of that kind.
+    """
+    consumption: list[AdminLimitUse]
+
+
+class CachedInput(RootModel[float]):
+    root: Annotated[float, Field(ge=0.0, le=1000000.0)]
+    """
+    Prompt tokens read from the vendor's cache; default `input`.
+    """
+
+
+class AdminPriceUpdate(BaseModel):
+    """
+    A model's price, USD per 1M tokens (at most six decimals).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    model: Annotated[str, Field(max_length=200, pattern='^[^/]+/.+$')]
+    """
+    `vendor/name`, as requests name it.
+    """
+    input: Annotated[float, Field(ge=0.0, le=1000000.0)]
+    """
+    Prompt tokens.
+    """
+    output: Annotated[float, Field(ge=0.0, le=1000000.0)]
+    """
+    Completion tokens.
+    """
+    cached_input: CachedInput | None | MISSING = MISSING
+
+
+class AdminPrice(BaseModel):
+    """
+    A model's price in force, USD per 1M tokens.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    model: str
+    input: float
+    output: float
+    cached_input: float
+    since: AwareDatetime | None
+    source: str
+    """
+    `stored` (set over this API), `configuration`, or where the packaged figure was read.
+    """
+
+
+class AdminPriceList(BaseModel):
+    """
+    Prices.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['list']
+    data: list[AdminPrice]
+
+
+class AuditEntry(BaseModel):
+    """
+    One administrative change.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: int
+    at: AwareDatetime
+    actor: str
+    """
+    `key key_… (name)` or `cli (<OS user>)`.
+    """
+    actor_key_id: str | None
+    address: str | None
+    action: str
+    """
+    e.g. `account.create`, `key.create`, `key.rotate`, `key.revoke`, `limits.set`, `limits.clear`, `price.set`.
+    """
+    object_kind: Literal['account', 'key', 'price']
+    object_id: str
+    detail: dict[str, Any]
+    """
+    What was asked (never a secret).
+    """
+
+
+class AuditLog(BaseModel):
+    """
+    Audit lines, oldest first.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['list']
+    data: list[AuditEntry]
+
+
 class HTTPValidationError(BaseModel):
     """
     The 422 body: every problem in `detail` (FastAPI's shape), and the same as one OpenAI-style `error` (what OpenAI's SDKs read): `message` names every failing field and why, `type` is `invalid_request_error`, `code` is `invalid_request_body`, `param` is the first failing field (e.g. `temperature`, `prompt[2]`, `stream_options.include_usage`; null for the body as a whole).
@@ -1233,9 +1634,21 @@ class AccountList(BaseModel):
     """
     The public id of the calling key (`key_…`), as ledger rows and usage reports name it.
     """
+    key_name: Annotated[str, Field(title='Key Name')]
+    """
+    The calling key's name (may be empty).
+    """
+    scopes: Annotated[list[Literal['inference', 'usage', 'admin']], Field(title='Scopes')]
+    """
+    What the calling key may call (a page offers administration to a key with `admin`).
+    """
     data: Annotated[list[Account], Field(title='Data')]
     """
     The accounts, sorted by id.
+    """
+    keys: Annotated[list[AccountKey], Field(title='Keys')]
+    """
+    The keys granting these accounts, by public id, with their names: what usage reports' `key_id` values are called (never a key itself).
     """
 
 

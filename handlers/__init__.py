@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from handlers import accounts, chat, completions, contract, health, metrics, models, usage, vendors
+from handlers import accounts, admin, chat, completions, contract, health, metrics, models, usage, vendors
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/completions": completions.create,
@@ -20,6 +20,20 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "GET-/readyz": health.ready,
     "GET-/metrics": metrics.scrape,
     "GET-/openapi.json": contract.openapi,
+    "POST-V5-/v5/admin/accounts": admin.create_account,
+    "GET-V5-/v5/admin/accounts": admin.list_accounts,
+    "POST-V5-/v5/admin/keys": admin.create_key,
+    "GET-V5-/v5/admin/keys": admin.list_keys,
+    "GET-V5-/v5/admin/keys/{key_id}": admin.get_key,
+    "DELETE-V5-/v5/admin/keys/{key_id}": admin.revoke_key,
+    "POST-V5-/v5/admin/keys/{key_id}/rotate": admin.rotate_key,
+    "PUT-V5-/v5/admin/limits/keys/{key_id}": admin.put_limits,
+    "GET-V5-/v5/admin/limits/keys/{key_id}": admin.get_limits,
+    "PUT-V5-/v5/admin/limits/accounts/{account_id}": admin.put_limits,
+    "GET-V5-/v5/admin/limits/accounts/{account_id}": admin.get_limits,
+    "PUT-V5-/v5/admin/prices": admin.put_price,
+    "GET-V5-/v5/admin/prices": admin.list_prices,
+    "GET-V5-/v5/admin/audit": admin.audit,
 }
 
 

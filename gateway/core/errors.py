@@ -145,6 +145,13 @@ class NotFound(GatewayError):
     type = "not_found_error"
 
 
+class Conflict(GatewayError):
+    """409: the object's state forbids the change (an account that exists, a key revoked already)."""
+
+    status = 409
+    type = "conflict_error"
+
+
 class MethodNotAllowed(GatewayError):
     status = 405
     type = "invalid_request_error"

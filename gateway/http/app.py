@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
@@ -75,7 +76,7 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
         swagger_ui_options=SwaggerUIOptions(serve_spec=False, swagger_ui=settings.docs, swagger_ui_path=DOCS_PATH,
                                             swagger_ui_config={"displayRequestDuration": True}),
     )
-    errors = _ErrorRenderer(redact)
+    errors = _ErrorRenderer(redact, spec)
     app.add_error_handler(ClientDisconnected, _client_disconnected)
     app.add_error_handler(GatewayError, errors.gateway_error)
     app.add_error_handler(ValidationFailed, _validation_failed)
@@ -121,6 +122,19 @@ def _middlewares(settings: Settings, observed: observability.Observability, spec
     return stack
 
 
+def _allowed_methods(spec: dict) -> list[tuple[re.Pattern[str], str]]:
+    """Each path of the contract (its parameters as one path segment each) and its methods, as an
+    Allow header writes them."""
+    found = []
+    for path, item in spec["paths"].items():
+        methods = {method.upper() for method, operation in item.items() if isinstance(operation, dict)}
+        methods |= {"HEAD"} if "GET" in methods else set()
+        pattern = re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
+                                     for part in re.split(r"(\{[^}]+\})", path)))
+        found.append((pattern, ", ".join(sorted(methods))))
+    return found
+
+
 def _json(status: int, body: dict, headers: dict[str, str] | None = None) -> ConnexionResponse:
     return ConnexionResponse(status_code=status, mimetype="application/json", body=orjson.dumps(body), headers=headers)
 
@@ -139,8 +153,9 @@ def _validation_failed(request: ConnexionRequest, exc: ValidationFailed) -> Conn
 class _ErrorRenderer:
     """Every error a client gets, as ErrorResponse JSON, its message scrubbed of secrets."""
 
-    def __init__(self, redact: Redactor) -> None:
+    def __init__(self, redact: Redactor, spec: dict) -> None:
         self._redact = redact
+        self._allowed = _allowed_methods(spec)
 
     def gateway_error(self, request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
         if exc.status >= 500:
@@ -151,6 +166,14 @@ class _ErrorRenderer:
         error = from_http_status(exc.status_code, getattr(exc, "detail", None))
         response = self.gateway_error(request, error)
         response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
+        if exc.status_code == 405:
+            # Connexion routes each operation on its own, and Starlette's 405 names the methods of
+            # the first route of the path only: the path's methods are the contract's.
+            allowed = next((methods for pattern, methods in self._allowed if pattern.fullmatch(request.url.path)), None)
+            if allowed:
+                for name in [name for name in response.headers if name.lower() == "allow"]:
+                    del response.headers[name]
+                response.headers["allow"] = allowed
         return response
 
     def internal_error(self, request: ConnexionRequest, exc: Exception) -> ConnexionResponse:

@@ -1,8 +1,9 @@
 """The usage dashboard's files, served at /ui/ beside the API (not through it: they are pages, not
 operations of openapi.json). Every asset ships in the package (gateway/http/ui/, package data) and
 is read once at start-up: the page works with no network but the gateway's own. What it shows comes
-from the API's own operations (GET /v5/accounts, GET /v5/usage), called by the page with the key
-the person signed in with, which the page keeps in the browser tab's sessionStorage only.
+from the API's own operations (GET /v5/accounts, GET /v5/usage; the keys page, admin.html, those
+under /v5/admin/), called by the page with the key the person signed in with, which the page keeps
+in the browser tab's sessionStorage only.
 
 The files are plain HTML, CSS and JavaScript written for this gateway (no build step, no third-party
 code), sent with a Content-Security-Policy that lets the page load nothing but them and talk to

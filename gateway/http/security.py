@@ -1,29 +1,76 @@
 """API keys on the HTTP side: the check Connexion runs for the spec's two security schemes
 (`x-api-key` and `Authorization: Bearer`), against the running gateway's key store
-(gateway/store/accounts.py). Connexion runs security before body validation (no key and a bad
+(gateway/store/accounts.py): the key must be known, neither expired (401 `key_expired`) nor past
+a rotation's grace, and hold the scope the operation's security requirement names in openapi.json
+(403 `insufficient_scope`). Connexion runs security before body validation (no key and a bad
 body: 401). And who is an operator: who may read /metrics and /readyz's detail."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from connexion.lifecycle import ConnexionRequest
 from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
-from gateway.core.errors import AuthenticationFailed
+from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDenied, clip
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
 from gateway.store.accounts import Caller
+from gateway.store.limits import KEY, Subject
+
+# Seconds since the epoch: when a key's expiry or a rotation's grace is over (tests move it).
+clock: Callable[[], float] = time.time
+# Keys whose limits made this process reread the limits table early (see authenticate).
+MAX_RELOADED = 10_000
+_reloaded: set[str] = set()
 
 
 async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any = None) -> dict[str, Any]:
-    caller = await request.scope["state"]["services"].keys.caller(key)
+    """The key's caller, if the key is valid now and has the scopes the operation's security
+    requirement names (Connexion reads them from openapi.json when it builds the operation)."""
+    services = request.scope["state"]["services"]
+    caller = await services.keys.caller(key)
     if caller is None:
-        raise AuthenticationFailed("invalid or revoked API key", code="invalid_api_key")
+        raise AuthenticationFailed("invalid API key", code="invalid_api_key")
+    table = services.limiter.table
+    if caller.limited and table.of(Subject(KEY, caller.key_id)) is None and caller.key_id not in _reloaded:
+        # A key newer than this gateway's copy of the limits: the limits it was made with (an
+        # allow-list of models, a rotated key's budgets) apply from its first request, not from
+        # the next reread. Once per key and process (the set is bounded by the keys looked up).
+        if len(_reloaded) >= MAX_RELOADED:
+            _reloaded.clear()
+        _reloaded.add(caller.key_id)
+        await table.load()
+    refusal = refused(caller, required_scopes or (), clock())
+    if refusal is not None:
+        if isinstance(refusal, PermissionDenied):
+            refusal.message += f", which {request.method} {clip(request.url.path)} needs"
+        raise refusal
     return {CALLER_KEY: caller, "sub": caller.key_id}
+
+
+def refused(caller: Caller, scopes: Iterable[str], now: float) -> GatewayError | None:
+    """Why `caller` may not call an operation needing `scopes` at `now`, or None."""
+    who = f"key {caller.key_id}" + (f" ({clip(caller.name)})" if caller.name else "")
+    if caller.ends is not None and now >= caller.ends:
+        ended = datetime.fromtimestamp(caller.ends, UTC).isoformat().replace("+00:00", "Z")
+        if caller.replaced_by:
+            return AuthenticationFailed(f"{who} was replaced by {caller.replaced_by} (a rotation) and stopped "
+                                        f"working at {ended}", code="invalid_api_key")
+        return AuthenticationFailed(f"{who} was revoked at {ended}", code="invalid_api_key")
+    if caller.expires is not None and now >= caller.expires:
+        expired = datetime.fromtimestamp(caller.expires, UTC).isoformat().replace("+00:00", "Z")
+        return AuthenticationFailed(f"{who} expired at {expired}", code="key_expired")
+    missing = [scope for scope in scopes if scope not in caller.scopes]
+    if missing:
+        return PermissionDenied(f"{who} lacks the scope '{missing[0]}'", code="insufficient_scope")
+    return None
 
 
 SECURITY_MAP = security_map(authenticate)

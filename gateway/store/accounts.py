@@ -2,7 +2,9 @@
 against (DatabaseKeyStore) to find its `Caller` and the account the request is billed to.
 
 A key is `sk-gw-` + 256 random bits, shown once when created; the database keeps only its SHA-256
-digest and a public id (`key_…`) that lists, logs and ledger rows use instead. A key is only ever
+digest and a public id (`key_…`) that lists, logs and ledger rows use instead. A key has scopes
+(what it may call: SCOPES), may expire, and a rotation revokes it at the end of a grace period
+(its `revoked_at` then lies in the future, and `replaced_by` names the new key). A key is only ever
 compared by its digest: with 256 random bits a fast hash is as safe as a slow one and keeps the
 per-request check cheap. (gateway/http/security.py plugs the check into Connexion.)
 """
@@ -19,19 +21,23 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core.errors import BadRequest, PermissionDenied, StorageUnavailable, clip
-from gateway.store.tables import accounts, api_keys, key_accounts
+from gateway.store.tables import accounts, api_keys, key_accounts, limits
 
 log = logging.getLogger("gateway.accounts")
 
 DEFAULT_ACCOUNT = "default"
 KEY_PREFIX = "sk-gw-"
+# What a key may call; openapi.json names the scope each operation needs (http/security.py).
+INFERENCE, USAGE, ADMIN = "inference", "usage", "admin"
+SCOPES = (INFERENCE, USAGE, ADMIN)
+DEFAULT_SCOPES = (INFERENCE, USAGE)  # what every key could do before scopes existed, and still does
 
 
 KEY_BYTES = 32  # 256 random bits
@@ -54,10 +60,19 @@ def digest(key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: the key's id (never the key) and the accounts it grants."""
+    """Who is calling: the key's id (never the key), the accounts it grants, its name and scopes,
+    and when it stops working (seconds since the epoch; checked on every request, since the cache
+    keeps a key's answer for a while): `expires` (its expiry) or `ends` (its revocation: now or
+    past, or the end of a rotation's grace, `replaced_by` naming the new key)."""
 
     key_id: str
     accounts: frozenset[str]
+    name: str = ""
+    scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
+    expires: float | None = None
+    ends: float | None = None
+    limited: bool = False  # whether the key had limits of its own when it was looked up (http/security.py)
+    replaced_by: str | None = None
 
     def account(self, selected: str | None) -> str:
         """The account a request is billed to, from the `x-selected-account-id` header."""
@@ -80,14 +95,32 @@ class Caller:
 
 class KeyStore(Protocol):
     async def caller(self, key: str) -> Caller | None:
-        """The caller a key belongs to, or None for an unknown or revoked key."""
+        """The caller a key belongs to (a revoked or expired key's too: it is told so), or None for
+        an unknown key."""
+
+    def forget(self, key_id: str) -> None:
+        """Drop any cached answer for key `key_id` (it was just changed)."""
 
 
 ACCOUNT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class AccountsError(Exception):
-    """An administrative request that cannot be done (unknown account, duplicate id...)."""
+    """An administrative request that cannot be done as asked (an HTTP 422); `field` names the
+    request's field at fault, when there is one."""
+
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.code = code
+
+
+class UnknownObject(AccountsError):
+    """No such account, key or model (an HTTP 404)."""
+
+
+class Conflict(AccountsError):
+    """The object's state forbids it: an account that exists, a key revoked already (an HTTP 409)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +136,18 @@ class KeyInfo:
     name: str
     accounts: tuple[str, ...]
     created_at: datetime
-    revoked_at: datetime | None
+    revoked_at: datetime | None  # in the future while a rotated key's grace lasts
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    expires_at: datetime | None = None
+    replaced_by: str | None = None
+
+    def state(self, now: datetime) -> str:
+        """"active", "expired", "revoked", or "rotating" (replaced, within its grace)."""
+        if self.revoked_at is not None and self.revoked_at <= now:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "rotating" if self.revoked_at is not None else "active"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +159,10 @@ class NewKey:
 async def create_account(connection: AsyncConnection, account_id: str, name: str = "") -> Account:
     if not ACCOUNT_ID.fullmatch(account_id):
         raise AccountsError(f"invalid account id {account_id!r}: 1-64 of letters, digits, '.', '_', '-', "
-                            "starting with a letter or digit")
+                            "starting with a letter or digit", field="id")
     exists = await connection.scalar(select(accounts.c.id).where(accounts.c.id == account_id))
     if exists:
-        raise AccountsError(f"account {account_id!r} already exists")
+        raise Conflict(f"account {account_id!r} already exists", field="id", code="already_exists")
     account = Account(account_id, name, _now())
     await connection.execute(insert(accounts).values(id=account.id, name=account.name, created_at=account.created_at))
     return account
@@ -133,48 +177,91 @@ async def list_accounts(connection: AsyncConnection, ids: Collection[str] | None
     return [Account(r.id, r.name, r.created_at) for r in rows]
 
 
-async def create_key(connection: AsyncConnection, account_ids: Sequence[str], name: str = "") -> NewKey:
+async def create_key(connection: AsyncConnection, account_ids: Sequence[str], name: str = "",
+                     scopes: Sequence[str] = DEFAULT_SCOPES, expires_at: datetime | None = None) -> NewKey:
     wanted = sorted(set(account_ids))
     if not wanted:
-        raise AccountsError("a key needs at least one account")
+        raise AccountsError("a key needs at least one account", field="accounts")
+    granted = tuple(scope for scope in SCOPES if scope in set(scopes))
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown or not granted:
+        raise AccountsError(f"unknown scope {', '.join(map(repr, unknown))}: choose from {', '.join(SCOPES)}"
+                            if unknown else f"a key needs at least one scope: {', '.join(SCOPES)}", field="scopes")
+    now = _now()
+    if expires_at is not None and expires_at <= now:
+        raise AccountsError(f"expires_at {expires_at.isoformat()} is not in the future", field="expires_at")
     found = set((await connection.scalars(select(accounts.c.id).where(accounts.c.id.in_(wanted)))).all())
     missing = [a for a in wanted if a not in found]
     if missing:
-        raise AccountsError(f"no such account: {', '.join(missing)} (create it with `gateway accounts create`)")
+        raise UnknownObject(f"no such account: {', '.join(missing)} (create it first)", field="accounts",
+                            code="unknown_account")
     key = new_key()
-    info = KeyInfo(f"key_{secrets.token_hex(8)}", name, tuple(wanted), _now(), None)
+    info = KeyInfo(f"key_{secrets.token_hex(8)}", name, tuple(wanted), now, None, granted, expires_at)
     await connection.execute(
-        insert(api_keys).values(id=info.id, digest=digest(key), name=name, created_at=info.created_at)
+        insert(api_keys).values(id=info.id, digest=digest(key), name=name, created_at=info.created_at,
+                                scopes=" ".join(granted), expires_at=expires_at)
     )
     await connection.execute(insert(key_accounts), [{"key_id": info.id, "account_id": a} for a in wanted])
     return NewKey(info, key)
 
 
-async def list_keys(connection: AsyncConnection, account_id: str | None = None) -> list[KeyInfo]:
+async def list_keys(connection: AsyncConnection, account_id: str | None = None,
+                    key_id: str | None = None) -> list[KeyInfo]:
+    """Every key (or those granting `account_id`, or the one `key_id`), oldest first."""
     query = (
-        select(api_keys.c.id, api_keys.c.name, api_keys.c.created_at, api_keys.c.revoked_at, key_accounts.c.account_id)
+        select(api_keys.c.id, api_keys.c.name, api_keys.c.created_at, api_keys.c.revoked_at, api_keys.c.scopes,
+               api_keys.c.expires_at, api_keys.c.replaced_by, key_accounts.c.account_id)
         .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
         .order_by(api_keys.c.created_at, api_keys.c.id, key_accounts.c.account_id)
     )
     if account_id is not None:
         granting = select(key_accounts.c.key_id).where(key_accounts.c.account_id == account_id)
         query = query.where(api_keys.c.id.in_(granting))
+    if key_id is not None:
+        query = query.where(api_keys.c.id == key_id)
     keys: dict[str, KeyInfo] = {}
     for r in await connection.execute(query):
         known = keys.get(r.id)
         grants = (*known.accounts, r.account_id) if known else (r.account_id,)
-        keys[r.id] = KeyInfo(r.id, r.name, grants, r.created_at, r.revoked_at)
+        keys[r.id] = KeyInfo(r.id, r.name, grants, r.created_at, r.revoked_at, tuple(r.scopes.split()),
+                             r.expires_at, r.replaced_by)
     return list(keys.values())
 
 
-async def revoke_key(connection: AsyncConnection, key_id: str) -> None:
-    """Revoke a key. Running gateways stop accepting it within `key_cache_seconds`."""
+async def get_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
+    found = await list_keys(connection, key_id=key_id)
+    if not found:
+        raise UnknownObject(f"no such key: {clip(key_id)!r}", field="key_id", code="unknown_key")
+    return found[0]
+
+
+async def revoke_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
+    """Revoke a key now (a rotated one too, before its grace ends). Running gateways stop accepting
+    it within `key_cache_seconds`."""
+    now = _now()
     revoked = await connection.execute(
-        update(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=_now())
+        update(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None) | (api_keys.c.revoked_at > now))
+        .values(revoked_at=now)
     )
     if revoked.rowcount == 0:
-        exists = await connection.scalar(select(api_keys.c.id).where(api_keys.c.id == key_id))
-        raise AccountsError(f"key {key_id!r} is already revoked" if exists else f"no such key: {key_id!r}")
+        await get_key(connection, key_id)  # unknown: UnknownObject
+        raise Conflict(f"key {key_id!r} is already revoked", field="key_id", code="already_revoked")
+    return await get_key(connection, key_id)
+
+
+async def replace_key(connection: AsyncConnection, key_id: str, grace: timedelta) -> tuple[KeyInfo, NewKey]:
+    """A rotation: a new key with the old one's accounts, name, scopes and expiry; the old one is
+    revoked when `grace` has passed. (Its limits are the caller's to copy: store/admin.py.)"""
+    old = await get_key(connection, key_id)
+    now = _now()
+    state = old.state(now)
+    if state != "active":
+        raise Conflict(f"key {key_id!r} is {state}" + (f" (replaced by {old.replaced_by})" if old.replaced_by else "")
+                       + ": only an active key can be rotated", field="key_id", code="not_active")
+    new = await create_key(connection, old.accounts, old.name, old.scopes, old.expires_at)
+    await connection.execute(update(api_keys).where(api_keys.c.id == key_id)
+                             .values(revoked_at=now + grace, replaced_by=new.info.id))
+    return await get_key(connection, key_id), new
 
 
 async def bootstrap(connection: AsyncConnection) -> NewKey | None:
@@ -183,7 +270,8 @@ async def bootstrap(connection: AsyncConnection) -> NewKey | None:
     if await connection.scalar(select(func.count()).select_from(accounts)):
         return None
     await create_account(connection, DEFAULT_ACCOUNT, "created on first start")
-    return await create_key(connection, [DEFAULT_ACCOUNT], "created on first start")
+    # Never an admin key: it is printed where anyone reading the start's output sees it.
+    return await create_key(connection, [DEFAULT_ACCOUNT], "created on first start", DEFAULT_SCOPES)
 
 
 def _now() -> datetime:
@@ -218,7 +306,7 @@ class KeyCache:
         self._ttl = ttl
         self._clock = clock
         self._known: OrderedDict[str, _Cached] = OrderedDict()  # digest -> a valid key's caller
-        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown or revoked)
+        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown)
         self._limits = {id(self._known): max_known, id(self._unknown): max_unknown}
         # One lookup per digest at a time: a burst of requests with a cold key asks the database once.
         self._lookups: dict[str, asyncio.Task[Caller | None]] = {}
@@ -253,6 +341,12 @@ class KeyCache:
         self._remember(self._known if caller is not None else self._unknown, key_digest, caller)
         return caller
 
+    def forget(self, key_id: str) -> None:
+        """Drop what this cache knows of key `key_id` (revoked or rotated through this gateway: it
+        hears of it at once, the others within `ttl`). A scan: administration is rare."""
+        for key_digest in [d for d, cached in self._known.items() if cached.caller and cached.caller.key_id == key_id]:
+            del self._known[key_digest]
+
     def _remember(self, cache: OrderedDict[str, _Cached], key_digest: str, caller: Caller | None) -> None:
         cache[key_digest] = _Cached(caller, self._clock() + self._ttl)
         if len(cache) > self._limits[id(cache)]:
@@ -272,16 +366,23 @@ class DatabaseKeyStore(KeyCache):
 
 
 async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
+    # A revoked or expired key is found too: its holder hears which key it is and since when.
     query = (
-        select(api_keys.c.id, key_accounts.c.account_id)
+        select(api_keys.c.id, api_keys.c.name, api_keys.c.scopes, api_keys.c.expires_at, api_keys.c.revoked_at,
+               api_keys.c.replaced_by, key_accounts.c.account_id,
+               select(limits.c.subject_id).where(limits.c.subject == "key", limits.c.subject_id == api_keys.c.id)
+               .exists().label("limited"))
         .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
-        .where(api_keys.c.digest == key_digest, api_keys.c.revoked_at.is_(None))
+        .where(api_keys.c.digest == key_digest)
     )
     async with engine.connect() as connection:
         rows = (await connection.execute(query)).all()
     if not rows:
         return None
-    return Caller(rows[0].id, frozenset(r.account_id for r in rows))
+    first = rows[0]
+    return Caller(first.id, frozenset(r.account_id for r in rows), first.name, frozenset(first.scopes.split()),
+                  first.expires_at.timestamp() if first.expires_at else None,
+                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited), first.replaced_by)
 
 
 def _reason(exc: BaseException) -> str:

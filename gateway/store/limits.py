@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.store.accounts import AccountsError
+from gateway.store.accounts import AccountsError, UnknownObject
 from gateway.store.prices import NANOS_PER_USD, Prices
 from gateway.store.tables import accounts, api_keys, limits
 
@@ -193,23 +193,25 @@ async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
     return {Subject(r.subject, r.subject_id): _from_row(r) for r in rows}
 
 
-async def _check_subject(connection: AsyncConnection, subject: Subject) -> None:
+async def check_subject(connection: AsyncConnection, subject: Subject) -> None:
     table = api_keys if subject.kind == KEY else accounts
     if not await connection.scalar(select(table.c.id).where(table.c.id == subject.id)):
-        raise AccountsError(f"no such {subject.kind}: {subject.id!r}")
+        raise UnknownObject(f"no such {subject.kind}: {subject.id!r}", field=f"{subject.kind}_id",
+                            code=f"unknown_{subject.kind}")
 
 
 async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapping[str, Any]) -> Limits:
     """Set some of a subject's limits (columns of the table: rpm, tpm, concurrent, budget_<unit>,
     budget_period, models as a list), keeping the others. Returns them all."""
-    await _check_subject(connection, subject)
+    await check_subject(connection, subject)
     key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
     current = (await connection.execute(select(limits).where(key))).first()
     merged = dict(current._mapping) if current else {"subject": subject.kind, "subject_id": subject.id}
     merged |= {name: json.dumps(list(value)) if name == "models" else value for name, value in values.items()}
     has_budget = any(merged.get(unit.limit_column) is not None for unit in UNITS.values())
     if merged.get("budget_period") is not None and not has_budget:
-        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens)")
+        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens; `budget_tokens` "
+                            "over HTTP)", field="budget_period")
     if has_budget and merged.get("budget_period") is None:
         merged["budget_period"] = "month"
     merged["updated_at"] = datetime.now(UTC)
@@ -220,7 +222,7 @@ async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapp
 
 async def clear_limits(connection: AsyncConnection, subject: Subject, names: Sequence[str] | None) -> Limits | None:
     """Remove some of a subject's limits (`names` as for set_limits), or all of them (None)."""
-    await _check_subject(connection, subject)
+    await check_subject(connection, subject)
     key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
     if names is None:
         await connection.execute(delete(limits).where(key))

@@ -98,11 +98,26 @@ class Prices:
     """Prices per model, each a timeline of entries by the instant they take effect."""
 
     def __init__(self, timelines: Mapping[str, Iterable[Price]], free_vendors: Collection[str] = FREE_VENDORS) -> None:
-        self._timelines: dict[str, tuple[list[datetime], list[Price]]] = {}
-        for model, entries in timelines.items():
-            ordered = sorted(entries, key=lambda p: p.since)
-            self._timelines[model] = ([p.since for p in ordered], ordered)
+        self._given = {model: list(entries) for model, entries in timelines.items()}
+        self._stored: dict[str, list[Price]] = {}
         self._free = frozenset(free_vendors)
+        self._timelines = self._merged()
+
+    def use_stored(self, stored: Mapping[str, Iterable[Price]]) -> None:
+        """Add the prices an operator stored in the database (store/stored_prices.py) to the
+        timelines, in place of those stored before: each takes effect at its `since`, so a price
+        stored later wins over the packaged and configured ones, and a request that started
+        before it keeps the price it started with."""
+        self._stored = {model: list(entries) for model, entries in stored.items()}
+        self._timelines = self._merged()  # one assignment: a reader sees the old timelines or the new
+
+    def _merged(self) -> dict[str, tuple[list[datetime], list[Price]]]:
+        timelines = {}
+        for model in sorted(self._given.keys() | self._stored.keys()):
+            # Stable: at the same instant a stored price comes after, and wins.
+            ordered = sorted([*self._given.get(model, ()), *self._stored.get(model, ())], key=lambda p: p.since)
+            timelines[model] = ([p.since for p in ordered], ordered)
+        return timelines
 
     @classmethod
     def load(cls, configured: Mapping[str, Sequence[PriceConfig]] | None = None) -> Prices:

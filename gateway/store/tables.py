@@ -69,7 +69,10 @@ api_keys = Table(
     Column("digest", String(64), nullable=False, unique=True),  # SHA-256 of the key; the key itself is never stored
     Column("name", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
-    Column("revoked_at", UTCDateTime, nullable=True),
+    Column("revoked_at", UTCDateTime, nullable=True),  # in the future: a rotated key's grace ends then
+    Column("scopes", Text, nullable=False, server_default="inference usage"),  # space-separated (store/accounts.py)
+    Column("expires_at", UTCDateTime, nullable=True),
+    Column("replaced_by", String(32), nullable=True),  # the key a rotation made in its place
 )
 
 key_accounts = Table(
@@ -194,3 +197,33 @@ def _rollup(name: str, dimensions: tuple[str, ...]) -> Table:
 
 
 rollup_tables = {name: _rollup(name, dimensions) for name, _, dimensions in ROLLUPS}
+
+
+# Every administrative change, by the CLI or over HTTP (gateway/store/admin.py): who, what, which
+# object, when, from where. Never a secret: a key appears by its public id only.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False, index=True),
+    Column("actor", Text, nullable=False),  # "key key_… (name)" or "cli (os user)"
+    Column("actor_key_id", String(32), nullable=True),
+    Column("address", Text, nullable=True),  # the client's address; null from the CLI
+    Column("action", String(32), nullable=False),  # e.g. "key.create", "limits.set"
+    Column("object_kind", String(16), nullable=False),  # "account", "key", "price"
+    Column("object_id", Text, nullable=False),
+    Column("detail", Text, nullable=False),  # JSON: what changed
+)
+
+# Prices set by an operator at run time (gateway/store/stored_prices.py), each row a price of a model
+# from `since` on, in pico-dollars per token (USD per 1M tokens x 10^6, exact): added to the model's
+# timeline of packaged or configured prices, so a row keeps the price in force when it started.
+stored_prices = Table(
+    "stored_prices",
+    metadata,
+    Column("model", Text, primary_key=True),
+    Column("since", UTCDateTime, primary_key=True),
+    Column("input_picos", BigInteger, nullable=False),
+    Column("output_picos", BigInteger, nullable=False),
+    Column("cached_input_picos", BigInteger, nullable=True),  # null: the input rate
+)

@@ -93,7 +93,7 @@ TARGETS: dict[str, Target] = {
 @dataclass(frozen=True)
 class Outcome:
     returncode: int  # schemathesis's: 0 when it found nothing
-    calls: collections.Counter[str]  # calls to POST /v5/completions by "<mode> <status>"
+    calls: collections.Counter[str]  # calls to POST /v5/completions by "<mode> <status>", /v5/admin/ "admin <...>"
 
     @property
     def cases(self) -> int:
@@ -103,6 +103,18 @@ class Outcome:
         found = "no issues" if self.returncode == 0 else f"FAILED (schemathesis exit {self.returncode})"
         return f"{self.cases} completion cases, {found}: " + ", ".join(
             f"{count} {kind}" for kind, count in sorted(self.calls.items()))
+
+
+# The administration's operations, fuzzed with a key that has the `admin` scope (the suite's other runs
+# use an inference key, which every one of them refuses with a 403).
+ADMIN_ONLY = ["--include-path-regex", "^/v5/admin/"]
+
+
+def admin_fuzz(url: str, key: str) -> Outcome:
+    """A short run of the /v5/admin/ operations against the suite's session gateway, with `key`."""
+    target = TARGETS["openai"]
+    return schemathesis_run(url, key, Target(target.vendor, target.fake, target.env, operations=ADMIN_ONLY),
+                            ["--max-examples", "10", *REPRODUCIBLE])
 
 
 def short_fuzz(protocol: str, url: str, key: str) -> Outcome:

@@ -68,6 +68,7 @@ class Vendor:
 VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(
     {"name": "fake", "protocol": "openai", "options": {"server": "openai"}, "model": "fake/fuzz-model",
      "limits": {}})))
+ADMIN = "/v5/admin/"  # its calls are counted apart ("admin <mode> <status>"): tests/contract/test_contract.py
 STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "<mode> <status>"
 
 
@@ -181,10 +182,11 @@ def _is_int(value: Any) -> bool:
 
 @schemathesis.hook
 def after_call(context, case, response):
-    if STATS and case.meta is not None and case.operation.path == COMPLETIONS:
+    path = case.operation.path
+    if STATS and case.meta is not None and (path == COMPLETIONS or path.startswith(ADMIN)):
         mode = "positive" if case.meta.generation.mode.is_positive else "negative"
         with open(STATS, "a") as stats:
-            stats.write(f"{mode} {response.status_code}\n")
+            stats.write(f"{'admin ' if path.startswith(ADMIN) else ''}{mode} {response.status_code}\n")
 
 
 # -- the checks ------------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ import json
 
 from openapi_spec_validator import validate
 
-from tests.contract.fuzz import short_fuzz
-from tests.support.gateway_process import ROOT
+from tests.contract.fuzz import admin_fuzz, short_fuzz
+from tests.support.environments import gateway_env
+from tests.support.gateway_process import ROOT, GatewayProcess
+from tests.support.provision import run_cli, sqlite_database
 
 # The vendor's original document, kept verbatim: our openapi.json evolves it compatibly.
 SEED = ROOT / "tests" / "contract" / "seed" / "openapi-v5-completions.json"
@@ -42,6 +44,20 @@ def test_schemathesis_finds_nothing(gateway, database):
     outcome = short_fuzz("openai", gateway.url, database.key)
     assert outcome.returncode == 0, outcome.summary()
     assert outcome.calls["positive 200"] > 0 and outcome.calls["negative 422"] > 0, outcome.summary()
+
+
+def test_schemathesis_fuzzes_the_administration_with_an_admin_key(upstream):
+    """Every /v5/admin/ operation, called with a key that has the `admin` scope (made with the CLI, as
+    the first admin key is): schemathesis finds nothing, and its valid calls get through. On a database
+    and gateway of its own: its stateful phase revokes and rotates the keys it lists."""
+    with sqlite_database() as db, GatewayProcess(gateway_env(upstream.url, db.url)) as gateway:
+        made = run_cli(db.url, "keys", "create", "--account", "acct-a", "--name", "fuzz", "--scope", "admin",
+                       "--format", "json")
+        outcome = admin_fuzz(gateway.url, json.loads(made)["key"])
+    assert outcome.returncode == 0, outcome.summary()
+    statuses = {kind.split()[-1] for kind in outcome.calls if kind.startswith("admin positive")}
+    assert {"200", "201", "404"} <= statuses and "403" not in statuses, outcome.summary()
+    assert outcome.calls["admin negative 422"] > 0, outcome.summary()
 
 
 def test_the_usage_reports_names_in_the_spec_are_the_codes():

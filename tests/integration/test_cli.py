@@ -46,7 +46,8 @@ def test_a_new_key_is_shown_once_and_only_its_id_afterwards(url):
     assert created.returncode == 0
     announcement, key = created.stdout.splitlines()
     key_id = announcement.split()[2]
-    assert announcement == f"created key {key_id} for account(s) beta" and key.startswith("sk-gw-")
+    assert announcement == f"created key {key_id} for account(s) beta with scope(s) inference, usage"
+    assert key.startswith("sk-gw-")
     assert "shown only this once" in created.stderr
     listed = gateway_cli(url, "keys", "list", "--account", "beta")
     assert key_id in listed.stdout and "ci bot" in listed.stdout and key not in listed.stdout
@@ -55,6 +56,44 @@ def test_a_new_key_is_shown_once_and_only_its_id_afterwards(url):
     unknown = gateway_cli(url, "keys", "create", "--account", "beta", "--account", "nobody")
     assert unknown.returncode == 1 and "no such account: nobody" in unknown.stderr
     assert gateway_cli(url, "keys", "revoke", "key_0000").returncode == 1
+
+
+def test_scopes_and_expiry_are_given_at_creation_and_listed(url):
+    gateway_cli(url, "accounts", "create", "scoped")
+    made = gateway_cli(url, "keys", "create", "--account", "scoped", "--scope", "admin", "--scope", "usage",
+                       "--expires-at", "2099-01-01", "--format", "json")
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    assert created["scopes"] == ["usage", "admin"] and created["expires_at"] == "2099-01-01T00:00:00Z"
+    (listed,) = json.loads(gateway_cli(url, "keys", "list", "--account", "scoped", "--format", "json").stdout)
+    assert (listed["scopes"], listed["state"], listed["expires_at"]) == ("usage admin", "active", "2099-01-01T00:00:00Z")
+    refused = gateway_cli(url, "keys", "create", "--account", "scoped", "--scope", "root")
+    assert refused.returncode == 2 and "invalid choice: 'root'" in refused.stderr
+
+
+def test_every_command_names_its_database_and_none_creates_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative URL, from another directory than the gateway's
+    missing = gateway_cli("sqlite:///var/gateway.db", "accounts", "list")
+    assert missing.returncode == 1 and f"no database at sqlite:///{tmp_path}/var/gateway.db" in missing.stderr
+    assert "gateway serve` creates it" in missing.stderr and "Traceback" not in missing.stderr
+    assert not (tmp_path / "var").exists()  # nothing was created on the way
+
+
+def test_the_audit_trail_has_every_change_the_cli_made(url):
+    gateway_cli(url, "accounts", "create", "audited")
+    key_id = json.loads(gateway_cli(url, "keys", "create", "--account", "audited", "--format", "json").stdout)["id"]
+    listed = gateway_cli(url, "keys", "list")
+    assert listed.stderr.startswith(f"gateway: database {url}")  # the URL is absolute already
+    rotated = gateway_cli(url, "keys", "rotate", key_id, "--grace", "60", "--format", "json")
+    assert rotated.returncode == 0 and f"key {key_id} works until " in rotated.stderr
+    new_id = json.loads(rotated.stdout)["id"]
+    assert gateway_cli(url, "keys", "revoke", key_id).returncode == 0
+    trail = json.loads(gateway_cli(url, "audit", "--format", "json").stdout)
+    mine = [(e["action"], e["object_id"]) for e in trail if e["object_id"] in ("audited", key_id)]
+    assert mine == [("account.create", "audited"), ("key.create", key_id), ("key.rotate", key_id),
+                    ("key.revoke", key_id)]
+    assert next(e for e in trail if e["action"] == "key.rotate")["detail"]["replaced_by"] == new_id
+    assert all(e["actor"].startswith("cli (") and e["address"] is None for e in trail)
 
 
 def test_bad_arguments_and_settings_are_reported_not_raised(url):

@@ -103,8 +103,9 @@ def table_rows(rows: list[dict], field: str, none: str = "(no user)") -> list[li
     for row in rows:
         groups[row[field]].append(row)
     ordered = sorted(groups.items(), key=lambda g: (-figures(g[1])["tokens"], str(g[0])))
-    return [[none if value is None else value, *(tokens(f[k]) for k in ("requests", "prompt", "completion", "tokens")),
-             f["cost"], tokens(f["unpriced"])] for value, f in ((v, figures(rs)) for v, rs in ordered)]
+    return [[none if value is None else value, tokens(f["requests"]), "0",  # the seeded rows: none refused
+             *(tokens(f[k]) for k in ("prompt", "completion", "tokens")), f["cost"], tokens(f["unpriced"])]
+            for value, f in ((v, figures(rs)) for v, rs in ordered)]
 
 
 def ledger(url: str, accounts: tuple[str, ...], since: datetime) -> list[dict]:
@@ -150,7 +151,9 @@ def test_the_dashboard_shows_the_ledgers_figures_per_day_model_key_and_user(page
     assert len(recent) == 5  # all but the 60-day-old row
     expected = figures(recent)
     assert shown_totals(page) == {"requests": tokens(expected["requests"]), "total_tokens": tokens(expected["tokens"]),
-                                  "cost": expected["cost"], "unpriced_requests": tokens(expected["unpriced"])}
+                                  "cost": expected["cost"], "unpriced_requests": tokens(expected["unpriced"]),
+                                  "refused_requests": "0"}
+    assert shown_table(page, "by-outcome") == table_rows(recent, "outcome")
     assert shown_table(page, "by-model") == table_rows(recent, "model")
     assert shown_table(page, "by-key") == table_rows(recent, "key_id")
     assert shown_table(page, "by-user") == table_rows(recent, "end_user")

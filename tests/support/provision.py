@@ -79,6 +79,8 @@ def empty_database(kind: str) -> Iterator[str]:
     created on GATEWAY_TEST_DATABASE_URL's server and dropped afterwards)."""
     if kind == "sqlite":
         folder = Path(tempfile.mkdtemp(prefix="gateway-test-"))
+        # An empty file is an empty SQLite database: the CLI administers it (it creates none itself).
+        (folder / "gateway.db").touch(mode=0o600)
         try:
             yield f"sqlite:///{folder / 'gateway.db'}"
         finally:

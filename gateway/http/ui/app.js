@@ -1,38 +1,16 @@
 // The usage dashboard. Everything it shows comes from the gateway's API (GET /v5/accounts,
-// GET /v5/usage), called with the key the person signed in with. The key lives in this tab's
-// sessionStorage only: it is gone when the tab closes, and is sent nowhere but this gateway.
+// GET /v5/usage), called with the key the person signed in with (common.js: the key lives in this
+// tab's sessionStorage only, and is sent nowhere but this gateway). Keys are shown by their names.
 // Text from the API (model names, users: a client writes them) is only ever set as textContent.
 "use strict";
 
-const STORAGE_KEY = "gateway.api_key";
 const NANOS_PER_USD = 1e9;
 const SVG = "http://www.w3.org/2000/svg";
 const BREAKDOWNS = [["by-model", "model", "Model"], ["by-endpoint", "endpoint", "Endpoint"], ["by-key", "key", "Key"],
-  ["by-user", "user", "User"]];
+                    ["by-user", "user", "User"], ["by-outcome", "outcome", "Outcome"]];
 
-const $ = (id) => document.getElementById(id);
-let signedIn = null; // {key, keyId, accounts}
+let signedIn = null; // {key, keyId, accounts, keyNames}
 let generation = 0; // the latest refresh; answers to older ones are dropped
-
-class ApiError extends Error {
-  constructor(status, message) {
-    super(message);
-    this.status = status;
-  }
-}
-
-async function api(key, path, params = {}, account = "") {
-  const headers = { "x-api-key": key };
-  if (account) headers["x-selected-account-id"] = account;
-  const query = new URLSearchParams(params).toString();
-  const response = await fetch(path + (query ? "?" + query : ""), { headers, cache: "no-store" });
-  const body = await response.json().catch(() => null);
-  if (!response.ok) {
-    const message = body && body.error ? body.error.message : `HTTP ${response.status}`;
-    throw new ApiError(response.status, message);
-  }
-  return body;
-}
 
 // -- figures ------------------------------------------------------------------------------------
 function nanosOf(costUsd) {
@@ -57,11 +35,12 @@ function formatCost(total) {
 }
 
 function emptyTotal() {
-  return { requests: 0, prompt: 0, completion: 0, tokens: 0, nanos: 0, unpriced: 0 };
+  return { requests: 0, refused: 0, prompt: 0, completion: 0, tokens: 0, nanos: 0, unpriced: 0 };
 }
 
 function addLine(total, line) {
   total.requests += line.requests;
+  total.refused += line.refused_requests;
   total.prompt += line.prompt_tokens;
   total.completion += line.completion_tokens;
   total.tokens += line.total_tokens;
@@ -154,24 +133,24 @@ function renderChart(perDay, from, to) {
   $("chart").replaceChildren(chart);
 }
 
-function cell(tag, text, className = "") {
-  const element = document.createElement(tag);
-  element.textContent = text;
-  if (className) element.className = className;
-  return element;
+// A key by its name ("ci bot (key_…)"), as GET /v5/accounts names the keys of the accounts shown.
+function label(table, value) {
+  if (table.dataset.dimension !== "key_id") return value;
+  const name = signedIn && signedIn.keyNames.get(value);
+  return name ? `${name} (${value})` : value;
 }
 
 function renderTable(table, title, totals) {
   const head = document.createElement("tr");
-  for (const name of [title, "Requests", "Prompt tokens", "Completion tokens", "Total tokens", "Cost (USD)",
-                      "Unpriced"]) {
+  for (const name of [title, "Requests", "Refused", "Prompt tokens", "Completion tokens", "Total tokens",
+                      "Cost (USD)", "Unpriced"]) {
     head.append(cell("th", name));
   }
   const rows = [...totals.entries()].sort((a, b) => b[1].tokens - a[1].tokens || String(a[0]).localeCompare(b[0]));
   const body = rows.map(([value, total]) => {
     const row = document.createElement("tr");
-    row.append(value === null ? cell("td", "(no user)", "none") : cell("td", value));
-    for (const figure of [total.requests, total.prompt, total.completion, total.tokens]) {
+    row.append(value === null ? cell("td", "(no user)", "none") : cell("td", label(table, value)));
+    for (const figure of [total.requests, total.refused, total.prompt, total.completion, total.tokens]) {
       row.append(cell("td", formatTokens(figure)));
     }
     row.append(cell("td", formatCost(total)), cell("td", formatTokens(total.unpriced)));
@@ -180,7 +159,7 @@ function renderTable(table, title, totals) {
   if (body.length === 0) {
     const row = document.createElement("tr");
     const none = cell("td", "No requests in this period", "none");
-    none.colSpan = 7;
+    none.colSpan = 8;
     row.append(none);
     body.push(row);
   }
@@ -188,15 +167,10 @@ function renderTable(table, title, totals) {
 }
 
 function renderTotals(total) {
-  const shown = { requests: formatTokens(total.requests), total_tokens: formatTokens(total.tokens),
+  const shown = { requests: formatTokens(total.requests), refused_requests: formatTokens(total.refused),
+                  total_tokens: formatTokens(total.tokens),
                   cost: formatCost(total), unpriced_requests: formatTokens(total.unpriced) };
   for (const element of document.querySelectorAll("[data-total]")) element.textContent = shown[element.dataset.total];
-}
-
-function showError(id, message) {
-  const element = $(id);
-  element.textContent = message;
-  element.hidden = !message;
 }
 
 // -- the flow -----------------------------------------------------------------------------------
@@ -254,9 +228,11 @@ function showAccounts(accounts) {
 
 async function signIn(key) {
   const listed = await api(key, "/v5/accounts");
-  signedIn = { key, keyId: listed.key_id, accounts: listed.data };
+  signedIn = { key, keyId: listed.key_id, accounts: listed.data,
+               keyNames: new Map(listed.keys.map((k) => [k.id, k.name])) };
   sessionStorage.setItem(STORAGE_KEY, key);
-  $("key-id").textContent = listed.key_id;
+  $("key-id").textContent = listed.key_name ? `${listed.key_name} (${listed.key_id})` : listed.key_id;
+  $("admin-link").hidden = !listed.scopes.includes("admin");
   showAccounts(listed.data);
   $("sign-in").hidden = true;
   $("who").hidden = false;
@@ -285,6 +261,11 @@ function start() {
     try {
       await signIn($("api-key").value.trim());
     } catch (error) {
+      if (error instanceof ApiError && error.code === "insufficient_scope") {
+        sessionStorage.setItem(STORAGE_KEY, $("api-key").value.trim()); // an admin key without `usage`
+        window.location.assign("admin.html");
+        return;
+      }
       signOut(error instanceof ApiError && error.status === 401 ? "That key is not valid." : error.message);
     }
   });

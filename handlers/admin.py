@@ -1,0 +1,235 @@
+"""Everything under /v5/admin/: accounts, keys, limits, prices and the audit trail over HTTP, for
+keys with the `admin` scope. The work is gateway/store/admin.py's, as the CLI's is; this module
+only turns bodies into its arguments and its answers and refusals into the contract's shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import orjson
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.datastructures import QueryParams
+from starlette.responses import Response
+
+from gateway.core import errors
+from gateway.http.context import HandlerRequest
+from gateway.store import admin, stored_prices, usage
+from gateway.store.accounts import Account, AccountsError, Conflict, UnknownObject
+from gateway.store.admin_limits import consumption
+from gateway.store.limits import ACCOUNT, KEY, UNITS, Limits, Subject
+from gateway.store.prices import NANOS_PER_USD, Price, usd
+
+log = logging.getLogger("gateway")
+
+T = TypeVar("T")
+QUERY_TIMEOUT = 10.0  # seconds; past it the answer is a 503, not a request held open
+# A request's names for the limits table's columns (the rest are the same).
+_OVER_HTTP = {"budget_period": "period"}
+_FROM_HTTP = {http: column for column, http in _OVER_HTTP.items()}
+
+
+async def _done(work: Awaitable[T]) -> T:
+    """The service's answer, or its refusal as the contract's error."""
+    try:
+        async with asyncio.timeout(QUERY_TIMEOUT):
+            return await work
+    except UnknownObject as exc:
+        raise errors.NotFound(str(exc), code=exc.code, param=exc.field) from None
+    except Conflict as exc:
+        raise errors.Conflict(str(exc), code=exc.code, param=exc.field) from None
+    except AccountsError as exc:
+        # The contract's own checks answered 422 already: this is a value it allows that cannot be
+        # used (an expiry in the past, a pattern that matches no model...).
+        raise errors.BadRequest(str(exc), code="invalid_value",
+                                param=_OVER_HTTP.get(exc.field, exc.field) if exc.field else None) from None
+    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+        log.warning("administration failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        raise errors.StorageUnavailable("the gateway's database is unavailable; retry later",
+                                        code="database_unavailable") from None
+
+
+def _actor(request: HandlerRequest) -> admin.Actor:
+    caller = request.caller
+    client = request.scope.get("client")
+    return admin.Actor.key(caller.key_id, caller.name, client[0] if client else None)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body, option=orjson.OPT_UTC_Z), status_code=status, media_type="application/json")
+
+
+def _key(view: admin.KeyView, now: datetime) -> dict[str, Any]:
+    info = view.info
+    return {"object": "api_key", "id": info.id, "name": info.name, "accounts": list(info.accounts),
+            "scopes": list(info.scopes), "state": info.state(now), "created_at": info.created_at,
+            "expires_at": info.expires_at, "revoked_at": info.revoked_at, "replaced_by": info.replaced_by,
+            "models": list(view.models) if view.models is not None else None}
+
+
+def _account(account: Account) -> dict[str, Any]:
+    return {"id": account.id, "name": account.name, "created_at": account.created_at}
+
+
+# -- accounts -----------------------------------------------------------------------------------
+async def create_account(request: HandlerRequest) -> Response:
+    body = request.body
+    account = await _done(admin.create_account(request.services.database, _actor(request), body["id"],
+                                               body.get("name", "")))
+    return _json(_account(account), 201)
+
+
+async def list_accounts(request: HandlerRequest) -> Response:
+    found = await _done(admin.list_accounts(request.services.database))
+    return _json({"object": "list", "data": [_account(a) for a in found]})
+
+
+# -- keys ---------------------------------------------------------------------------------------
+async def create_key(request: HandlerRequest) -> Response:
+    body = request.body
+    expires = body.get("expires_at")
+    new = await _done(admin.create_key(
+        request.services.database, _actor(request), body["accounts"], body["name"], body["scopes"],
+        _instant("expires_at", expires) if expires is not None else None, body.get("models")))
+    return await _new_key(request, new)
+
+
+async def _new_key(request: HandlerRequest, new: Any, replaces: Any = None) -> Response:
+    view = await _done(admin.get_key(request.services.database, new.info.id))
+    now = datetime.now(UTC)
+    body = {"object": "api_key.created", "key": new.key, "api_key": _key(view, now)}
+    if replaces is not None:
+        body["replaces"] = _key(await _done(admin.get_key(request.services.database, replaces.id)), now)
+    return _json(body, 201)
+
+
+async def list_keys(request: HandlerRequest) -> Response:
+    account = QueryParams(request.scope["query_string"]).get("account")
+    found = await _done(admin.list_keys(request.services.database, account))
+    now = datetime.now(UTC)
+    return _json({"object": "list", "data": [_key(view, now) for view in found]})
+
+
+async def get_key(request: HandlerRequest) -> Response:
+    view = await _done(admin.get_key(request.services.database, request.scope["path_params"]["key_id"]))
+    return _json(_key(view, datetime.now(UTC)))
+
+
+async def revoke_key(request: HandlerRequest) -> Response:
+    key_id = request.scope["path_params"]["key_id"]
+    await _done(admin.revoke_key(request.services.database, _actor(request), key_id))
+    request.services.keys.forget(key_id)  # refused here at once; other gateways within their key cache
+    return await get_key(request)
+
+
+async def rotate_key(request: HandlerRequest) -> Response:
+    key_id = request.scope["path_params"]["key_id"]
+    old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
+                                            request.body["grace_seconds"]))
+    request.services.keys.forget(key_id)  # its grace's end, known here at once
+    return await _new_key(request, new, replaces=old)
+
+
+# -- limits -------------------------------------------------------------------------------------
+def _subject(request: HandlerRequest) -> Subject:
+    params = request.scope["path_params"]
+    return Subject(KEY, params["key_id"]) if "key_id" in params else Subject(ACCOUNT, params["account_id"])
+
+
+async def put_limits(request: HandlerRequest) -> Response:
+    values: dict[str, Any] = {}
+    for name, value in request.body.items():
+        column = _FROM_HTTP.get(name, name)
+        if column == UNITS["usd"].limit_column and value is not None:
+            value = _nanos(value)
+        values[column] = value
+    await _done(admin.set_limits(request.services.database, _actor(request), _subject(request), values))
+    return await get_limits(request)
+
+
+def _nanos(dollars: float | int) -> int:
+    """US dollars as nano-dollars, rounded (half to even) to the nano-dollar: a JSON number is often
+    a binary float's expansion (the contract bounds it already)."""
+    return int((Decimal(str(dollars)) * NANOS_PER_USD).to_integral_value())
+
+
+async def get_limits(request: HandlerRequest) -> Response:
+    subject = _subject(request)
+    engine = request.services.database
+    found = (await _done(admin.limits_of(engine, subject))).get(subject) or Limits()
+    used = await _done(consumption(engine, request.services.limiter.counters, subject, found))
+    return _json({"object": "limits", "subject": subject.kind, "id": subject.id, "limits": _limit_values(found),
+                  "consumption": [_use(row) for row in used]})
+
+
+def _limit_values(found: Limits) -> dict[str, Any]:
+    values: dict[str, Any] = {"rpm": found.rpm, "tpm": found.tpm, "concurrent": found.concurrent,
+                              "budget_tokens": None, "budget_usd": None, "period": None,
+                              "models": list(found.models) if found.models is not None else None}
+    for budget in found.budgets:
+        values[budget.unit.limit_column] = _amount(budget.unit.limit_column, budget.limit)
+        values["period"] = budget.period
+    return values
+
+
+def _amount(limit: str, value: int | None) -> float | int | None:
+    return usd(value) if value is not None and limit == UNITS["usd"].limit_column else value
+
+
+def _use(row: Any) -> dict[str, Any]:
+    value = list(row.value) if isinstance(row.value, tuple) else _amount(row.limit, row.value)
+    return {"limit": row.limit, "value": value, "used": _amount(row.limit, row.used),
+            "remaining": _amount(row.limit, row.remaining), "resets_in_seconds": row.resets_in,
+            "resets_at": row.resets_at, "period": row.period, "source": row.source}
+
+
+# -- prices -------------------------------------------------------------------------------------
+async def put_price(request: HandlerRequest) -> Response:
+    body = request.body
+    rates = {name: body.get(name) for name in stored_prices.RATES}
+    price = await _done(admin.set_price(request.services.database, _actor(request), body["model"], rates))
+    await _done(_reread(request))  # this gateway at once; the others within limits_cache_seconds
+    return _json(_price(body["model"], price))
+
+
+async def list_prices(request: HandlerRequest) -> Response:
+    prices = request.services.ledger.prices
+    await _done(_reread(request))
+    now = datetime.now(UTC)
+    found = [(model, price) for model in prices.models() if (price := prices.price(model, now)) is not None]
+    return _json({"object": "list", "data": [_price(model, price) for model, price in found]})
+
+
+async def _reread(request: HandlerRequest) -> None:
+    async with request.services.database.connect() as connection:
+        request.services.ledger.prices.use_stored(await stored_prices.read(connection))
+
+
+def _price(model: str, price: Price) -> dict[str, Any]:
+    rates = price.rates
+    return {"model": model, "input": stored_prices.usd_per_million(rates.input),
+            "output": stored_prices.usd_per_million(rates.output),
+            "cached_input": stored_prices.usd_per_million(rates.cached_input),
+            "since": None if price.since.year == 1 else price.since, "source": price.source}
+
+
+# -- the audit trail ----------------------------------------------------------------------------
+async def audit(request: HandlerRequest) -> Response:
+    since = QueryParams(request.scope["query_string"]).get("since")
+    entries = await _done(admin.audit(request.services.database, _instant("since", since, "query") if since else None))
+    return _json({"object": "list", "data": [
+        {"id": e.id, "at": e.at, "actor": e.actor, "actor_key_id": e.actor_key_id, "address": e.address,
+         "action": e.action, "object_kind": e.object_kind, "object_id": e.object_id, "detail": e.detail}
+        for e in entries]})
+
+
+def _instant(name: str, value: str, where: str = "body") -> datetime:
+    try:
+        return usage.parse_instant(value)
+    except ValueError as exc:  # should the schema's date-time check and this parser ever disagree
+        raise errors.ValidationFailed([{"loc": [where, name], "msg": str(exc), "type": "value_error",
+                                        "input": value}]) from None
