@@ -1,0 +1,241 @@
+"""POST /v5/chat/completions on the anthropic protocol: the openai SDK against the gateway in front
+of the fake Messages API (tests/support/fakes/anthropic_upstream.py checks every request's shape;
+`vclient` fails a test whose request broke it)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.support.processes import wait_until
+from tests.support.provision import ledger_rows
+
+USER = [{"role": "user", "content": "hello there"}]
+TOOLS = [{"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
+    "type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"]}}} for name in ("lookup", "fetch")]
+PIXEL = "data:image/png;base64,iVBORw0KGgo="
+
+
+@pytest.fixture
+def oai(vclient, vendors_gateway, database):
+    return openai.OpenAI(api_key=database.key, base_url=f"{vendors_gateway.url}/v5", max_retries=0)
+
+
+def _sent(anthropic_upstream, calls=1):
+    assert len(anthropic_upstream.requests) == calls
+    return anthropic_upstream.requests[0]["body"]
+
+
+def _row(database, request_id):
+    return wait_until(lambda: next((row for row in ledger_rows(database.url, "acct-a")
+                                    if row["request_id"] == request_id), None), message="the ledger row")
+
+
+def test_plain_chat_maps_the_conversation_and_parameters_to_the_messages_api(oai, anthropic_upstream):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "developer", "content": "and kind"}, *USER]
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=messages, max_tokens=3,
+                                         temperature=0.5, top_p=0.9, stop="zz", user="u-1",
+                                         extra_body={"top_k": 5})
+    assert answer.object == "chat.completion" and answer.model == "anthropic/claude-x"
+    choice = answer.choices[0]
+    assert (choice.message.role, choice.message.content, choice.finish_reason) == ("assistant", " w0 w1 w2", "length")
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (6, 3)
+    assert answer.usage.prompt_tokens_details.cached_tokens == 0
+    assert _sent(anthropic_upstream) == {
+        "model": "claude-x", "max_tokens": 3, "system": "be brief\n\nand kind",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
+        "stop_sequences": ["zz"], "temperature": 0.5, "top_p": 0.9, "top_k": 5, "metadata": {"user_id": "u-1"},
+    }  # fmt: skip
+
+
+def test_without_a_maximum_the_documented_default_is_sent(oai, anthropic_upstream):
+    oai.chat.completions.create(model="anthropic/claude-x", messages=USER, stop=[" w1"])
+    assert _sent(anthropic_upstream)["max_tokens"] == 4096
+    anthropic_upstream.clear()
+    oai.chat.completions.create(model="anthropic/claude-x", messages=USER, max_tokens=9, max_completion_tokens=2)
+    assert _sent(anthropic_upstream)["max_tokens"] == 2  # max_completion_tokens wins
+
+
+def test_stop_ends_the_choice_with_stop(oai):
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=USER, max_tokens=9, stop=[" w2"])
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (" w0 w1", "stop")
+
+
+def test_same_role_turns_are_merged_and_images_become_image_blocks(oai, anthropic_upstream):
+    messages = [{"role": "user", "content": "first"},
+                {"role": "user", "content": [{"type": "text", "text": "look"},
+                                             {"type": "image_url", "image_url": {"url": PIXEL}},
+                                             {"type": "image_url", "image_url": {"url": "https://x.test/a.jpg"}}]},
+                {"role": "assistant", "content": "seen"}, {"role": "assistant", "content": "twice"},
+                {"role": "user", "content": "again"}]
+    oai.chat.completions.create(model="anthropic/claude-x", messages=messages, max_tokens=1)
+    assert _sent(anthropic_upstream)["messages"] == [
+        {"role": "user", "content": [
+            {"type": "text", "text": "first"}, {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"type": "image", "source": {"type": "url", "url": "https://x.test/a.jpg"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "seen"}, {"type": "text", "text": "twice"}]},
+        {"role": "user", "content": [{"type": "text", "text": "again"}]},
+    ]  # fmt: skip
+
+
+def test_streamed_with_usage_counts_cache_reads_and_writes(oai):
+    chunks = list(oai.chat.completions.create(model="anthropic/cached", messages=USER, max_tokens=3, stream=True,
+                                              stream_options={"include_usage": True}))
+    pieces = [choice for chunk in chunks[:-1] for choice in chunk.choices]
+    assert pieces[0].delta.role == "assistant" and {p.index for p in pieces} == {0}
+    assert "".join(p.delta.content or "" for p in pieces) == " w0 w1 w2"
+    assert [p.finish_reason for p in pieces if p.finish_reason] == ["length"]
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage.completion_tokens == 3
+    assert usage.prompt_tokens == 2 + 7 + 3 and usage.prompt_tokens_details.cached_tokens == 7
+
+
+def test_tools_and_tool_choice_map_to_tool_use(oai, anthropic_upstream):
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=USER, tools=TOOLS,
+                                         tool_choice="required")
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
+    (call,) = choice.message.tool_calls
+    assert (call.id, call.type, call.function.name) == ("toolu_0", "function", "lookup")
+    assert json.loads(call.function.arguments) == {"said": "hello there"}
+    sent = _sent(anthropic_upstream)
+    assert sent["tool_choice"] == {"type": "any"}
+    assert sent["tools"][0] == {"name": "lookup", "description": "the lookup tool",
+                                "input_schema": TOOLS[0]["function"]["parameters"]}
+
+
+@pytest.mark.parametrize(("tool_choice", "parallel", "sent", "calls"), [
+    ({"type": "function", "function": {"name": "fetch"}}, False,
+     {"type": "tool", "name": "fetch", "disable_parallel_tool_use": True}, 1),
+    ("none", None, {"type": "none"}, 0),
+    ("auto", False, {"type": "auto", "disable_parallel_tool_use": True}, 1),
+    ("auto", None, None, 2),  # Anthropic's default
+])
+def test_tool_choice_and_parallel_tool_calls(oai, anthropic_upstream, tool_choice, parallel, sent, calls):
+    extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+    answer = oai.chat.completions.create(model="anthropic/two-tools", messages=USER, tools=TOOLS,
+                                         tool_choice=tool_choice, max_tokens=2, **extra)
+    assert _sent(anthropic_upstream).get("tool_choice") == sent
+    assert len(answer.choices[0].message.tool_calls or []) == calls
+
+
+def test_streamed_tool_calls_are_deltas_with_stable_indexes(oai):
+    chunks = list(oai.chat.completions.create(model="anthropic/two-tools", messages=USER, tools=TOOLS, stream=True))
+    deltas = [d for c in chunks for ch in c.choices for d in (ch.delta.tool_calls or [])]
+    for index, (call_id, name) in enumerate([("toolu_0", "lookup"), ("toolu_1", "fetch")]):
+        mine = [d for d in deltas if d.index == index]
+        assert (mine[0].id, mine[0].function.name) == (call_id, name)
+        assert all(d.id is None and d.function.name is None for d in mine[1:])
+        assert json.loads("".join(d.function.arguments or "" for d in mine)) == {"said": "hello there"}
+    assert "".join(ch.delta.content or "" for c in chunks for ch in c.choices) == "Let me look."
+    assert [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason] == ["tool_calls"]
+
+
+def test_a_tool_conversation_becomes_tool_use_and_tool_result_blocks(oai, anthropic_upstream):
+    messages = [{"role": "system", "content": "use tools"}, *USER,
+                {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                    {"id": "toolu_0", "type": "function", "function": {"name": "lookup", "arguments": '{"said": "x"}'}},
+                    {"id": "toolu_1", "type": "function", "function": {"name": "fetch", "arguments": ""}}]},
+                {"role": "tool", "tool_call_id": "toolu_0", "content": "found"},
+                {"role": "tool", "tool_call_id": "toolu_1", "content": [{"type": "text", "text": "fetched"}]},
+                {"role": "user", "content": "so?"}]
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=messages, tools=TOOLS, max_tokens=1)
+    assert answer.choices[0].message.content == " w0"  # the tools were answered: the model speaks
+    assert _sent(anthropic_upstream)["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hello there"}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_0", "name": "lookup", "input": {"said": "x"}},
+            {"type": "tool_use", "id": "toolu_1", "name": "fetch", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_0", "content": "found"},
+                                     {"type": "tool_result", "tool_use_id": "toolu_1", "content": "fetched"},
+                                     {"type": "text", "text": "so?"}]},
+    ]  # fmt: skip
+
+
+def test_n_is_one_messages_call_per_choice_billed_per_call(oai, anthropic_upstream, vclient, database):
+    raw = oai.chat.completions.with_raw_response.create(model="anthropic/claude-x", messages=USER, n=3, max_tokens=2)
+    answer = raw.parse()
+    assert [c.index for c in answer.choices] == [0, 1, 2]
+    assert all(c.message.content == " w0 w1" for c in answer.choices)
+    assert len(anthropic_upstream.requests) == 3 and all("n" not in r["body"] for r in anthropic_upstream.requests)
+    # The client is told the conversation once (OpenAI's semantics); the ledger bills all three calls.
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (2, 6)
+    row = _row(database, raw.headers["x-request-id"])
+    assert row["endpoint"] == "chat" and (row["prompt_tokens"], row["completion_tokens"]) == (6, 6)
+
+
+def test_n_streamed_keeps_each_choice_apart(oai, anthropic_upstream):
+    chunks = list(oai.chat.completions.create(model="anthropic/claude-x", messages=USER, n=2, max_tokens=2,
+                                              stream=True, stream_options={"include_usage": True}))
+    per_choice: dict[int, list] = {}
+    for chunk in chunks[:-1]:
+        for choice in chunk.choices:
+            per_choice.setdefault(choice.index, []).append(choice)
+    assert sorted(per_choice) == [0, 1]
+    for pieces in per_choice.values():
+        assert pieces[0].delta.role == "assistant"
+        assert "".join(p.delta.content or "" for p in pieces) == " w0 w1"
+        assert [p.finish_reason for p in pieces if p.finish_reason] == ["length"]
+    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (2, 4)
+    assert len(anthropic_upstream.requests) == 2
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"seed": 1}, "seed"),
+    ({"logprobs": True}, "logprobs"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"temperature": 1.5}, "temperature"),  # the Messages API's range is [0, 1]
+    ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x/y.png"}}]}]},
+     "messages"),
+])
+def test_what_the_messages_api_lacks_is_refused_by_name(vclient, anthropic_upstream, extra, param):
+    answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/claude-x", "messages": USER} | extra)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param and "anthropic" in error["message"]
+    assert anthropic_upstream.requests == []
+
+
+def test_values_that_ask_for_nothing_are_served_without_the_parameter(oai, anthropic_upstream):
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=USER, max_tokens=1, n=1,
+                                         response_format={"type": "text"}, logprobs=False, presence_penalty=0)
+    assert answer.choices[0].message.content == " w0"
+    assert set(_sent(anthropic_upstream)) == {"model", "max_tokens", "messages"}
+
+
+def test_a_vendor_failure_is_a_502_and_bills_nothing(oai, vclient, database):
+    with pytest.raises(openai.InternalServerError) as failed:
+        oai.chat.completions.create(model="anthropic/fail-500", messages=USER, max_tokens=1)
+    assert failed.value.status_code == 502
+    row = _row(database, failed.value.response.headers["x-request-id"])
+    assert row["endpoint"] == "chat" and not row["prompt_tokens"] and not row["completion_tokens"]
+
+
+def test_a_stream_error_event_ends_the_stream_as_the_vendors_failure(vclient):
+    answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/stream-error", "messages": USER,
+                                                        "max_tokens": 3, "stream": True})
+    assert answer.status_code == 200  # the first delta went out: the failure is an error event
+    errors = [json.loads(line[6:])["error"] for line in answer.text.splitlines()
+              if line.startswith("data: {") and '"error"' in line]
+    assert [e["type"] for e in errors] == ["vendor_error"] and "failed mid-stream" in errors[0]["message"]
+
+
+def test_the_ledger_row_is_the_chat_endpoints_with_the_vendors_tokens(oai, database):
+    raw = oai.chat.completions.with_raw_response.create(model="anthropic/claude-x", messages=USER, max_tokens=2)
+    row = _row(database, raw.headers["x-request-id"])
+    assert row["endpoint"] == "chat" and row["vendor"] == "anthropic"
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (2, 2)
+
+
+def test_the_vendors_list_says_what_each_chat_parameter_gets_on_anthropic(vclient):
+    vendor = next(v for v in vclient.get("/v5/vendors").json()["data"] if v["name"] == "anthropic")
+    chat = vendor["chat_parameters"]
+    assert chat["messages"]["support"] == "native" and chat["tools"]["support"] == "native"
+    assert chat["n"]["support"] == "emulated" and chat["seed"]["support"] == "unsupported"
