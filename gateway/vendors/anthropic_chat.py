@@ -42,6 +42,7 @@ from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Range, Support, emulated, native, unsupported
 from gateway.vendors import anthropic_messages as wire
+from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic_messages import MESSAGES
 from gateway.vendors.openai_chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
@@ -91,25 +92,12 @@ CHAT = _capabilities()
 
 def refused(call: ChatCall) -> tuple[str, str] | None:
     """What of the conversation the Messages API cannot be given: (parameter, why), or None."""
-    for i, message in enumerate(call.messages):
-        where = f"messages[{i}]"
-        if message.get("name") is not None:
-            return "messages", f"{where}.name: the Messages API has no participant names"
-        if message["role"] == "function":
-            return "messages", f"{where}: function messages (the deprecated functions) are not mapped; use tools"
-        parts = message.get("content") if isinstance(message.get("content"), list) else ()
-        for part in parts:
-            if part.get("type") == "image_url" and (why := _image_problem(part["image_url"]["url"])):
-                return "messages", f"{where}: {why}"
-        for call_ in message.get("tool_calls") or ():
-            if not isinstance(_arguments(call_["function"]["arguments"]), dict):
-                return "messages", f"{where}: a tool call's arguments must be a JSON object (a tool_use's input)"
-    return None
+    return conversation.refused(call.messages, "the Messages API", _image_problem)
 
 
 def chat_payload(call: ChatCall) -> dict[str, Any]:
     """The Messages request of a chat call (whose values `refused` found nothing to refuse in)."""
-    system, turns = _conversation(call.messages)
+    system, turns = conversation.system_and_turns(call.messages, _blocks, "assistant", "content")
     given = call.parameters
     payload: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens or DEFAULT_MAX_TOKENS,
                                "messages": turns}
@@ -136,26 +124,6 @@ def chat_payload(call: ChatCall) -> dict[str, Any]:
     return payload
 
 
-def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = message["role"]
-        if role in ("system", "developer"):
-            if text := content_text(message["content"]):
-                system.append(text)
-            continue
-        blocks = _blocks(message)
-        if not blocks:
-            continue
-        turn_role = "assistant" if role == "assistant" else "user"
-        if turns and turns[-1]["role"] == turn_role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": turn_role, "content": blocks})
-    return "\n\n".join(system), turns
-
-
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     content = message.get("content")
     if message["role"] == "tool":
@@ -176,15 +144,8 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     for tool_call in message.get("tool_calls") or ():
         function = tool_call["function"]
         blocks.append({"type": "tool_use", "id": tool_call["id"], "name": function["name"],
-                       "input": _arguments(function["arguments"])})
+                       "input": conversation.arguments(function["arguments"])})
     return blocks
-
-
-def _arguments(arguments: str) -> Any:
-    try:
-        return orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
 
 
 def _image_problem(url: str) -> str | None:

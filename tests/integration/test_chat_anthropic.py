@@ -9,12 +9,9 @@ import json
 import openai
 import pytest
 
-from tests.support.processes import wait_until
-from tests.support.provision import ledger_rows
+from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
+from tests.support.chat import row as ledger_row
 
-USER = [{"role": "user", "content": "hello there"}]
-TOOLS = [{"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
-    "type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"]}}} for name in ("lookup", "fetch")]
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 
 
@@ -26,11 +23,6 @@ def oai(vclient, vendors_gateway, database):
 def _sent(anthropic_upstream, calls=1):
     assert len(anthropic_upstream.requests) == calls
     return anthropic_upstream.requests[0]["body"]
-
-
-def _row(database, request_id):
-    return wait_until(lambda: next((row for row in ledger_rows(database.url, "acct-a")
-                                    if row["request_id"] == request_id), None), message="the ledger row")
 
 
 def test_plain_chat_maps_the_conversation_and_parameters_to_the_messages_api(oai, anthropic_upstream):
@@ -164,19 +156,16 @@ def test_n_is_one_messages_call_per_choice_billed_per_call(oai, anthropic_upstre
     assert len(anthropic_upstream.requests) == 3 and all("n" not in r["body"] for r in anthropic_upstream.requests)
     # The client is told the conversation once (OpenAI's semantics); the ledger bills all three calls.
     assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (2, 6)
-    row = _row(database, raw.headers["x-request-id"])
+    row = ledger_row(database.url, raw.headers["x-request-id"])
     assert row["endpoint"] == "chat" and (row["prompt_tokens"], row["completion_tokens"]) == (6, 6)
 
 
 def test_n_streamed_keeps_each_choice_apart(oai, anthropic_upstream):
     chunks = list(oai.chat.completions.create(model="anthropic/claude-x", messages=USER, n=2, max_tokens=2,
                                               stream=True, stream_options={"include_usage": True}))
-    per_choice: dict[int, list] = {}
-    for chunk in chunks[:-1]:
-        for choice in chunk.choices:
-            per_choice.setdefault(choice.index, []).append(choice)
-    assert sorted(per_choice) == [0, 1]
-    for pieces in per_choice.values():
+    pieces_of = per_choice(chunks[:-1])
+    assert sorted(pieces_of) == [0, 1]
+    for pieces in pieces_of.values():
         assert pieces[0].delta.role == "assistant"
         assert "".join(p.delta.content or "" for p in pieces) == " w0 w1"
         assert [p.finish_reason for p in pieces if p.finish_reason] == ["length"]
@@ -197,9 +186,7 @@ def test_n_streamed_keeps_each_choice_apart(oai, anthropic_upstream):
 ])
 def test_what_the_messages_api_lacks_is_refused_by_name(vclient, anthropic_upstream, extra, param):
     answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/claude-x", "messages": USER} | extra)
-    assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["param"] == param and "anthropic" in error["message"]
+    assert_refused(answer, param, "anthropic")
     assert anthropic_upstream.requests == []
 
 
@@ -211,11 +198,7 @@ def test_values_that_ask_for_nothing_are_served_without_the_parameter(oai, anthr
 
 
 def test_a_vendor_failure_is_a_502_and_bills_nothing(oai, vclient, database):
-    with pytest.raises(openai.InternalServerError) as failed:
-        oai.chat.completions.create(model="anthropic/fail-500", messages=USER, max_tokens=1)
-    assert failed.value.status_code == 502
-    row = _row(database, failed.value.response.headers["x-request-id"])
-    assert row["endpoint"] == "chat" and not row["prompt_tokens"] and not row["completion_tokens"]
+    assert_failure_unbilled(oai, database.url, "anthropic/fail-500")
 
 
 def test_a_stream_error_event_ends_the_stream_as_the_vendors_failure(vclient):
@@ -229,7 +212,7 @@ def test_a_stream_error_event_ends_the_stream_as_the_vendors_failure(vclient):
 
 def test_the_ledger_row_is_the_chat_endpoints_with_the_vendors_tokens(oai, database):
     raw = oai.chat.completions.with_raw_response.create(model="anthropic/claude-x", messages=USER, max_tokens=2)
-    row = _row(database, raw.headers["x-request-id"])
+    row = ledger_row(database.url, raw.headers["x-request-id"])
     assert row["endpoint"] == "chat" and row["vendor"] == "anthropic"
     assert (row["prompt_tokens"], row["completion_tokens"]) == (2, 2)
 
