@@ -57,10 +57,10 @@ def refused(messages: list[dict[str, Any]], api: str, image_problem: Callable[[s
     JSON object, or what `problem` (the protocol's own rule, shown each message in turn) finds."""
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
+        if message["role"] == "function":  # (a function message's `name` is the function's)
+            return "messages", f"{where}: function messages (the deprecated functions) are not mapped; use tools"
         if message.get("name") is not None:
             return "messages", f"{where}.name: {api} has no participant names"
-        if message["role"] == "function":
-            return "messages", f"{where}: function messages (the deprecated functions) are not mapped; use tools"
         parts = message.get("content") if isinstance(message.get("content"), list) else ()
         for part in parts:
             if part.get("type") == "image_url" and (why := image_problem(part["image_url"]["url"])):
