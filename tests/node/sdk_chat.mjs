@@ -1,5 +1,5 @@
 // The openai Node SDK's chat: the request given as JSON in argv[2] is sent with
-// chat.completions.create, and what came back is printed as JSON (tests/integration/test_chat_node_sdk.py
+// chat.completions.create, and what came back is printed as JSON (tests/integration/test_chat_sdks.py
 // reads it): the completion, or a stream's chunks in order. GATEWAY_URL and GATEWAY_KEY say where
 // and with which key.
 import OpenAI from "openai";
