@@ -35,8 +35,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
-
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatCall, ChatChoice, content_text
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
@@ -195,7 +193,7 @@ def read_chat_message(data: Any) -> Result:
         elif kind == "tool_use":
             if len(calls) == MAX_TOOL_CALLS:
                 raise read.Malformed(f"a message has more than {MAX_TOOL_CALLS} tool calls")
-            arguments = orjson.dumps(read.obj(block.get("input"), "a tool_use's input")).decode()
+            arguments = conversation.arguments_text(read.obj(block.get("input"), "a tool_use's input"))
             calls.append(_call(block) | {"function": {"name": _name(block), "arguments": arguments}})
         # thinking blocks (and block types added later) are not the answer's content
     choice = ChatChoice(0, "".join(texts), wire.finish_reason(data.get("stop_reason"), CHAT_FINISH),
@@ -234,7 +232,7 @@ class ChatEvents(wire.Events):
                 if len(self._tools) == MAX_TOOL_CALLS:
                     raise read.Malformed(f"a message has more than {MAX_TOOL_CALLS} tool calls")
                 given = read.obj(block.get("input"), "a tool_use's input")
-                arguments = orjson.dumps(given).decode() if given else ""
+                arguments = conversation.arguments_text(given) if given else ""
                 index = len(self._tools)
                 self._tools[block_index] = [index, bool(arguments)]
                 return _piece(text="", tool={"index": index, **_call(block),

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.core.chat import content_text
+from gateway.vendors import untrusted as read
 
 
 def system_and_turns(messages: list[dict[str, Any]], parts_of: Callable[[dict[str, Any]], list[dict[str, Any]]],
@@ -48,6 +49,15 @@ def arguments(text: str) -> Any:
         return orjson.loads(text or "{}")
     except orjson.JSONDecodeError:
         return None
+
+
+def arguments_text(given: dict[str, Any]) -> str:
+    """A vendor's tool call input (an object) as OpenAI's JSON `arguments`; untrusted.Malformed when
+    it cannot be written as JSON (an integer beyond 64 bits, which JSON readers differ on)."""
+    try:
+        return orjson.dumps(given).decode()
+    except TypeError:
+        raise read.Malformed("a tool call's input cannot be written as JSON") from None
 
 
 def refused(messages: list[dict[str, Any]], api: str, image_problem: Callable[[str], str | None],

@@ -34,8 +34,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
-
 from gateway.core.chat import ChatCall, ChatChoice, content_text
 from gateway.core.completion import Choice, Chunk, Result
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
@@ -201,7 +199,7 @@ class ChatReader(wire.Reader):
             self._calls[index] += 1
             given_id = function.get("id")
             call_id = "" if given_id is None else read.text(given_id, "a functionCall's id", MAX_NAME)
-            arguments = orjson.dumps(read.obj(function.get("args"), "a functionCall's args")).decode()
+            arguments = conversation.arguments_text(read.obj(function.get("args"), "a functionCall's args"))
             call: dict[str, Any] = {"id": call_id or f"call_{number}", "type": "function",
                                     "function": {"name": name, "arguments": arguments}}
             calls.append({"index": number, **call} if self._streamed else call)
