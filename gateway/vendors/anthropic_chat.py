@@ -16,9 +16,12 @@ The request:
 - `stop` as `stop_sequences`, `temperature` ([0, 1] on this API), `top_p`, `top_k`, `user` as
   `metadata.user_id`; `max_completion_tokens` (else `max_tokens`) as `max_tokens`, which the API
   requires: without either, core/chat.py's DEFAULT_MAX_TOKENS (what the limits reserve too).
-`n` is fanned out by the planner (one call per choice). What the API lacks is refused by name
-(`CHAT`): a participant's `name`, the deprecated functions, JSON output modes, log
-probabilities, penalties, seeds, audio, predicted outputs, stored completions.
+`response_format` json_object / json_schema is asked the way Anthropic documents JSON output: as
+the one tool the model must call (`tool_choice: {type: tool}`), whose `input_schema` is the
+schema (an object; json_object: any object); its input is the answer's content, and a forced call
+has no text besides. `n` is fanned out by the planner (one call per choice). What the API lacks is
+refused by name (`CHAT`): a participant's `name`, the deprecated functions, log probabilities,
+penalties, seeds, audio, predicted outputs, stored completions; JSON output together with tools.
 
 The answer: text blocks are the content, tool_use blocks the tool calls (input as JSON
 arguments); a stream's text deltas are content deltas and a tool_use block is one tool call
@@ -46,11 +49,11 @@ from gateway.vendors.anthropic_messages import MESSAGES
 from gateway.vendors.openai_chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}
+JSON_FINISH = wire.FINISH | {"tool_use": "stop"}  # the forced tool call of a JSON answer is its content
+JSON_OBJECT_TOOL = "json_answer"  # the forced tool of `response_format: json_object`
 # The image types the Messages API reads (its base64 source's media_type).
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
-_NO_JSON_MODE = ("the Messages API has no JSON output mode (the gateway does not force one through a tool call); "
-                 "ask for JSON in the prompt, or use a vendor that constrains its output")
 _REFUSED = {
     "audio": "the Messages API answers in text only",
     "modalities": "the Messages API answers in text only",
@@ -61,7 +64,6 @@ _REFUSED = {
     "logprobs": "the Messages API returns no token log probabilities",
     "top_logprobs": "the Messages API returns no token log probabilities",
     "seed": "the Messages API has no sampling seed",
-    "response_format": _NO_JSON_MODE,
     "functions": "the deprecated functions are not mapped: give the same definitions as `tools`",
     "function_call": "the deprecated functions are not mapped: use `tool_choice`",
     "metadata": "the Messages API's metadata takes only a user id (given by `user`), not tags",
@@ -89,8 +91,25 @@ CHAT = _capabilities()
 
 
 def refused(call: ChatCall) -> tuple[str, str] | None:
-    """What of the conversation the Messages API cannot be given: (parameter, why), or None."""
+    """What of the request the Messages API cannot be given: (parameter, why), or None."""
+    format_ = call.parameters.get("response_format") or {}
+    if json_tool(call) is not None:
+        if call.parameters.get("tools"):
+            return "response_format", ("JSON output on the Messages API is a forced tool call, which leaves the "
+                                       "request's own tools uncallable")
+        schema = (format_.get("json_schema") or {}).get("schema") or {"type": "object"}
+        if schema.get("type") != "object":
+            return "response_format", ("JSON output on the Messages API is a tool's input, an object: the schema's "
+                                       "top level must be `type: object`")
     return conversation.refused(call.messages, "the Messages API", _image_problem)
+
+
+def json_tool(call: ChatCall) -> str | None:
+    """The name of the tool a JSON answer is asked through, or None when the call asks for text."""
+    format_ = call.parameters.get("response_format") or {}
+    if format_.get("type") == "json_schema":
+        return format_["json_schema"]["name"]
+    return JSON_OBJECT_TOOL if format_.get("type") == "json_object" else None
 
 
 def chat_payload(call: ChatCall) -> dict[str, Any]:
@@ -109,6 +128,11 @@ def chat_payload(call: ChatCall) -> dict[str, Any]:
             payload[name] = given[name]
     if given.get("user") is not None:
         payload["metadata"] = {"user_id": given["user"]}
+    if (forced := json_tool(call)) is not None:
+        described = given["response_format"].get("json_schema") or {}
+        payload["tools"] = [{"name": forced, "description": described.get("description") or "Answer with this JSON.",
+                             "input_schema": described.get("schema") or {"type": "object"}}]
+        payload["tool_choice"] = {"type": "tool", "name": forced}
     tools = given.get("tools")
     if tools:
         payload["tools"] = [_tool(tool["function"]) for tool in tools]
@@ -182,8 +206,9 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
     return {"type": {"none": "none", "required": "any"}.get(choice, "auto")}
 
 
-def read_chat_message(data: Any) -> Result:
-    """A non-streamed Message as one chat choice; untrusted.Malformed when it is not one."""
+def read_chat_message(data: Any, json_answer: str | None = None) -> Result:
+    """A non-streamed Message as one chat choice, the input of the tool named `json_answer` (the
+    forced call of a JSON answer) as its content; untrusted.Malformed when it is not one."""
     data, blocks = wire.message_blocks(data)
     texts, calls = [], []
     for block in blocks:
@@ -196,8 +221,12 @@ def read_chat_message(data: Any) -> Result:
             arguments = conversation.arguments_text(read.obj(block.get("input"), "a tool_use's input"))
             calls.append(_call(block) | {"function": {"name": _name(block), "arguments": arguments}})
         # thinking blocks (and block types added later) are not the answer's content
-    choice = ChatChoice(0, "".join(texts), wire.finish_reason(data.get("stop_reason"), CHAT_FINISH),
-                        tool_calls=calls or None)
+    text = "".join(texts)
+    if json_answer is not None:
+        text = next((c["function"]["arguments"] for c in calls if c["function"]["name"] == json_answer), text)
+        calls = [c for c in calls if c["function"]["name"] != json_answer]
+    finish = wire.finish_reason(data.get("stop_reason"), CHAT_FINISH if json_answer is None else JSON_FINISH)
+    choice = ChatChoice(0, text, finish, tool_calls=calls or None)
     return Result([choice], wire.usage(read.obj(data["usage"], "usage")))
 
 
@@ -216,13 +245,15 @@ def _name(block: dict[str, Any]) -> str:
 
 
 class ChatEvents(wire.Events):
-    """A Messages stream as chat chunks of one choice."""
+    """A Messages stream as chat chunks of one choice; the input of the tool named `json_answer`
+    (the forced call of a JSON answer) as content deltas."""
 
-    finish = CHAT_FINISH
-
-    def __init__(self) -> None:
+    def __init__(self, json_answer: str | None = None) -> None:
         super().__init__()
-        self._tools: dict[int, list[Any]] = {}  # a tool_use block's index: [its tool call's index, arguments sent]
+        self.finish = CHAT_FINISH if json_answer is None else JSON_FINISH
+        self._json_answer = json_answer
+        # a tool_use block's index: [its tool call's index (None: the JSON answer), arguments sent]
+        self._tools: dict[int, list[Any]] = {}
 
     def content(self, kind: str, event: dict[str, Any]) -> Chunk | None:
         block_index = read.count(event.get("index"), "a content block's index")
@@ -233,10 +264,14 @@ class ChatEvents(wire.Events):
                     raise read.Malformed(f"a message has more than {MAX_TOOL_CALLS} tool calls")
                 given = read.obj(block.get("input"), "a tool_use's input")
                 arguments = conversation.arguments_text(given) if given else ""
-                index = len(self._tools)
+                name = _name(block)
+                if name == self._json_answer:
+                    self._tools[block_index] = [None, bool(arguments)]
+                    return _piece(arguments) if arguments else None
+                index = sum(1 for tool in self._tools.values() if tool[0] is not None)
                 self._tools[block_index] = [index, bool(arguments)]
                 return _piece(text="", tool={"index": index, **_call(block),
-                                             "function": {"name": _name(block), "arguments": arguments}})
+                                             "function": {"name": name, "arguments": arguments}})
             if block.get("type") == "text" and (text := read.text(block.get("text"), "a text block's text")):
                 return _piece(text)
             return None
@@ -244,12 +279,13 @@ class ChatEvents(wire.Events):
         if kind == "content_block_stop":
             if tool is not None and not tool[1]:  # a call without input: its arguments are an empty object
                 tool[1] = True
-                return _piece("", {"index": tool[0], "function": {"arguments": "{}"}})
+                return _fragment(tool[0], "{}")
             return None
         delta = read.obj(event.get("delta"), "a delta")
         if delta.get("type") == "text_delta":
             text = read.text(delta.get("text"), "a delta's text")
-            return _piece(text) if text else None
+            # (a forced call has no text besides; were there any, it would not be the JSON asked for)
+            return _piece(text) if text and self._json_answer is None else None
         if delta.get("type") == "input_json_delta":
             if tool is None:
                 raise read.Malformed("an input_json_delta outside a tool_use block")
@@ -257,7 +293,7 @@ class ChatEvents(wire.Events):
             if not fragment:
                 return None
             tool[1] = True
-            return _piece("", {"index": tool[0], "function": {"arguments": fragment}})
+            return _fragment(tool[0], fragment)
         return None  # thinking and signature deltas, and delta types added later
 
     def last(self, finish: str, usage: Usage) -> Chunk:
@@ -266,6 +302,12 @@ class ChatEvents(wire.Events):
 
 def _piece(text: str, tool: dict[str, Any] | None = None) -> Chunk:
     return Chunk([ChatChoice(0, text, tool_calls=None if tool is None else [tool])])
+
+
+def _fragment(tool_index: int | None, arguments: str) -> Chunk:
+    """A piece of a tool call's arguments, or of the JSON answer's content (`tool_index` None)."""
+    return _piece(arguments) if tool_index is None else _piece("", {"index": tool_index,
+                                                                   "function": {"arguments": arguments}})
 
 
 class AnthropicChat:
@@ -278,15 +320,15 @@ class AnthropicChat:
 
     async def chat_complete(self, call: ChatCall) -> Result:
         return await self._post_json(MESSAGES, chat_payload(call), call.served_by,  # type: ignore[attr-defined]
-                                     self._chat_message)
+                                     lambda data: self._chat_message(data, json_tool(call)))
 
-    def _chat_message(self, data: Any) -> Result:
+    def _chat_message(self, data: Any, json_answer: str | None) -> Result:
         try:
-            return read_chat_message(data)
+            return read_chat_message(data, json_answer)
         except read.READ_ERRORS as exc:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
                                vendor=self.name) from None
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         return self._sse_chunks(MESSAGES, chat_payload(call), call.served_by,  # type: ignore[attr-defined]
-                                lambda: wire.MessageStream(self._config, ChatEvents()))  # type: ignore[attr-defined]
+                                lambda: wire.MessageStream(self._config, ChatEvents(json_tool(call))))  # type: ignore[attr-defined]

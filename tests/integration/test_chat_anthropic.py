@@ -13,6 +13,8 @@ from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refu
 from tests.support.chat import row as ledger_row
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
+SCHEMA = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"],
+          "additionalProperties": False}
 
 
 @pytest.fixture
@@ -89,7 +91,7 @@ def test_tools_and_tool_choice_map_to_tool_use(oai, anthropic_upstream):
     answer = oai.chat.completions.create(model="anthropic/claude-x", messages=USER, tools=TOOLS,
                                          tool_choice="required")
     choice = answer.choices[0]
-    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None  # a forced call says nothing
     (call,) = choice.message.tool_calls
     assert (call.id, call.type, call.function.name) == ("toolu_0", "function", "lookup")
     assert json.loads(call.function.arguments) == {"said": "hello there"}
@@ -178,7 +180,9 @@ def test_n_streamed_keeps_each_choice_apart(oai, anthropic_upstream):
     ({"logprobs": True}, "logprobs"),
     ({"frequency_penalty": 0.5}, "frequency_penalty"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_object"}, "tools": TOOLS}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "array"}}}},
+     "response_format"),
     ({"temperature": 1.5}, "temperature"),  # the Messages API's range is [0, 1]
     ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x/y.png"}}]}]},
@@ -222,3 +226,30 @@ def test_the_vendors_list_says_what_each_chat_parameter_gets_on_anthropic(vclien
     chat = vendor["chat_parameters"]
     assert chat["messages"]["support"] == "native" and chat["tools"]["support"] == "native"
     assert chat["n"]["support"] == "emulated" and chat["seed"]["support"] == "unsupported"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_is_a_forced_tool_call_whose_input_is_the_content(oai, anthropic_upstream, stream):
+    format_ = {"type": "json_schema", "json_schema": {"name": "said", "schema": SCHEMA, "strict": True}}
+    answer = oai.chat.completions.create(model="anthropic/claude-x", messages=USER, response_format=format_,
+                                         stream=stream)
+    if stream:
+        content = "".join(ch.delta.content or "" for c in answer for ch in c.choices)
+    else:
+        content, finish = answer.choices[0].message.content, answer.choices[0].finish_reason
+        assert finish == "stop" and answer.choices[0].message.tool_calls is None
+    assert json.loads(content) == {"said": "hello there"}
+    sent = _sent(anthropic_upstream)
+    assert sent["tools"] == [{"name": "said", "description": "Answer with this JSON.", "input_schema": SCHEMA}]
+    assert sent["tool_choice"] == {"type": "tool", "name": "said"}
+
+
+def test_json_object_is_any_object_and_a_strict_schema_missed_is_the_vendors_failure(vclient, anthropic_upstream):
+    answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/claude-x", "messages": USER,
+                                                        "response_format": {"type": "json_object"}})
+    assert json.loads(answer.json()["choices"][0]["message"]["content"]) == {"said": "hello there"}
+    assert anthropic_upstream.requests[0]["body"]["tools"][0]["input_schema"] == {"type": "object"}
+    format_ = {"type": "json_schema", "json_schema": {"name": "said", "schema": SCHEMA, "strict": True}}
+    answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/off-schema", "messages": USER,
+                                                        "response_format": format_})
+    assert answer.status_code == 502 and "strict json_schema" in answer.json()["error"]["message"]

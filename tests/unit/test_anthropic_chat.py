@@ -137,3 +137,17 @@ def test_a_stream_event_that_is_not_json_is_the_vendors_failure():
     stream = MessageStream(VendorConfig(name="a", protocol="anthropic"), anthropic_chat.ChatEvents())
     chunks, ended, fault = stream.read([Event(data="{not json", event=None)])
     assert (chunks, ended) == ([], False) and "malformed stream event" in fault.message
+
+
+def test_a_json_answers_forced_call_streams_as_content():
+    reader = anthropic_chat.ChatEvents(json_answer="said")
+    events = [{"type": "content_block_start", "index": 0,
+               "content_block": {"type": "tool_use", "id": "t", "name": "said", "input": {}}},
+              {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"a"'}},
+              {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ": 1}"}},
+              {"type": "content_block_stop", "index": 0},
+              {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+              {"type": "message_stop"}]
+    choices = [c for event in events if (chunk := reader.read(event)) for c in chunk.choices]
+    assert "".join(c.text for c in choices) == '{"a": 1}' and not any(c.tool_calls for c in choices)
+    assert [c.finish_reason for c in choices if c.finish_reason] == ["stop"]

@@ -16,8 +16,9 @@ answered), `tools` (a name and an object `input_schema`), `tool_choice` (auto, a
 tool of `tools`, with `disable_parallel_tool_use`) and `top_k`.
 
 The "model" writes tokens " w0", " w1", ... up to max_tokens, cut at the first stop sequence. Given
-tools (and tool_choice not none) and no tool result in the last turn, it says "Let me look." and
-calls the named tool, or the first, with {"said": <the last user turn's text>} instead; streamed,
+tools (and tool_choice not none) and no tool result in the last turn, it says "Let me look." (not
+when the call is forced: tool_choice any or tool) and calls the named tool, or the first, with
+{"said": <the last user turn's text>} instead; streamed,
 the tool_use block's input comes in two input_json_delta fragments. The model name selects faults:
   fail-<status>[-<s>]  that HTTP status with Anthropic's error body (quoting the x-api-key
                   header), with Retry-After: <s> when given
@@ -28,6 +29,7 @@ the tool_use block's input comes in two input_json_delta fragments. The model na
   leak-malformed  a message whose content is the x-api-key header (a string, not blocks)
   cut-stream      streams one delta, then closes without message_stop
   two-tools       calls two tools (the first two of `tools`) when it calls one, unless parallel use is off
+  off-schema      calls a tool with {"other": 1}
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ class FakeAnthropic(Recorder):
             await _error(send, status, f"fake failure; key used: {headers.get('x-api-key')}", extra)
             return
         calls = tool_calls(body)
-        tokens, stop_reason, stop_sequence = (["Let me look."], "tool_use", None) if calls else generate(body)
+        # A forced call (tool_choice any or tool) comes without text, as Anthropic documents.
+        forced = (body.get("tool_choice") or {}).get("type") in ("any", "tool")
+        tokens, stop_reason, stop_sequence = ([] if forced else ["Let me look."], "tool_use", None) if calls \
+            else generate(body)
         usage = _usage(body, len(tokens) + 5 * len(calls))
         if not body.get("stream"):
-            content = [{"type": "text", "text": "".join(tokens)}, *calls]
+            content = [*([{"type": "text", "text": "".join(tokens)}] if tokens or not calls else []), *calls]
             await send_json(send, 200, {
                 "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
                 "content": f"x-api-key: {headers['x-api-key']}" if model == "leak-malformed" else content,
@@ -84,7 +89,10 @@ class FakeAnthropic(Recorder):
         start = {"id": "msg_fake", "type": "message", "role": "assistant", "content": [], "model": model,
                  "stop_reason": None, "stop_sequence": None, "usage": usage | {"output_tokens": 1}}
         await _event(send, {"type": "message_start", "message": start})
-        await _event(send, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        text_block = bool(tokens or not calls)  # a forced call's message starts with the tool_use block
+        if text_block:
+            await _event(send, {"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "text", "text": ""}})
         await _event(send, {"type": "ping"})
         for i, token in enumerate(tokens):
             await _event(send, {"type": "content_block_delta", "index": 0,
@@ -97,8 +105,9 @@ class FakeAnthropic(Recorder):
             if i == 0 and model == "cut-stream":
                 await end_events(send)
                 return
-        await _event(send, {"type": "content_block_stop", "index": 0})
-        for index, call in enumerate(calls, start=1):
+        if text_block:
+            await _event(send, {"type": "content_block_stop", "index": 0})
+        for index, call in enumerate(calls, start=int(text_block)):
             await _event(send, {"type": "content_block_start", "index": index, "content_block": call | {"input": {}}})
             arguments = json.dumps(call["input"])
             for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
@@ -138,8 +147,8 @@ def tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
     if body["model"] == "two-tools" and choice["type"] != "tool" and not choice.get("disable_parallel_tool_use"):
         names = [tool["name"] for tool in tools][:2]
     said = _text(next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user"))
-    return [{"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {"said": said}}
-            for i, name in enumerate(names)]
+    given = {"other": 1} if body["model"] == "off-schema" else {"said": said}
+    return [{"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": given} for i, name in enumerate(names)]
 
 
 def _text(content: Any) -> str:
