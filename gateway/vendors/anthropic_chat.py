@@ -101,7 +101,14 @@ def refused(call: ChatCall) -> tuple[str, str] | None:
         if schema.get("type") != "object":
             return "response_format", ("JSON output on the Messages API is a tool's input, an object: the schema's "
                                        "top level must be `type: object`")
-    return conversation.refused(call.messages, "the Messages API", _image_problem)
+    if (found := conversation.refused(call.messages, "the Messages API", _image_problem)) is not None:
+        return found
+    turns = conversation.system_and_turns(call.messages, _blocks, "assistant", "content")[1]
+    if not turns:
+        return "messages", "only system messages, or empty ones: the Messages API needs a turn to answer"
+    if turns[0]["role"] == "assistant":
+        return "messages", "the Messages API's conversation starts with the user's turn (after the system messages)"
+    return None
 
 
 def json_tool(call: ChatCall) -> str | None:
@@ -115,6 +122,8 @@ def json_tool(call: ChatCall) -> str | None:
 def chat_payload(call: ChatCall) -> dict[str, Any]:
     """The Messages request of a chat call (whose values `refused` found nothing to refuse in)."""
     system, turns = conversation.system_and_turns(call.messages, _blocks, "assistant", "content")
+    if turns[-1]["role"] == "assistant":
+        _end_prefill(turns)
     given = call.parameters
     payload: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens or DEFAULT_MAX_TOKENS,
                                "messages": turns}
@@ -146,22 +155,35 @@ def chat_payload(call: ChatCall) -> dict[str, Any]:
     return payload
 
 
+def _end_prefill(turns: list[dict[str, Any]]) -> None:
+    """A final assistant turn is a prefill the reply continues, which the API refuses when it ends in
+    whitespace: its last text block is sent without it (and not at all when nothing is left)."""
+    blocks = turns[-1]["content"]
+    if blocks[-1]["type"] == "text":
+        blocks[-1]["text"] = blocks[-1]["text"].rstrip()
+        if not blocks[-1]["text"]:
+            blocks.pop()
+    if not blocks:
+        turns.pop()
+
+
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     content = message.get("content")
     if message["role"] == "tool":
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message["tool_call_id"]}
-        if text := content_text(content):
+        if (text := content_text(content)).strip():
             result["content"] = text
         return [result]
     blocks: list[dict[str, Any]] = []
+    # (the API refuses text blocks of whitespace only)
     if isinstance(content, str):
-        if content:
+        if content.strip():
             blocks.append({"type": "text", "text": content})
     else:
         for part in content or ():
             if part["type"] == "image_url":
                 blocks.append(_image(part["image_url"]["url"]))
-            elif text := part.get("text") or part.get("refusal"):
+            elif (text := part.get("text") or part.get("refusal")) and text.strip():
                 blocks.append({"type": "text", "text": text})
     for tool_call in message.get("tool_calls") or ():
         function = tool_call["function"]

@@ -29,7 +29,7 @@ def system_and_turns(messages: list[dict[str, Any]], parts_of: Callable[[dict[st
     for message in messages:
         role = message["role"]
         if role in ("system", "developer"):
-            if text := content_text(message["content"]):
+            if (text := content_text(message["content"])).strip():
                 system.append(text)
             continue
         parts = parts_of(message)

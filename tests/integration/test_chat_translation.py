@@ -18,7 +18,8 @@ from tests.support.chat import TOOLS
 from tests.support.environments import SHARED_TLS
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-WORD = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8).filter(str.strip)
+WORD = st.one_of(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8),
+                 st.sampled_from([" ", "\n", "ends in a space ", "x"]))
 IMAGE = st.sampled_from(["data:image/png;base64,iVBORw0KGgo=", "https://x.test/a.jpg", "data:image/webp;base64,UklG"])
 PART = st.one_of(st.builds(lambda text: {"type": "text", "text": text}, WORD),
                  st.builds(lambda url: {"type": "image_url", "image_url": {"url": url}}, IMAGE))
@@ -31,7 +32,8 @@ TEXT_ONLY = st.one_of(WORD, st.lists(st.builds(lambda text: {"type": "text", "te
 def conversations(draw) -> list[dict]:
     """A conversation OpenAI would take: system turns anywhere, user turns, assistant turns that may
     call tools, each call answered by a tool message right after; it ends with the user's or a
-    tool's turn, as a request for the model's next one does."""
+    tool's turn, as a request for the model's next one does, or an assistant's to continue. Any
+    text may be whitespace only."""
     messages: list[dict] = []
     if draw(st.booleans()):
         messages.append({"role": draw(st.sampled_from(["system", "developer"])), "content": draw(TEXT_ONLY)})
@@ -51,7 +53,7 @@ def conversations(draw) -> list[dict]:
                 for k in range(draw(st.integers(1, 2)))]
             messages.append({"role": "assistant", "content": draw(st.one_of(st.none(), WORD)), "tool_calls": calls})
             messages.extend({"role": "tool", "tool_call_id": call["id"], "content": draw(TEXT_ONLY)} for call in calls)
-    if messages[-1]["role"] not in ("user", "tool"):
+    if messages[-1]["role"] not in ("user", "tool") and draw(st.booleans()):
         messages.append({"role": "user", "content": draw(CONTENT)})
     return messages
 

@@ -151,3 +151,20 @@ def test_a_json_answers_forced_call_streams_as_content():
     choices = [c for event in events if (chunk := reader.read(event)) for c in chunk.choices]
     assert "".join(c.text for c in choices) == '{"a": 1}' and not any(c.tool_calls for c in choices)
     assert [c.finish_reason for c in choices if c.finish_reason] == ["stop"]
+
+
+def test_whitespace_text_is_left_out_and_a_final_prefill_ends_without_it():
+    payload = anthropic_chat.chat_payload(call([{"role": "system", "content": " "}, {"role": "user", "content": "q"},
+                                                {"role": "user", "content": "\n"},
+                                                {"role": "assistant", "content": "A: "}]))
+    assert "system" not in payload
+    assert payload["messages"] == [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+                                   {"role": "assistant", "content": [{"type": "text", "text": "A:"}]}]
+
+
+@pytest.mark.parametrize(("messages", "why"), [
+    ([{"role": "system", "content": "s"}, {"role": "user", "content": " "}], "needs a turn"),
+    ([{"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}], "starts with the user's"),
+])
+def test_a_conversation_without_a_first_user_turn_is_refused(messages, why):
+    assert why in anthropic_chat.refused(call(messages))[1]

@@ -213,10 +213,10 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
     if "top_k" in body and not (isinstance(body["top_k"], int) and body["top_k"] >= 1):
         problems.append("top_k: an integer from 1")
     system = body.get("system", "")
-    if not isinstance(system, str) and not (isinstance(system, list) and all(
-            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) and b["text"]
-            for b in system)):
-        problems.append("system: a string or text blocks")
+    if not (isinstance(system, str) and (system.strip() or "system" not in body)) and not (
+            isinstance(system, list) and all(isinstance(b, dict) and b.get("type") == "text"
+                                             and isinstance(b.get("text"), str) and b["text"].strip() for b in system)):
+        problems.append("system: a string or text blocks, of non-whitespace text")
     return problems + _tool_problems(body)
 
 
@@ -234,8 +234,11 @@ def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | No
     for j, block in enumerate(blocks):
         where, kind = f"messages.{i}.content.{j}", block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            if not isinstance(block.get("text"), str) or not block["text"] or set(block) != {"type", "text"}:
-                problems.append(f"{where}: text content blocks must be non-empty")
+            if not isinstance(block.get("text"), str) or not block["text"].strip() or set(block) != {"type", "text"}:
+                problems.append(f"{where}: text content blocks must contain non-whitespace text")
+            elif after is None and role == "assistant" and j == len(blocks) - 1 \
+                    and block["text"] != block["text"].rstrip():
+                problems.append("messages: final assistant content cannot end with trailing whitespace")
         elif kind == "image" and role == "user":
             source = block.get("source") or {}
             if source.get("type") == "base64":
@@ -257,7 +260,8 @@ def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | No
             if block.get("tool_use_id") not in uses_before:
                 problems.append(f"{where}: unexpected tool_use_id in tool_result blocks")
             if set(block) - {"type", "tool_use_id", "content", "is_error"} or \
-                    not isinstance(block.get("content", ""), str | list):
+                    not isinstance(block.get("content", "x"), str | list) or block.get("content", "x") == "" \
+                    or (isinstance(block.get("content"), str) and not block["content"].strip()):
                 problems.append(f"{where}: a tool_result has tool_use_id and content")
             continue
         else:
