@@ -25,7 +25,8 @@ The request:
 The answer: a candidate's text parts (not its thoughts) are the content, its `functionCall` parts
 tool calls (`args` as JSON arguments; the call's `id` when Gemini gives one, else `call_<k>`),
 whole in one delta when streamed (Gemini does not split them), and a candidate that called a tool
-and stopped finishes with `tool_calls`. Usage is usageMetadata's.
+and stopped finishes with `tool_calls`; one that ended with a malformed call is the vendor's failure
+(502). Usage is usageMetadata's.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ _REFUSED = {
     "x-openai-api-key": CALLER_KEY,
 }
 _MODES = {"none": "NONE", "auto": "AUTO", "required": "ANY"}
+# Finish reasons of a function call Gemini could not make (the answer has none to give).
+MALFORMED_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"})
 
 
 def chat_capabilities(options: GeminiOptions) -> Capabilities:
@@ -185,6 +188,8 @@ class ChatReader(wire.Reader):
         self._calls = [0] * call.n  # function calls so far per candidate
 
     def choice(self, index: int, parts: list[dict[str, Any]], finish: str, candidate: dict[str, Any]) -> Choice:
+        if finish in MALFORMED_CALLS:  # the model's call came out broken: no answer, and not a stop
+            raise read.Malformed(f"the candidate ended with {finish}")
         calls = []
         for part in parts:
             if part.get("functionCall") is None:

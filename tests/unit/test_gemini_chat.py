@@ -107,3 +107,10 @@ def test_the_reader_gives_chat_choices_or_refuses(n, logprobs, streamed, respons
             if choice.logprobs is not None:
                 assert logprobs and all(len(t["top_logprobs"]) <= 2 for t in choice.logprobs["content"])
             orjson.dumps([choice.tool_calls, choice.logprobs])
+
+
+def test_a_malformed_function_call_is_the_vendors_failure():
+    reader = gemini_chat.ChatReader(call(tools=[TOOL]), streamed=False)
+    with pytest.raises(read.Malformed, match="MALFORMED_FUNCTION_CALL"):
+        reader.read({"candidates": [{"index": 0, "finishReason": "MALFORMED_FUNCTION_CALL",
+                                     "content": {"parts": [{"text": ""}]}}]})
