@@ -23,7 +23,8 @@ The request:
   `top_logprobs` as `responseLogprobs` / `logprobs`.
 
 The answer: a candidate's text parts (not its thoughts) are the content, its `functionCall` parts
-tool calls (`args` as JSON arguments; the call's `id` when Gemini gives one, else `call_<k>`),
+tool calls (`args` as JSON arguments; the call's `id` when Gemini gives one, else `call_<k>`, with
+the call's thoughtSignature after a "~", which comes back to Gemini with the call),
 whole in one delta when streamed (Gemini does not split them), and a candidate that called a tool
 and stopped finishes with `tool_calls`; one that ended with a malformed call is the vendor's failure
 (502). Usage is usageMetadata's.
@@ -59,6 +60,11 @@ _REFUSED = {
     "x-openai-api-key": CALLER_KEY,
 }
 _MODES = {"none": "NONE", "auto": "AUTO", "required": "ANY"}
+# Gemini 3 gives a function call a thoughtSignature it must get back with the call in later turns;
+# OpenAI's shape has no place for it but the call's id, which clients send back as they got it:
+# "<id>~<signature>" ("~" is in no base64 alphabet). A longer signature is a malformed answer.
+SIGNED = "~"
+MAX_SIGNATURE = 64 << 10
 # Finish reasons of a function call Gemini could not make (the answer has none to give).
 MALFORMED_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"})
 
@@ -161,7 +167,10 @@ def _parts(message: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any
     for tool_call in message.get("tool_calls") or ():
         function = tool_call["function"]
         names[tool_call["id"]] = function["name"]
-        parts.append({"functionCall": {"name": function["name"], "args": conversation.arguments(function["arguments"])}})
+        call = {"functionCall": {"name": function["name"], "args": conversation.arguments(function["arguments"])}}
+        if signature := tool_call["id"].partition(SIGNED)[2]:
+            call["thoughtSignature"] = signature  # what Gemini gave with the call, back where it was
+        parts.append(call)
     return parts
 
 
@@ -204,8 +213,12 @@ class ChatReader(wire.Reader):
             self._calls[index] += 1
             given_id = function.get("id")
             call_id = "" if given_id is None else read.text(given_id, "a functionCall's id", MAX_NAME)
+            call_id = call_id.replace(SIGNED, "") or f"call_{number}"
+            if (signature := part.get("thoughtSignature")) is not None:
+                signature = read.text(signature, "a thoughtSignature", MAX_SIGNATURE)
+                call_id = f"{call_id}{SIGNED}{signature}" if signature else call_id
             arguments = conversation.arguments_text(read.obj(function.get("args"), "a functionCall's args"))
-            call: dict[str, Any] = {"id": call_id or f"call_{number}", "type": "function",
+            call: dict[str, Any] = {"id": call_id, "type": "function",
                                     "function": {"name": name, "arguments": arguments}}
             calls.append({"index": number, **call} if self._streamed else call)
         reason = wire.finish_reason(finish)

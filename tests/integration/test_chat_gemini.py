@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
 from tests.support.chat import row as ledger_row
+from tests.support.fakes.gemini_upstream import SIGNATURE
 
 SCHEMA = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"],
           "additionalProperties": False}
@@ -218,3 +219,16 @@ def test_the_vendors_list_says_what_each_chat_parameter_gets_on_gemini(vclient):
     assert vendors["gemini"]["n"]["support"] == "native" and vendors["gemini1"]["n"]["support"] == "emulated"
     assert vendors["gemini"]["response_format"]["support"] == "native"
     assert vendors["gemini"]["parallel_tool_calls"]["support"] == "unsupported"
+
+
+def test_a_function_calls_thought_signature_goes_back_with_the_call(oai, gemini_upstream):
+    answer = oai.chat.completions.create(model="gemini/signed", messages=USER, tools=TOOLS)
+    (call,) = answer.choices[0].message.tool_calls
+    assert call.id == "call_0~" + SIGNATURE and call.function.name == "lookup"
+    messages = [*USER, answer.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "found"}]
+    gemini_upstream.clear()
+    again = oai.chat.completions.create(model="gemini/signed", messages=messages, tools=TOOLS, max_tokens=1)
+    assert again.choices[0].message.content == " w0"  # the fake found its signature (vclient checks)
+    assert gemini_upstream.requests[0]["body"]["contents"][1]["parts"] == [
+        {"functionCall": {"name": "lookup", "args": {"said": "hello there"}}, "thoughtSignature": SIGNATURE}]

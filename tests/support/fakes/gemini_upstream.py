@@ -35,7 +35,8 @@ application/json, not with `responseSchema`). Given tools, a mode other than NON
 response in the last turn, candidate i calls the allowed function, or the first, with
 {"said": <the last user turn's text>} (model `two-tools`: the first two functions) and stops;
 with responseMimeType application/json it writes `{"said": <that text>}` in three pieces (model
-`bad-json`: not JSON; `off-schema`: `{"other": 1}`).
+`bad-json`: not JSON; `off-schema`: `{"other": 1}`). Model `signed` gives its function calls a
+thoughtSignature and wants it back with each of them, as Gemini 3 does.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ _CONFIG_KEYS = {"stopSequences", "responseMimeType", "responseSchema", "response
                 "responseLogprobs", "logprobs", "enableEnhancedCivicAnswers", "speechConfig", "mediaResolution",
                 "thinkingConfig", "responseJsonSchema"}  # fmt: skip
 _MODES = {"NONE", "AUTO", "ANY", "VALIDATED"}
+SIGNATURE = "c2lnbmVkL3RoaXM+Pw=="  # what model `signed` gives its function calls
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
            500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 
@@ -74,7 +76,7 @@ class FakeGemini(Recorder):
         body = json.loads(raw)
         model, method = match["model"], match["method"]
         self.requests.append({"path": scope["path"], "query": query, "headers": headers, "body": body})
-        problems = _problems(headers, query, method, body)
+        problems = _problems(headers, query, method, body, signed=model == "signed")
         if problems:
             self.violations.extend(problems)
             await _error(send, 400, "; ".join(problems))
@@ -124,7 +126,8 @@ def function_calls(model: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     if not declared or calling.get("mode") == "NONE" or answered:
         return []
     names = calling.get("allowedFunctionNames") or declared[: 2 if model == "two-tools" else 1]
-    return [{"functionCall": {"name": name, "args": {"said": _said(body)}}} for name in names]
+    signed = {"thoughtSignature": SIGNATURE} if model == "signed" else {}
+    return [{"functionCall": {"name": name, "args": {"said": _said(body)}}, **signed} for name in names]
 
 
 def _candidate(model: str, config: dict[str, Any], i: int, body: dict[str, Any] | None = None
@@ -206,7 +209,8 @@ def _logprobs(config: dict[str, Any], i: int, tokens: list[str], first: int) -> 
     return {"topCandidates": top, "chosenCandidates": chosen}
 
 
-def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str, body: Any) -> list[str]:
+def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str, body: Any,
+              signed: bool = False) -> list[str]:
     """Where a request breaks the Gemini API's documented shape."""
     problems = []
     if not headers.get("x-goog-api-key"):
@@ -228,7 +232,8 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
             if content.get("role") not in ("user", "model") or not isinstance(parts, list) or not parts:
                 problems.append("contents[]: role (user|model) and parts")
             else:
-                problems.extend(_part_problems(i, content, contents[i + 1] if i + 1 < len(contents) else None))
+                problems.extend(_part_problems(i, content, contents[i + 1] if i + 1 < len(contents) else None,
+                                               signed))
     problems.extend(_chat_problems(body))
     config = body.get("generationConfig", {})
     if unknown := set(config) - _CONFIG_KEYS:
@@ -252,7 +257,7 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
     return problems
 
 
-def _part_problems(i: int, content: dict[str, Any], after: dict[str, Any] | None) -> list[str]:
+def _part_problems(i: int, content: dict[str, Any], after: dict[str, Any] | None, signed: bool) -> list[str]:
     problems, role = [], content["role"]
     calls = [p["functionCall"]["name"] for p in content["parts"] if isinstance(p, dict) and "functionCall" in p]
     for j, part in enumerate(content["parts"]):
@@ -264,8 +269,10 @@ def _part_problems(i: int, content: dict[str, Any], after: dict[str, Any] | None
             data = part["inlineData"]
             if set(data) != {"mimeType", "data"} or not str(data.get("mimeType")).startswith("image/"):
                 problems.append(f"{where}: inlineData has mimeType and data")
-        elif kind == {"functionCall"} and role == "model":
+        elif kind in ({"functionCall"}, {"functionCall", "thoughtSignature"}) and role == "model":
             call = part["functionCall"]
+            if signed and part.get("thoughtSignature") != SIGNATURE:
+                problems.append(f"{where}: Function call is missing a thought_signature in functionCall parts")
             if not isinstance(call.get("name"), str) or not isinstance(call.get("args", {}), dict) \
                     or set(call) - {"name", "args", "id"}:
                 problems.append(f"{where}: a functionCall has a name and object args")
