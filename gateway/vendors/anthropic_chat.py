@@ -6,11 +6,12 @@ The request:
 - system and developer messages become the top-level `system` (joined by blank lines, in their
   order; the Messages API has no system turns inside the conversation);
 - user, assistant and tool messages become turns of content blocks, consecutive turns of one
-  role merged into one (the API wants them alternating): text parts as text blocks (empty ones
-  dropped: the API refuses them), images as image blocks (a `data:` URL's base64 as a base64
-  source, an http(s) URL as a url source), an assistant's tool calls as tool_use blocks (their
-  arguments, which must be a JSON object, as the input), a tool message as a tool_result block
-  of a user turn;
+  role merged into one (the API wants them alternating), starting with the user's: text parts as
+  text blocks (those of whitespace only left out: the API refuses them), images as image blocks (a
+  `data:` URL's base64 as a base64 source, an http(s) URL as a url source), an assistant's tool
+  calls as tool_use blocks (their arguments, which must be a JSON object, as the input), a tool
+  message as a tool_result block of a user turn; a final assistant turn (a prefill the reply
+  continues) without its trailing whitespace, which the API refuses;
 - `tools` as tools with an `input_schema`, `tool_choice` as none / auto / any (`required`) /
   `{type: tool, name}`, `parallel_tool_calls: false` as `disable_parallel_tool_use`;
 - `stop` as `stop_sequences`, `temperature` ([0, 1] on this API), `top_p`, `top_k`, `user` as
