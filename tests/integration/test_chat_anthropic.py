@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
 from tests.support.chat import row as ledger_row
+from tests.support.environments import ANTHROPIC_SECRET
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 SCHEMA = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"],
@@ -253,3 +254,20 @@ def test_json_object_is_any_object_and_a_strict_schema_missed_is_the_vendors_fai
     answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/off-schema", "messages": USER,
                                                         "response_format": format_})
     assert answer.status_code == 502 and "strict json_schema" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("model", "stream", "status", "says"), [
+    ("leak-malformed", False, 502, "malformed message"),
+    ("cut-stream", True, 200, "before message_stop"),
+    ("fail-529", False, 502, "HTTP 529"),
+])
+def test_a_vendors_broken_answer_is_its_failure(vclient, model, stream, status, says):
+    answer = vclient.post("/v5/chat/completions", json={"model": f"anthropic/{model}", "messages": USER,
+                                                        "max_tokens": 3, "stream": stream})
+    assert answer.status_code == status, answer.text
+    assert says in answer.text and ANTHROPIC_SECRET not in answer.text
+
+
+def test_a_refusal_is_content_filter(oai):
+    assert oai.chat.completions.create(model="anthropic/refuse", messages=USER).choices[0].finish_reason == \
+        "content_filter"

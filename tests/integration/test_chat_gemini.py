@@ -10,6 +10,7 @@ import json
 import openai
 import pytest
 
+from tests.support.bodies import sse_events
 from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
 from tests.support.chat import row as ledger_row
 from tests.support.fakes.gemini_upstream import SIGNATURE
@@ -232,3 +233,24 @@ def test_a_function_calls_thought_signature_goes_back_with_the_call(oai, gemini_
     assert again.choices[0].message.content == " w0"  # the fake found its signature (vclient checks)
     assert gemini_upstream.requests[0]["body"]["contents"][1]["parts"] == [
         {"functionCall": {"name": "lookup", "args": {"said": "hello there"}}, "thoughtSignature": SIGNATURE}]
+
+
+def test_a_blocked_prompt_is_content_filter(oai):
+    answer = oai.chat.completions.create(model="gemini/blocked", messages=USER, n=2)
+    assert [(c.index, c.finish_reason, c.message.content) for c in answer.choices] == [
+        (0, "content_filter", ""), (1, "content_filter", "")]
+
+
+@pytest.mark.parametrize("model", ["extra-candidates", "index-beyond"])
+def test_candidates_beyond_those_asked_for_are_the_vendors_failure(vclient, model):
+    answer = vclient.post("/v5/chat/completions", json={"model": f"gemini/{model}", "messages": USER, "n": 2})
+    assert answer.status_code == 502, answer.text
+
+
+def test_a_stream_cut_before_every_candidate_finished_ends_with_an_error_event(vclient):
+    answer = vclient.post("/v5/chat/completions", json={"model": "gemini/cut-stream", "messages": USER,
+                                                        "max_tokens": 3, "stream": True})
+    assert answer.status_code == 200
+    errors = [json.loads(e["data"])["error"] for e in sse_events(answer.text)
+              if e["data"].startswith("{") and '"error"' in e["data"]]
+    assert len(errors) == 1 and "before every candidate finished" in errors[0]["message"]
