@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 import pytest
 
 from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
 from tests.support.chat import row as ledger_row
-from tests.support.environments import ANTHROPIC_SECRET
+from tests.support.environments import ANTHROPIC_SECRET, SHARED_TLS
+from tests.support.processes import wait_until
+from tests.support.provision import new_key, run_cli
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 SCHEMA = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"],
@@ -271,3 +274,26 @@ def test_a_vendors_broken_answer_is_its_failure(vclient, model, stream, status, 
 def test_a_refusal_is_content_filter(oai):
     assert oai.chat.completions.create(model="anthropic/refuse", messages=USER).choices[0].finish_reason == \
         "content_filter"
+
+
+def test_a_budget_reserves_the_conversation_of_every_call_n_makes(vendors_gateway, vclient, database,
+                                                                  anthropic_upstream):
+    """Each of n's Messages calls carries the conversation and is billed for it: the limits reserve
+    it once per call, before any vendor is asked."""
+    key, key_id, _ = new_key(database.url)
+    run_cli(database.url, "limits", "set", "--key", key_id, "--budget-tokens", "1000", "--period", "day",
+            "--models", "anthropic/*")
+
+    def chat(**body) -> httpx.Response:
+        return httpx.post(f"{vendors_gateway.url}/v5/chat/completions", headers={"x-api-key": key}, timeout=30,
+                          json={"model": "anthropic/claude-x", "max_tokens": 1} | body, verify=SHARED_TLS)
+
+    # A model of no vendor is a 404 until the limits apply, then the allow-list's 403: never served.
+    wait_until(lambda: chat(model="nowhere/x", messages=USER).status_code == 403, message="the limits applied")
+    messages = [{"role": "user", "content": " ".join(["a"] * 100)}]  # 100 tokens and more to the counter
+    refused = chat(messages=messages, n=50)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded", refused.text
+    assert anthropic_upstream.requests == []
+    served = chat(messages=messages, n=5)
+    assert served.status_code == 200, served.text  # 5 x ~100 + 5 fits
+    assert len(anthropic_upstream.requests) == 5
