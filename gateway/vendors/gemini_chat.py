@@ -20,7 +20,8 @@ The request:
 - `n` as `candidateCount` (up to `max_candidates` per call; the planner fans more out), `stop` as
   `stopSequences`, `max_completion_tokens` (else `max_tokens`) as `maxOutputTokens`,
   `temperature`, `top_p`, `top_k`, `seed` (wrapped into int32), penalties, and `logprobs` /
-  `top_logprobs` as `responseLogprobs` / `logprobs`.
+  `top_logprobs` as `responseLogprobs` / `logprobs`, `reasoning_effort` none / low / medium / high
+  as a `thinkingConfig.thinkingBudget` of 0 / 1024 / 8192 / 24576 tokens (Google's own mapping).
 
 The answer: a candidate's text parts (not its thoughts) are the content, its `functionCall` parts
 tool calls (`args` as JSON arguments; the call's `id` when Gemini gives one, else `call_<k>`, with
@@ -56,10 +57,12 @@ _REFUSED = {
     "function_call": "the deprecated functions are not mapped: use `tool_choice`",
     "metadata": "generateContent has no request tags",
     "store": "Gemini stores no completions to retrieve later",
-    "reasoning_effort": "thinking budgets (thinkingConfig) are not mapped",
     "x-openai-api-key": CALLER_KEY,
 }
 _MODES = {"none": "NONE", "auto": "AUTO", "required": "ANY"}
+# reasoning_effort as a thinking budget, as Google maps it for its own OpenAI-compatible endpoint
+# (none: no thinking, which only some models allow); the other efforts have no documented budget.
+THINKING_BUDGETS = {"none": 0, "low": 1024, "medium": 8192, "high": 24576}
 # Gemini 3 gives a function call a thoughtSignature it must get back with the call in later turns;
 # OpenAI's shape has no place for it but the call's id, which clients send back as they got it:
 # "<id>~<signature>" ("~" is in no base64 alphabet). A longer signature is a malformed answer.
@@ -94,6 +97,10 @@ def refused(call: ChatCall) -> tuple[str, str] | None:
             return "answers no tool call of an earlier assistant message (Gemini names the function a result is for)"
         return None
 
+    effort = call.parameters.get("reasoning_effort")
+    if effort is not None and effort not in THINKING_BUDGETS:
+        return "reasoning_effort", (f"Gemini's thinking budgets are documented for {', '.join(THINKING_BUDGETS)} "
+                                    f"only, not {effort}")
     return conversation.refused(call.messages, "generateContent", _image_problem, unanswerable)
 
 
@@ -133,6 +140,8 @@ def chat_payload(call: ChatCall) -> dict[str, Any]:
         config["responseMimeType"] = "application/json"
         if format_["type"] == "json_schema" and "schema" in format_["json_schema"]:
             config["responseJsonSchema"] = format_["json_schema"]["schema"]
+    if given.get("reasoning_effort") is not None:
+        config["thinkingConfig"] = {"thinkingBudget": THINKING_BUDGETS[given["reasoning_effort"]]}
     if config:
         payload["generationConfig"] = config
     tools = given.get("tools")

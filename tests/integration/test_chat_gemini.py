@@ -180,6 +180,13 @@ def test_json_that_does_not_parse_or_match_is_the_vendors_failure(vclient, model
     assert "JSON" in answer.json()["error"]["message"]
 
 
+def test_reasoning_effort_is_a_thinking_budget(oai, gemini_upstream):
+    answer = oai.chat.completions.create(model="gemini/thinking", messages=USER, max_tokens=2,
+                                         reasoning_effort="low")
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 5
+    assert _sent(gemini_upstream)["body"]["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 1024}
+
+
 def test_logprobs_come_in_the_chat_shape(oai, gemini_upstream):
     answer = oai.chat.completions.create(model="gemini/gem-x", messages=USER, max_tokens=2, logprobs=True,
                                          top_logprobs=2)
@@ -194,6 +201,7 @@ def test_logprobs_come_in_the_chat_shape(oai, gemini_upstream):
     ({"parallel_tool_calls": False, "tools": TOOLS}, "parallel_tool_calls"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
     ({"metadata": {"a": "b"}}, "metadata"),
+    ({"reasoning_effort": "xhigh"}, "reasoning_effort"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]}]},
      "messages"),
     ({"messages": [{"role": "user", "content": "hi", "name": "ann"}]}, "messages"),

@@ -114,3 +114,16 @@ def test_a_malformed_function_call_is_the_vendors_failure():
     with pytest.raises(read.Malformed, match="MALFORMED_FUNCTION_CALL"):
         reader.read({"candidates": [{"index": 0, "finishReason": "MALFORMED_FUNCTION_CALL",
                                      "content": {"parts": [{"text": ""}]}}]})
+
+
+@pytest.mark.parametrize(("effort", "budget"), [("none", 0), ("low", 1024), ("medium", 8192), ("high", 24576)])
+def test_reasoning_effort_is_a_thinking_budget(effort, budget):
+    assert gemini_chat.chat_payload(call(reasoning_effort=effort))["generationConfig"] == {
+        "thinkingConfig": {"thinkingBudget": budget}}
+    assert gemini_chat.refused(call(reasoning_effort=effort)) is None
+
+
+@pytest.mark.parametrize("effort", ["minimal", "xhigh"])
+def test_an_effort_without_a_documented_budget_is_refused(effort):
+    param, why = gemini_chat.refused(call(reasoning_effort=effort))
+    assert param == "reasoning_effort" and effort in why

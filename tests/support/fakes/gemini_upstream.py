@@ -317,6 +317,11 @@ def _chat_problems(body: dict[str, Any]) -> list[str]:
         if allowed is not None and (calling.get("mode") != "ANY" or not set(allowed) <= set(declared)):
             problems.append("allowedFunctionNames: with mode ANY, naming declared functions")
     config = body.get("generationConfig", {})
+    thinking = config.get("thinkingConfig", {})
+    if set(thinking) - {"thinkingBudget", "thinkingLevel", "includeThoughts"} or \
+            {"thinkingBudget", "thinkingLevel"} <= set(thinking) or \
+            not isinstance(thinking.get("thinkingBudget", 0), int) or thinking.get("thinkingBudget", 0) < -1:
+        problems.append("thinkingConfig: thinkingBudget (an integer from -1) or thinkingLevel, not both")
     if "responseJsonSchema" in config and (config.get("responseMimeType") != "application/json"
                                           or "responseSchema" in config):
         problems.append("responseJsonSchema: needs responseMimeType application/json, and no responseSchema")
