@@ -46,6 +46,7 @@ from gateway.vendors import untrusted as read
 from gateway.vendors.gemini_wire import GeminiOptions
 from gateway.vendors.openai_chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
+_FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name
 _DATA_URL = re.compile(r"^data:(?P<type>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
 _REFUSED = {
     "audio": "the gateway maps Gemini's text answers only",
@@ -97,6 +98,9 @@ def refused(call: ChatCall) -> tuple[str, str] | None:
             return "answers no tool call of an earlier assistant message (Gemini names the function a result is for)"
         return None
 
+    for tool in call.parameters.get("tools") or ():
+        if not _FUNCTION_NAME.match(tool["function"]["name"]):
+            return "tools", f"Gemini's function names start with a letter or an underscore: {tool['function']['name']}"
     effort = call.parameters.get("reasoning_effort")
     if effort is not None and effort not in THINKING_BUDGETS:
         return "reasoning_effort", (f"Gemini's thinking budgets are documented for {', '.join(THINKING_BUDGETS)} "

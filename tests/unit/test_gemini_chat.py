@@ -127,3 +127,9 @@ def test_reasoning_effort_is_a_thinking_budget(effort, budget):
 def test_an_effort_without_a_documented_budget_is_refused(effort):
     param, why = gemini_chat.refused(call(reasoning_effort=effort))
     assert param == "reasoning_effort" and effort in why
+
+
+def test_a_function_name_gemini_cannot_declare_is_refused():
+    tool = {"type": "function", "function": {"name": "1st"}}
+    assert gemini_chat.refused(call(tools=[tool]))[0] == "tools"
+    assert gemini_chat.refused(call(tools=[TOOL])) is None

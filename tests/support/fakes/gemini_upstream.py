@@ -304,7 +304,7 @@ def _chat_problems(body: dict[str, Any]) -> list[str]:
             problems.append("tools[]: functionDeclarations only")
             continue
         for declaration in tool["functionDeclarations"]:
-            if not isinstance(declaration.get("name"), str) or \
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$", str(declaration.get("name"))) or \
                     set(declaration) - {"name", "description", "parameters", "parametersJsonSchema"} or \
                     {"parameters", "parametersJsonSchema"} <= set(declaration):
                 problems.append("functionDeclarations[]: a name, a description, parameters or parametersJsonSchema")
