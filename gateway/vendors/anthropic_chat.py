@@ -20,8 +20,9 @@ The request:
 `response_format` json_object / json_schema is asked the way Anthropic documents JSON output: as
 the one tool the model must call (`tool_choice: {type: tool}`), whose `input_schema` is the
 schema (an object; json_object: any object); its input is the answer's content, and a forced call
-has no text besides. `n` is fanned out by the planner (one call per choice). What the API lacks is
-refused by name (`CHAT`): a participant's `name`, the deprecated functions, log probabilities,
+has no text besides. The deprecated functions are tools of one call at a time
+(vendors/conversation.py `with_tools`). `n` is fanned out by the planner (one call per choice). What the API lacks is
+refused by name (`CHAT`): a participant's `name`, log probabilities,
 penalties, seeds, audio, predicted outputs, stored completions; JSON output together with tools.
 
 The answer: text blocks are the content, tool_use blocks the tool calls (input as JSON
@@ -65,8 +66,6 @@ _REFUSED = {
     "logprobs": "the Messages API returns no token log probabilities",
     "top_logprobs": "the Messages API returns no token log probabilities",
     "seed": "the Messages API has no sampling seed",
-    "functions": "the deprecated functions are not mapped: give the same definitions as `tools`",
-    "function_call": "the deprecated functions are not mapped: use `tool_choice`",
     "metadata": "the Messages API's metadata takes only a user id (given by `user`), not tags",
     "store": "Anthropic stores no completions to retrieve later",
     "reasoning_effort": "extended thinking (a token budget, not an effort level) is not mapped",
@@ -339,11 +338,13 @@ class AnthropicChat:
     name: str
 
     def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
-        return refused(call)
+        return refused(conversation.with_tools(call))
 
     async def chat_complete(self, call: ChatCall) -> Result:
-        return await self._post_json(MESSAGES, chat_payload(call), call.served_by,  # type: ignore[attr-defined]
-                                     lambda data: self._chat_message(data, json_tool(call)))
+        asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
+        result = await self._post_json(MESSAGES, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+                                       lambda data: self._chat_message(data, json_tool(asked)))
+        return result if asked is call else conversation.function_call_result(self.name, result)
 
     def _chat_message(self, data: Any, json_answer: str | None) -> Result:
         try:
@@ -353,5 +354,7 @@ class AnthropicChat:
                                vendor=self.name) from None
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
-        return self._sse_chunks(MESSAGES, chat_payload(call), call.served_by,  # type: ignore[attr-defined]
-                                lambda: wire.MessageStream(self._config, ChatEvents(json_tool(call))))  # type: ignore[attr-defined]
+        asked = conversation.with_tools(call)
+        chunks = self._sse_chunks(MESSAGES, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+                                  lambda: wire.MessageStream(self._config, ChatEvents(json_tool(asked))))  # type: ignore[attr-defined]
+        return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)

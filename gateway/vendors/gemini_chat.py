@@ -54,8 +54,6 @@ _REFUSED = {
     "prediction": "generateContent has no predicted outputs",
     "logit_bias": "generateContent has no token biasing",
     "parallel_tool_calls": "generateContent has no switch for parallel function calls",
-    "functions": "the deprecated functions are not mapped: give the same definitions as `tools`",
-    "function_call": "the deprecated functions are not mapped: use `tool_choice`",
     "metadata": "generateContent has no request tags",
     "store": "Gemini stores no completions to retrieve later",
     "x-openai-api-key": CALLER_KEY,
@@ -260,16 +258,20 @@ class GeminiChat:
     name: str
 
     def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
-        return refused(call)
+        return refused(conversation.with_tools(call))
 
     async def chat_complete(self, call: ChatCall) -> Result:
-        return await self._post_json(wire.url(call.model, "generateContent"), chat_payload(call),  # type: ignore[attr-defined]
-                                     call.served_by, lambda data: self._chat_answer(data, call))
+        asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
+        result = await self._post_json(wire.url(call.model, "generateContent"), chat_payload(asked),  # type: ignore[attr-defined]
+                                       call.served_by, lambda data: self._chat_answer(data, asked))
+        return result if asked is call else conversation.function_call_result(self.name, result)
 
     def _chat_answer(self, data: Any, call: ChatCall) -> Result:
         return wire.answer(self.name, ChatReader(call, streamed=False), data)
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+        asked = conversation.with_tools(call)
         url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
-        return self._sse_chunks(url, chat_payload(call), call.served_by,  # type: ignore[attr-defined]
-                                lambda: wire.Stream(self.name, ChatReader(call, streamed=True)))
+        chunks = self._sse_chunks(url, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+                                  lambda: wire.Stream(self.name, ChatReader(asked, streamed=True)))
+        return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)

@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.bodies import chunks_of
 from tests.support.chat import TOOLS, USER, assert_failure_unbilled, assert_refused, per_choice
 from tests.support.chat import row as ledger_row
 from tests.support.environments import ANTHROPIC_SECRET, SHARED_TLS
@@ -297,3 +298,25 @@ def test_a_budget_reserves_the_conversation_of_every_call_n_makes(vendors_gatewa
     served = chat(messages=messages, n=5)
     assert served.status_code == 200, served.text  # 5 x ~100 + 5 fits
     assert len(anthropic_upstream.requests) == 5
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_deprecated_functions_are_tools_of_one_call(vclient, anthropic_upstream, stream):
+    functions = [tool["function"] for tool in TOOLS]
+    answer = vclient.post("/v5/chat/completions", json={"model": "anthropic/two-tools", "messages": USER,
+                                                        "functions": functions, "stream": stream})
+    assert answer.status_code == 200, answer.text
+    if stream:
+        pieces = [c for chunk in chunks_of(answer.text) for c in chunk["choices"]]
+        calls = [p["delta"]["function_call"] for p in pieces if p["delta"].get("function_call")]
+        call = {"name": calls[0]["name"], "arguments": "".join(c.get("arguments", "") for c in calls)}
+        finish = [p["finish_reason"] for p in pieces if p["finish_reason"]]
+    else:
+        (choice,) = answer.json()["choices"]
+        call, finish = choice["message"]["function_call"], [choice["finish_reason"]]
+        assert "tool_calls" not in choice["message"]
+    assert call["name"] == "lookup" and json.loads(call["arguments"]) == {"said": "hello there"}
+    assert finish == ["function_call"]
+    sent = anthropic_upstream.requests[0]["body"]
+    assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}  # one call at a time
+    assert [t["name"] for t in sent["tools"]] == ["lookup", "fetch"]

@@ -262,3 +262,25 @@ def test_a_stream_cut_before_every_candidate_finished_ends_with_an_error_event(v
     errors = [json.loads(e["data"])["error"] for e in sse_events(answer.text)
               if e["data"].startswith("{") and '"error"' in e["data"]]
     assert len(errors) == 1 and "before every candidate finished" in errors[0]["message"]
+
+
+def test_a_deprecated_function_conversation_is_function_parts(oai, gemini_upstream):
+    messages = [*USER, {"role": "assistant", "content": None,
+                        "function_call": {"name": "fetch", "arguments": '{"said": "x"}'}},
+                {"role": "function", "name": "fetch", "content": "fetched"}]
+    functions = [tool["function"] for tool in TOOLS]
+    answer = oai.chat.completions.create(model="gemini/gem-x", messages=messages, functions=functions,
+                                         function_call={"name": "lookup"}, max_tokens=1)
+    assert answer.choices[0].message.content == " w0"  # the function answered: the model speaks
+    body = _sent(gemini_upstream)["body"]
+    assert body["contents"][1:] == [
+        {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {"said": "x"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "fetch", "response": {"content": "fetched"}}}]}]
+    assert body["toolConfig"] == {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["lookup"]}}
+
+
+def test_several_calls_to_the_deprecated_functions_are_the_vendors_failure(vclient):
+    functions = [tool["function"] for tool in TOOLS]
+    answer = vclient.post("/v5/chat/completions", json={"model": "gemini/two-tools", "messages": USER,
+                                                        "functions": functions})
+    assert answer.status_code == 502 and "function_call cannot carry" in answer.json()["error"]["message"]

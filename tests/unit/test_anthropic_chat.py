@@ -57,7 +57,7 @@ def test_empty_messages_are_dropped_before_turns_merge():
 
 @pytest.mark.parametrize(("message", "why"), [
     ({"role": "user", "content": "x", "name": "ann"}, "participant names"),
-    ({"role": "function", "name": "f", "content": "x"}, "function messages"),
+    ({"role": "function", "name": "f", "content": "x"}, "a function message answering no earlier function_call"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,AAAA"}}]},
      "image/bmp"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]},
