@@ -65,6 +65,8 @@ PARAMETERS = st.fixed_dictionaries({}, optional={
     "tools": st.just(TOOLS), "tool_choice": st.sampled_from(["none", "auto", "required", {
         "type": "function", "function": {"name": "fetch"}}]),
     "parallel_tool_calls": st.booleans(),
+    "functions": st.just([tool["function"] for tool in TOOLS]),
+    "function_call": st.sampled_from(["none", "auto", {"name": "lookup"}]),
     "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}]),
 })
 
@@ -81,6 +83,11 @@ def test_a_valid_conversation_is_served_or_refused_by_name(vendors_gateway, data
         def served_or_refused(messages, parameters):
             if parameters.get("tool_choice") not in (None, "none") and "tools" not in parameters:
                 parameters["tools"] = TOOLS
+            if "tools" in parameters:  # the deprecated functions only without tools (planner/chat_rules.py)
+                parameters.pop("functions", None)
+                parameters.pop("function_call", None)
+            elif parameters.get("function_call") not in (None, "none"):
+                parameters["functions"] = [tool["function"] for tool in TOOLS]
             fake = fakes[vendor]
             fake.clear()
             answer = client.post("/v5/chat/completions", json={"model": f"{vendor}/m", "messages": messages,
