@@ -103,7 +103,12 @@ def refused(call: ChatCall) -> tuple[str, str] | None:
     if effort is not None and effort not in THINKING_BUDGETS:
         return "reasoning_effort", (f"Gemini's thinking budgets are documented for {', '.join(THINKING_BUDGETS)} "
                                     f"only, not {effort}")
-    return conversation.refused(call.messages, "generateContent", _image_problem, unanswerable)
+    if (found := conversation.refused(call.messages, "generateContent", _image_problem, unanswerable)) is not None:
+        return found
+    names: dict[str, str] = {}
+    if not conversation.system_and_turns(call.messages, lambda message: _parts(message, names), "model", "parts")[1]:
+        return "messages", "only system messages, or empty ones: generateContent needs contents to answer"
+    return None
 
 
 def _image_problem(url: str) -> str | None:

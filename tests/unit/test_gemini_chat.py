@@ -69,6 +69,7 @@ def test_a_tool_result_is_named_after_the_call_it_answers():
     ([{"role": "tool", "tool_call_id": "a", "content": "x"}], "answers no tool call"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}], "inline"),
     ([{"role": "user", "content": "x", "name": "ann"}], "participant names"),
+    ([{"role": "system", "content": "s"}, {"role": "user", "content": ""}], "needs contents"),
 ])
 def test_what_generate_content_cannot_take_is_refused(messages, why):
     param, reason = gemini_chat.refused(call(messages))
