@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.core.chat import ChatChoice, prompt_text
+from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
 from gateway.http import limiting
@@ -19,8 +19,6 @@ from gateway.http.serving import serve
 from gateway.planner import chat_rules
 from gateway.planner.chat_plan import ChatPlan, plan_chat
 from generated.models import ChatCompletionRequest
-
-CHAT_DEFAULT_MAX_TOKENS = 4096  # what the limits count a choice for when the request sets no maximum
 
 
 async def create(request: HandlerRequest) -> Response:
@@ -33,7 +31,8 @@ async def create(request: HandlerRequest) -> Response:
     life = Lifecycle(request, request_id, account, demand(body))
 
     def plan_for(model: str) -> ChatPlan:
-        return plan_chat(body if model == body["model"] else body | {"model": model}, services.registry)
+        return plan_chat(body if model == body["model"] else body | {"model": model}, services.registry,
+                         services.settings.max_vendor_calls)
 
     return await serve(request, life, body["model"], plan_for, _Chat(request_id, int(time.time()), services.redact))
 
@@ -42,7 +41,7 @@ def demand(body: dict[str, Any]) -> limiting.Demand:
     """What a chat request can cost at most: the conversation once per choice (the embedded model
     makes a call per choice; a vendor that bills it once costs less), counted as the ledger counts
     (limiting.Demand), plus the most tokens every choice may generate."""
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or CHAT_DEFAULT_MAX_TOKENS
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     choices = body.get("n") or 1
     return limiting.Demand(body["model"], [prompt_text(body["messages"])] * choices, max_tokens * choices,
                            bool(body.get("stream")), body.get("user"), endpoint="chat")
@@ -57,7 +56,7 @@ class _Chat:
         self._redact = redact
 
     def vendor_calls(self, plan: ChatPlan) -> int:
-        return 1
+        return plan.vendor_calls
 
     def echoed(self, plan: ChatPlan) -> Callable[[int], str]:
         return no_echo

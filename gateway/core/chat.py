@@ -15,6 +15,10 @@ from typing import Any
 
 from gateway.core.completion import Choice
 
+# The most tokens a choice may generate when a chat request sets no maximum: what the limits
+# reserve for it, and what a vendor that needs a maximum (Anthropic's Messages API) is sent.
+DEFAULT_MAX_TOKENS = 4096
+
 
 @dataclass(slots=True)
 class ChatCall:

@@ -43,7 +43,7 @@ EMULATABLE = frozenset({"prompt", "n", "echo", "stop", "best_of", "user"})
 # POST /v5/chat/completions: its parameters (`messages` among them: a vendor that serves no chat
 # declares it unsupported), and what the gateway emulates of them (planner/chat_plan.py).
 CHAT_PARAMETERS: tuple[str, ...] = request_parameters(ChatCompletionRequest)
-CHAT_EMULATABLE = frozenset({"user"})
+CHAT_EMULATABLE = frozenset({"user", "n"})
 # Parameters whose support may be limited per vendor call: list prompts, choices, stop sequences.
 PER_CALL = frozenset({"prompt", "n", "stop"})
 

@@ -81,6 +81,16 @@ class CountsTokens(Protocol):
 
 
 @runtime_checkable
+class RefusesValues(Protocol):
+    """Optional for an adapter: what of a chat call its vendor cannot be given although its chat
+    record (per parameter) takes the parameter: an image it cannot read, a participant's name...
+    (the parameter, why): the planner answers a 400 naming them before any vendor call; None when
+    it can take everything. Anthropic's and Gemini's chat (vendors/conversation.py)."""
+
+    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None: ...
+
+
+@runtime_checkable
 class Balanced(Protocol):
     """Optional for an adapter: it serves from deployments, one picked per try by its `balancer`
     (vendors/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""

@@ -9,8 +9,17 @@ bite gateways: the first message must be the user's, text content must not be em
 assistant (prefill) message must not end in whitespace. A request that breaks one is answered
 400 invalid_request_error, as Anthropic would, and listed in `violations`.
 
-The "model" writes tokens " w0", " w1", ... up to max_tokens, cut at the first stop sequence. The
-model name selects faults:
+Chat requests bring the rest of the shape, checked too: `system` (a string or text blocks), content
+as blocks (text, image with a base64 or url source, tool_use in assistant turns, tool_result in
+user turns, first in the turn, each answering a tool_use of the turn before, and every tool_use
+answered), `tools` (a name and an object `input_schema`), `tool_choice` (auto, any, none, or a
+tool of `tools`, with `disable_parallel_tool_use`) and `top_k`.
+
+The "model" writes tokens " w0", " w1", ... up to max_tokens, cut at the first stop sequence. Given
+tools (and tool_choice not none) and no tool result in the last turn, it says "Let me look." (not
+when the call is forced: tool_choice any or tool) and calls the named tool, or the first, with
+{"said": <the last user turn's text>} instead; streamed,
+the tool_use block's input comes in two input_json_delta fragments. The model name selects faults:
   fail-<status>[-<s>]  that HTTP status with Anthropic's error body (quoting the x-api-key
                   header), with Retry-After: <s> when given
   refuse          stops with stop_reason "refusal" after one token
@@ -19,18 +28,23 @@ model name selects faults:
   leak-stream-error  the same, its message quoting the x-api-key header
   leak-malformed  a message whose content is the x-api-key header (a string, not blocks)
   cut-stream      streams one delta, then closes without message_stop
+  two-tools       calls two tools (the first two of `tools`) when it calls one, unless parallel use is off
+  off-schema      calls a tool with {"other": 1}
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tests.support.fakes.asgi import Recorder, end_events, read_request, send_event, send_json, start_events
 
 VERSION = "2023-06-01"
 _KEYS = {"model", "max_tokens", "messages", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream",
-         "system"}  # fmt: skip
+         "system", "tools", "tool_choice"}  # fmt: skip
+_IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}  # fmt: skip
 
@@ -57,10 +71,14 @@ class FakeAnthropic(Recorder):
             extra = [(b"retry-after", retry_after[0].encode())] if retry_after else []
             await _error(send, status, f"fake failure; key used: {headers.get('x-api-key')}", extra)
             return
-        tokens, stop_reason, stop_sequence = generate(body)
-        usage = _usage(body, len(tokens))
+        calls = tool_calls(body)
+        # A forced call (tool_choice any or tool) comes without text, as Anthropic documents.
+        forced = (body.get("tool_choice") or {}).get("type") in ("any", "tool")
+        tokens, stop_reason, stop_sequence = ([] if forced else ["Let me look."], "tool_use", None) if calls \
+            else generate(body)
+        usage = _usage(body, len(tokens) + 5 * len(calls))
         if not body.get("stream"):
-            content = [{"type": "text", "text": "".join(tokens)}]
+            content = [*([{"type": "text", "text": "".join(tokens)}] if tokens or not calls else []), *calls]
             await send_json(send, 200, {
                 "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
                 "content": f"x-api-key: {headers['x-api-key']}" if model == "leak-malformed" else content,
@@ -71,7 +89,10 @@ class FakeAnthropic(Recorder):
         start = {"id": "msg_fake", "type": "message", "role": "assistant", "content": [], "model": model,
                  "stop_reason": None, "stop_sequence": None, "usage": usage | {"output_tokens": 1}}
         await _event(send, {"type": "message_start", "message": start})
-        await _event(send, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        text_block = bool(tokens or not calls)  # a forced call's message starts with the tool_use block
+        if text_block:
+            await _event(send, {"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "text", "text": ""}})
         await _event(send, {"type": "ping"})
         for i, token in enumerate(tokens):
             await _event(send, {"type": "content_block_delta", "index": 0,
@@ -84,7 +105,15 @@ class FakeAnthropic(Recorder):
             if i == 0 and model == "cut-stream":
                 await end_events(send)
                 return
-        await _event(send, {"type": "content_block_stop", "index": 0})
+        if text_block:
+            await _event(send, {"type": "content_block_stop", "index": 0})
+        for index, call in enumerate(calls, start=int(text_block)):
+            await _event(send, {"type": "content_block_start", "index": index, "content_block": call | {"input": {}}})
+            arguments = json.dumps(call["input"])
+            for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                await _event(send, {"type": "content_block_delta", "index": index,
+                                    "delta": {"type": "input_json_delta", "partial_json": piece}})
+            await _event(send, {"type": "content_block_stop", "index": index})
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
         await _event(send, {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}})
         await _event(send, {"type": "message_stop"})
@@ -107,8 +136,30 @@ def generate(body: dict[str, Any]) -> tuple[list[str], str, str | None]:
     return tokens, "max_tokens", None
 
 
+def tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool_use blocks the model answers with ([] for a text answer)."""
+    tools, choice = body.get("tools") or [], body.get("tool_choice") or {"type": "auto"}
+    last = body["messages"][-1]
+    answered = isinstance(last["content"], list) and any(b["type"] == "tool_result" for b in last["content"])
+    if not tools or choice["type"] == "none" or answered:
+        return []
+    names = [choice["name"]] if choice["type"] == "tool" else [tool["name"] for tool in tools][:1]
+    if body["model"] == "two-tools" and choice["type"] != "tool" and not choice.get("disable_parallel_tool_use"):
+        names = [tool["name"] for tool in tools][:2]
+    said = _text(next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user"))
+    given = {"other": 1} if body["model"] == "off-schema" else {"said": said}
+    return [{"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": given} for i, name in enumerate(names)]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return " ".join(block["text"] for block in content if block["type"] == "text")
+
+
 def _usage(body: dict[str, Any], output: int) -> dict[str, Any]:
-    words = sum(len(m["content"].split()) for m in body["messages"])
+    system = body.get("system", "")
+    words = sum(len(_text(m["content"]).split()) for m in body["messages"]) + len(_text(system).split())
     usage = {"input_tokens": words, "output_tokens": output, "cache_creation_input_tokens": 0,
              "cache_read_input_tokens": 0}  # fmt: skip
     if body["model"] == "cached":
@@ -139,9 +190,12 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
     for i, message in enumerate(messages):
         if set(message) != {"role", "content"} or message["role"] not in ("user", "assistant"):
             problems.append(f"messages.{i}: role (user|assistant) and content only")
+        elif isinstance(message["content"], list):
+            problems.extend(_block_problems(i, message, messages[i - 1] if i else None,
+                                            messages[i + 1] if i + 1 < len(messages) else None))
         elif not isinstance(message["content"], str) or not message["content"]:
             problems.append(f"messages.{i}: text content blocks must be non-empty")
-        elif i and message["role"] == messages[i - 1]["role"]:
+        if i and message.get("role") == messages[i - 1].get("role"):
             problems.append(f"messages.{i}: roles must alternate")
     last = messages[-1].get("content")
     if messages[-1].get("role") == "assistant" and isinstance(last, str) and last != last.rstrip():
@@ -156,6 +210,89 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
         problems.append("metadata: only user_id")
     if "stream" in body and not isinstance(body["stream"], bool):
         problems.append("stream must be a boolean")
+    if "top_k" in body and not (isinstance(body["top_k"], int) and body["top_k"] >= 1):
+        problems.append("top_k: an integer from 1")
+    system = body.get("system", "")
+    if not (isinstance(system, str) and (system.strip() or "system" not in body)) and not (
+            isinstance(system, list) and all(isinstance(b, dict) and b.get("type") == "text"
+                                             and isinstance(b.get("text"), str) and b["text"].strip() for b in system)):
+        problems.append("system: a string or text blocks, of non-whitespace text")
+    return problems + _tool_problems(body)
+
+
+def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | None,
+                    after: dict[str, Any] | None) -> list[str]:
+    """Where a turn's content blocks break the shape (and tool uses and results do not pair up)."""
+    problems, blocks, role = [], message["content"], message["role"]
+    if not blocks:
+        return [f"messages.{i}: content must not be empty"]
+    uses_before = {b.get("id") for b in before["content"] if b.get("type") == "tool_use"} \
+        if before and isinstance(before["content"], list) else set()
+    results_after = {b.get("tool_use_id") for b in after["content"] if b.get("type") == "tool_result"} \
+        if after and isinstance(after["content"], list) else set()
+    seen_other = False
+    for j, block in enumerate(blocks):
+        where, kind = f"messages.{i}.content.{j}", block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            if not isinstance(block.get("text"), str) or not block["text"].strip() or set(block) != {"type", "text"}:
+                problems.append(f"{where}: text content blocks must contain non-whitespace text")
+            elif after is None and role == "assistant" and j == len(blocks) - 1 \
+                    and block["text"] != block["text"].rstrip():
+                problems.append("messages: final assistant content cannot end with trailing whitespace")
+        elif kind == "image" and role == "user":
+            source = block.get("source") or {}
+            if source.get("type") == "base64":
+                if source.get("media_type") not in _IMAGE_TYPES or not isinstance(source.get("data"), str) \
+                        or set(source) != {"type", "media_type", "data"}:
+                    problems.append(f"{where}: a base64 image source needs a supported media_type and data")
+            elif source.get("type") != "url" or not str(source.get("url", "")).startswith(("http://", "https://")) \
+                    or set(source) != {"type", "url"}:
+                problems.append(f"{where}: an image source is base64 or url")
+        elif kind == "tool_use" and role == "assistant":
+            if not block.get("id") or not _TOOL_NAME.match(str(block.get("name"))) \
+                    or not isinstance(block.get("input"), dict) or set(block) != {"type", "id", "name", "input"}:
+                problems.append(f"{where}: a tool_use needs an id, a name and an object input")
+            elif block["id"] not in results_after:
+                problems.append(f"{where}: tool_use ids were found without tool_result blocks immediately after")
+        elif kind == "tool_result" and role == "user":
+            if seen_other:
+                problems.append(f"{where}: tool_result blocks must come first in the user turn")
+            if block.get("tool_use_id") not in uses_before:
+                problems.append(f"{where}: unexpected tool_use_id in tool_result blocks")
+            if set(block) - {"type", "tool_use_id", "content", "is_error"} or \
+                    not isinstance(block.get("content", "x"), str | list) or block.get("content", "x") == "" \
+                    or (isinstance(block.get("content"), str) and not block["content"].strip()):
+                problems.append(f"{where}: a tool_result has tool_use_id and content")
+            continue
+        else:
+            problems.append(f"{where}: no {kind} block in a {role} turn")
+        seen_other = True
+    return problems
+
+
+def _tool_problems(body: dict[str, Any]) -> list[str]:
+    problems, tools = [], body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            return ["tools: a non-empty list"]
+        for k, tool in enumerate(tools):
+            schema = tool.get("input_schema") if isinstance(tool, dict) else None
+            if not _TOOL_NAME.match(str(tool.get("name"))) or not isinstance(schema, dict) \
+                    or schema.get("type") != "object" or set(tool) - {"name", "description", "input_schema"}:
+                problems.append(f"tools.{k}: a name and an input_schema of type object")
+    choice = body.get("tool_choice")
+    if choice is not None:
+        names = [tool.get("name") for tool in tools or ()]
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind not in ("auto", "any", "none", "tool") or not tools:
+            problems.append("tool_choice: auto, any, none or tool, with tools")
+        elif kind == "tool" and choice.get("name") not in names:
+            problems.append("tool_choice.name: names no tool")
+        allowed = {"type", "disable_parallel_tool_use"} | ({"name"} if kind == "tool" else set())
+        if kind == "none":
+            allowed = {"type"}
+        if set(choice) - allowed or not isinstance(choice.get("disable_parallel_tool_use", False), bool):
+            problems.append("tool_choice: unknown fields")
     return problems
 
 

@@ -25,6 +25,18 @@ candidate 2 is best, then 0 and 3, then 1. The model name selects the rest:
   cut-stream      streams the first token, then closes without a finishReason
   extra-candidates  one candidate more than candidateCount (streamed: from the second event on)
   index-beyond    a candidate whose index is candidateCount (streamed: from the second event on)
+
+Chat requests bring the rest of the shape, checked too: `systemInstruction`, parts of text,
+inlineData, functionCall (model turns) and functionResponse (user turns, as many as the model turn
+before called, naming those functions), `tools` of functionDeclarations (with `parameters` or
+`parametersJsonSchema`), `toolConfig.functionCallingConfig` (mode, allowedFunctionNames with ANY
+only, naming declared functions), and `responseJsonSchema` (with `responseMimeType`
+application/json, not with `responseSchema`). Given tools, a mode other than NONE and no function
+response in the last turn, candidate i calls the allowed function, or the first, with
+{"said": <the last user turn's text>} (model `two-tools`: the first two functions) and stops;
+with responseMimeType application/json it writes `{"said": <that text>}` in three pieces (model
+`bad-json`: not JSON; `off-schema`: `{"other": 1}`). Model `signed` gives its function calls a
+thoughtSignature and wants it back with each of them, as Gemini 3 does.
 """
 
 from __future__ import annotations
@@ -43,7 +55,9 @@ _REQUEST_KEYS = {"contents", "generationConfig", "safetySettings", "systemInstru
 _CONFIG_KEYS = {"stopSequences", "responseMimeType", "responseSchema", "responseModalities", "candidateCount",
                 "maxOutputTokens", "temperature", "topP", "topK", "seed", "presencePenalty", "frequencyPenalty",
                 "responseLogprobs", "logprobs", "enableEnhancedCivicAnswers", "speechConfig", "mediaResolution",
-                "thinkingConfig"}  # fmt: skip
+                "thinkingConfig", "responseJsonSchema"}  # fmt: skip
+_MODES = {"NONE", "AUTO", "ANY", "VALIDATED"}
+SIGNATURE = "c2lnbmVkL3RoaXM+Pw=="  # what model `signed` gives its function calls
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
            500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 
@@ -62,7 +76,7 @@ class FakeGemini(Recorder):
         body = json.loads(raw)
         model, method = match["model"], match["method"]
         self.requests.append({"path": scope["path"], "query": query, "headers": headers, "body": body})
-        problems = _problems(headers, query, method, body)
+        problems = _problems(headers, query, method, body, signed=model == "signed")
         if problems:
             self.violations.extend(problems)
             await _error(send, 400, "; ".join(problems))
@@ -80,23 +94,51 @@ class FakeGemini(Recorder):
             }})  # fmt: skip
             return
         config = body.get("generationConfig", {})
-        candidates = [_candidate(model, config, i) for i in range(config.get("candidateCount", 1))]
-        prompt_words = sum(len(p["text"].split()) for c in body["contents"] for p in c["parts"])
+        candidates = [_candidate(model, config, i, body) for i in range(config.get("candidateCount", 1))]
+        system = body.get("systemInstruction", {}).get("parts", [])
+        prompt_words = sum(len(p.get("text", "").split()) for c in [*body["contents"], {"parts": system}]
+                           for p in c["parts"])
         if method == "generateContent":
-            await send_json(send, 200, _hostile(model, config, _response(model, config, candidates, prompt_words, None)))
+            answer = _response(model, config, candidates, prompt_words, None, calls=function_calls(model, body))
+            await send_json(send, 200, _hostile(model, config, answer))
             return
         await start_events(send)
         steps = max((len(tokens) for tokens, _ in candidates), default=0) or 1
         for step in range(steps):
             if model == "cut-stream" and step == 1:
                 break
-            response = _response(model, config, candidates, prompt_words, step, last=step == steps - 1)
+            response = _response(model, config, candidates, prompt_words, step, last=step == steps - 1,
+                                 calls=function_calls(model, body))
             await send_event(send, _hostile(model, config, response) if step else response)
         await end_events(send)
 
 
-def _candidate(model: str, config: dict[str, Any], i: int) -> tuple[list[str], str]:
+def _said(body: dict[str, Any]) -> str:
+    last_user = next(c for c in reversed(body["contents"]) if c["role"] == "user")
+    return " ".join(p["text"] for p in last_user["parts"] if "text" in p)
+
+
+def function_calls(model: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The functionCall parts a candidate answers with ([] for a text answer)."""
+    declared = [d["name"] for tool in body.get("tools", []) for d in tool.get("functionDeclarations", [])]
+    calling = body.get("toolConfig", {}).get("functionCallingConfig", {})
+    answered = any("functionResponse" in p for p in body["contents"][-1]["parts"])
+    if not declared or calling.get("mode") == "NONE" or answered:
+        return []
+    names = calling.get("allowedFunctionNames") or declared[: 2 if model == "two-tools" else 1]
+    signed = {"thoughtSignature": SIGNATURE} if model == "signed" else {}
+    return [{"functionCall": {"name": name, "args": {"said": _said(body)}}, **signed} for name in names]
+
+
+def _candidate(model: str, config: dict[str, Any], i: int, body: dict[str, Any] | None = None
+               ) -> tuple[list[str], str]:
     """Candidate i's tokens and finish reason."""
+    if body is not None and function_calls(model, body):
+        return [], "STOP"
+    if body is not None and config.get("responseMimeType") == "application/json":
+        said = json.dumps(_said(body))
+        pieces = {"bad-json": ['{"said": ', "oops"], "off-schema": ['{"other"', ": ", "1}"]}
+        return pieces.get(model, ['{"said"', f": {said}", "}"]), "STOP"
     tag = (f"s{config['seed']}" if "seed" in config else "") + (f"c{i}" if config.get("candidateCount", 1) > 1 else "")
     tokens: list[str] = []
     for k in range(min(config.get("maxOutputTokens", 64), 256)):
@@ -111,7 +153,8 @@ def _candidate(model: str, config: dict[str, Any], i: int) -> tuple[list[str], s
     return tokens, "MAX_TOKENS"
 
 
-def _response(model, config, candidates, prompt_words: int, step: int | None, last: bool = True) -> dict[str, Any]:
+def _response(model, config, candidates, prompt_words: int, step: int | None, last: bool = True,
+              calls=()) -> dict[str, Any]:
     """The whole answer (step None) or stream event `step`."""
     if model == "blocked":
         return {"promptFeedback": {"blockReason": "SAFETY"},
@@ -122,6 +165,8 @@ def _response(model, config, candidates, prompt_words: int, step: int | None, la
         if step is not None and not mine and not last:
             continue
         parts = [{"text": "".join(mine)}]
+        if step in (None, 0):
+            parts.extend(calls)
         if model == "thinking" and step in (None, 0):
             parts.insert(0, {"text": "let me think", "thought": True})
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": i}
@@ -132,7 +177,7 @@ def _response(model, config, candidates, prompt_words: int, step: int | None, la
             candidate["logprobsResult"] = _logprobs(config, i, mine, first)
         out.append(candidate)
     response: dict[str, Any] = {"candidates": out, "modelVersion": model}
-    generated = sum(len(tokens) for tokens, _ in candidates)
+    generated = sum(len(tokens) for tokens, _ in candidates) + 5 * len(calls) * len(candidates)
     usage = {"promptTokenCount": prompt_words}
     if step is None or last:
         usage |= {"candidatesTokenCount": generated, "totalTokenCount": prompt_words + generated}
@@ -164,7 +209,8 @@ def _logprobs(config: dict[str, Any], i: int, tokens: list[str], first: int) -> 
     return {"topCandidates": top, "chosenCandidates": chosen}
 
 
-def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str, body: Any) -> list[str]:
+def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str, body: Any,
+              signed: bool = False) -> list[str]:
     """Where a request breaks the Gemini API's documented shape."""
     problems = []
     if not headers.get("x-goog-api-key"):
@@ -181,12 +227,14 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
     if not isinstance(contents, list) or not contents:
         problems.append("contents is required")
     else:
-        for content in contents:
+        for i, content in enumerate(contents):
             parts = content.get("parts")
             if content.get("role") not in ("user", "model") or not isinstance(parts, list) or not parts:
                 problems.append("contents[]: role (user|model) and parts")
-            elif not all(isinstance(part, dict) and isinstance(part.get("text"), str) for part in parts):
-                problems.append("contents[].parts[]: text parts only")
+            else:
+                problems.extend(_part_problems(i, content, contents[i + 1] if i + 1 < len(contents) else None,
+                                               signed))
+    problems.extend(_chat_problems(body))
     config = body.get("generationConfig", {})
     if unknown := set(config) - _CONFIG_KEYS:
         problems.append(f"generationConfig: unknown fields {sorted(unknown)}")
@@ -206,6 +254,77 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
         problems.append("logprobs: only valid if responseLogprobs=True, in the range of [0, 20]")
     if not isinstance(config.get("maxOutputTokens", 0), int):
         problems.append("maxOutputTokens: an integer")
+    return problems
+
+
+def _part_problems(i: int, content: dict[str, Any], after: dict[str, Any] | None, signed: bool) -> list[str]:
+    problems, role = [], content["role"]
+    calls = [p["functionCall"]["name"] for p in content["parts"] if isinstance(p, dict) and "functionCall" in p]
+    for j, part in enumerate(content["parts"]):
+        where = f"contents[{i}].parts[{j}]"
+        kind = set(part) if isinstance(part, dict) else set()
+        if kind == {"text"} and isinstance(part["text"], str):
+            continue
+        if kind == {"inlineData"} and role == "user":
+            data = part["inlineData"]
+            if set(data) != {"mimeType", "data"} or not str(data.get("mimeType")).startswith("image/"):
+                problems.append(f"{where}: inlineData has mimeType and data")
+        elif kind in ({"functionCall"}, {"functionCall", "thoughtSignature"}) and role == "model":
+            call = part["functionCall"]
+            if signed and part.get("thoughtSignature") != SIGNATURE:
+                problems.append(f"{where}: Function call is missing a thought_signature in functionCall parts")
+            if not isinstance(call.get("name"), str) or not isinstance(call.get("args", {}), dict) \
+                    or set(call) - {"name", "args", "id"}:
+                problems.append(f"{where}: a functionCall has a name and object args")
+        elif kind == {"functionResponse"} and role == "user":
+            response = part["functionResponse"]
+            if not isinstance(response.get("name"), str) or not isinstance(response.get("response"), dict) \
+                    or set(response) - {"name", "response", "id"}:
+                problems.append(f"{where}: a functionResponse has a name and an object response")
+        else:
+            problems.append(f"{where}: no such part in a {role} turn ({sorted(kind)})")
+    if calls:
+        answered = sorted(p["functionResponse"]["name"] for p in (after or {}).get("parts", [])
+                          if isinstance(p, dict) and "functionResponse" in p)
+        if answered != sorted(calls):
+            problems.append(f"contents[{i + 1}]: the number of function response parts must equal the number of "
+                            "function call parts of the function call turn")
+    return problems
+
+
+def _chat_problems(body: dict[str, Any]) -> list[str]:
+    problems = []
+    system = body.get("systemInstruction")
+    if system is not None and (set(system) - {"parts", "role"} or not isinstance(system.get("parts"), list)
+                               or not all(set(p) == {"text"} for p in system["parts"])):
+        problems.append("systemInstruction: text parts")
+    declared = []
+    for tool in body.get("tools", []):
+        if set(tool) != {"functionDeclarations"}:
+            problems.append("tools[]: functionDeclarations only")
+            continue
+        for declaration in tool["functionDeclarations"]:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$", str(declaration.get("name"))) or \
+                    set(declaration) - {"name", "description", "parameters", "parametersJsonSchema"} or \
+                    {"parameters", "parametersJsonSchema"} <= set(declaration):
+                problems.append("functionDeclarations[]: a name, a description, parameters or parametersJsonSchema")
+            declared.append(declaration.get("name"))
+    calling = body.get("toolConfig", {}).get("functionCallingConfig")
+    if calling is not None:
+        if calling.get("mode") not in _MODES or set(calling) - {"mode", "allowedFunctionNames"}:
+            problems.append("functionCallingConfig: mode NONE, AUTO, ANY or VALIDATED")
+        allowed = calling.get("allowedFunctionNames")
+        if allowed is not None and (calling.get("mode") != "ANY" or not set(allowed) <= set(declared)):
+            problems.append("allowedFunctionNames: with mode ANY, naming declared functions")
+    config = body.get("generationConfig", {})
+    thinking = config.get("thinkingConfig", {})
+    if set(thinking) - {"thinkingBudget", "thinkingLevel", "includeThoughts"} or \
+            {"thinkingBudget", "thinkingLevel"} <= set(thinking) or \
+            not isinstance(thinking.get("thinkingBudget", 0), int) or thinking.get("thinkingBudget", 0) < -1:
+        problems.append("thinkingConfig: thinkingBudget (an integer from -1) or thinkingLevel, not both")
+    if "responseJsonSchema" in config and (config.get("responseMimeType") != "application/json"
+                                          or "responseSchema" in config):
+        problems.append("responseJsonSchema: needs responseMimeType application/json, and no responseSchema")
     return problems
 
 
