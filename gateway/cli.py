@@ -119,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--grace", type=int, default=0, metavar="SECONDS",
                         help="how long the old key keeps working (default 0: revoked now)")
     rotate.add_argument("--format", choices=("text", "json"), default="text")
+    commands.add_parser("migrate", help="create the database if there is none and bring its tables up to date "
+                                        "(what `serve` does first; it creates no account and no key)")
     trail = commands.add_parser("audit", help="the audit trail: who changed what, when, from where")
     trail.add_argument("--since", type=_instant, help="from this instant, inclusive")
     _format_option(trail)
@@ -196,12 +198,15 @@ def _instant(text: str) -> datetime:
 
 async def _administer(settings: Settings, args: argparse.Namespace) -> int:
     url = settings.database_url.get_secret_value()
-    print(f"gateway: database {_existing(url)}", file=sys.stderr)
+    # `migrate` is the one administrative command that may create the database it names
+    print(f"gateway: database {_described(url, must_exist=args.command != 'migrate')}", file=sys.stderr)
     engine = database.connect(url)
     actor = admin.Actor.cli()
     try:
         await database.prepare(engine, _nothing)
         match args.command, getattr(args, "action", None):
+            case "migrate", _:
+                print("gateway: the database is ready (tables up to date)", file=sys.stderr)
             case "limits", _:
                 out = await limits_cli.run(engine, settings, args, actor)
                 if isinstance(out, str):
@@ -253,16 +258,17 @@ async def _nothing(connection: AsyncConnection) -> None:
     return None  # the CLI never creates the first-start account: an operator creates their own
 
 
-def _existing(url: str) -> str:
+def _described(url: str, must_exist: bool = True) -> str:
     """The database `url` names, as the operator should read it (a SQLite file's absolute path),
-    if it exists: an administrative command that created an empty database somewhere (say, run from
-    another directory than the gateway's) would report on nothing, or create keys no gateway reads."""
+    if it exists (or need not): an administrative command that created an empty database somewhere
+    (say, run from another directory than the gateway's) would report on nothing, or create keys no
+    gateway reads."""
     parsed = database.engine_url(url)
     if parsed.get_backend_name() != "sqlite":
         return parsed.render_as_string(hide_password=True).replace("+asyncpg", "")
     path = Path(parsed.database).resolve()
-    if not path.is_file():
-        raise ConfigError(f"no database at sqlite:///{path} (from {url!r}): `gateway serve` creates it; check "
+    if must_exist and not path.is_file():
+        raise ConfigError(f"no database at sqlite:///{path} (from {url!r}): `gateway serve` or `gateway migrate` creates it; check "
                           "GATEWAY_DATABASE_URL (or the config file's database_url) and the directory you run in")
     return f"sqlite:///{path}"
 

@@ -75,8 +75,14 @@ def test_every_command_names_its_database_and_none_creates_one(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)  # a relative URL, from another directory than the gateway's
     missing = gateway_cli("sqlite:///var/gateway.db", "accounts", "list")
     assert missing.returncode == 1 and f"no database at sqlite:///{tmp_path}/var/gateway.db" in missing.stderr
-    assert "gateway serve` creates it" in missing.stderr and "Traceback" not in missing.stderr
+    assert "`gateway serve` or `gateway migrate` creates it" in missing.stderr and "Traceback" not in missing.stderr
     assert not (tmp_path / "var").exists()  # nothing was created on the way
+    (tmp_path / "var").mkdir()
+    made = gateway_cli("sqlite:///var/gateway.db", "migrate")  # unless asked to
+    assert made.returncode == 0 and "the database is ready" in made.stderr
+    assert gateway_cli("sqlite:///var/gateway.db", "accounts", "create", "first").returncode == 0
+    listed = gateway_cli("sqlite:///var/gateway.db", "accounts", "list", "--format", "json")
+    assert [a["id"] for a in json.loads(listed.stdout)] == ["first"]  # no first-start account: an operator's own
 
 
 def test_the_audit_trail_has_every_change_the_cli_made(url):
