@@ -40,7 +40,7 @@ COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "so
 # (a TPM of 2^63 read back as a bucket fuller than its limit: "used -1"). The same bound as
 # store/limits.py MAX_BUDGET_USD in nano-dollars.
 MAX_AMOUNT = 10**15
-_CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models")
+_CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models", "cache")
 
 
 def add_commands(commands: Any) -> None:
@@ -58,6 +58,8 @@ def add_commands(commands: Any) -> None:
                      help="the budget's period, a UTC calendar day or month (default month)")
     put.add_argument("--models", nargs="+", metavar="PATTERN", type=_pattern,
                      help="the only models it may call: glob patterns such as openai/* local/smollm2-135m")
+    put.add_argument("--cache", choices=("on", "off"), type=str.lower,
+                     help="whether the response cache serves it (docs/cache.md; the key's wins over its account's)")
     show = limits.add_parser("show", help="limits, with what is being consumed")
     _subject(show, required=False)
     show.add_argument("--format", choices=("table", "json"), default="table")
@@ -123,6 +125,8 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
     if args.action == "set":
         values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period")
                   if getattr(args, name) is not None}
+        if "cache" in values:
+            values["cache"] = values["cache"] == "on"
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
                                 + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models")
@@ -197,6 +201,9 @@ async def _rows(engine: AsyncEngine, live: RedisCounters | None, subject: Subjec
                             f"{budget.period}", "used": budget.unit.show(used),
                             "remaining": budget.unit.show(max(budget.limit - used, 0)),
                             "resets": period.end.isoformat().replace("+00:00", "Z"), "source": row_source})
+    if limits.cache is not None:
+        rows.append(base | {"limit": "cache", "value": "on" if limits.cache else "off", "used": None,
+                            "remaining": None, "resets": "", "source": ""})
     if limits.models is not None:
         rows.append(base | {"limit": "models", "value": " ".join(limits.models), "used": None, "remaining": None,
                             "resets": "", "source": ""})

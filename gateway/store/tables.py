@@ -143,6 +143,7 @@ limits = Table(
     Column("budget_usd", BigInteger, nullable=True),  # nano-dollars per budget period (store/prices.py)
     Column("budget_period", String(8), nullable=True),  # "day" or "month" (UTC calendar)
     Column("models", Text, nullable=True),  # JSON list of glob patterns the subject may call
+    Column("cache", Boolean, nullable=True),  # the response cache's switch (http/cache.py); null: not set
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
