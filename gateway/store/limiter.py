@@ -35,6 +35,7 @@ from gateway.core.errors import ConfigError
 from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
 from gateway.store.limits import KEY, Limits, LimitsTable, Period, Subject, Unit
 from gateway.store.limits_plan import Plan, Plans
+from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import Prices
 from gateway.store.tables import ledger
 
@@ -393,7 +394,9 @@ def wall_clock() -> float:
 async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period) -> int:
     """What `subject` consumed of `unit` in `period`, from the ledger."""
     who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
+    # A cache hit reached no vendor: it counts against no budget (http/cache.py).
     query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(
-        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end)
+        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
+        ledger.c.outcome != CACHE_HIT)
     async with engine.connect() as connection:
         return int(await connection.scalar(query))
