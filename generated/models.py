@@ -1168,7 +1168,7 @@ class UsageLine(BaseModel):
     The requests' `user` field; null for requests without one. Present when grouped by `user`.
     """
     outcome: Annotated[
-        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused'] | MISSING,
+        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused', 'cache_hit'] | MISSING,
         Field(title='Outcome'),
     ] = MISSING
     """
@@ -1318,7 +1318,7 @@ class UsageReport(BaseModel):
     The dimensions the lines are summed per, besides the account, in order.
     """
     outcome: Annotated[
-        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused']] | None,
+        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused', 'cache_hit']] | None,
         Field(title='Outcome'),
     ]
     """

@@ -113,9 +113,10 @@ def _numbers(value: Any) -> Any:
 # -- what a request asks of the cache ----------------------------------------------------------
 def asked(headers: Headers) -> tuple[str | None, float | None]:
     """The request's x-gateway-cache and x-gateway-cache-ttl (a 422 naming the header when wrong)."""
+    # openapi.json declares both (the request's validation refuses a value outside them); the
+    # bounds are checked here too, where a pattern cannot say them.
     value = headers.get(HEADER)
     if value is not None:
-        value = value.strip().lower()
         if value not in ASKED:
             raise _header_error(HEADER, f"must be one of {', '.join(ASKED)}", value)
     ttl = headers.get(TTL_HEADER)

@@ -65,7 +65,7 @@ def test_only_greedy_or_seeded_requests_are_deterministic():
 
 def test_the_request_headers_are_read_and_a_wrong_one_is_named():
     assert cache.asked(Headers({})) == (None, None)
-    assert cache.asked(Headers({"x-gateway-cache": "Only-If-Cached", "x-gateway-cache-ttl": "60"})) == \
+    assert cache.asked(Headers({"x-gateway-cache": "only-if-cached", "x-gateway-cache-ttl": "60"})) == \
         ("only-if-cached", 60.0)
     with pytest.raises(ValidationFailed) as bad:
         cache.asked(Headers({"x-gateway-cache": "sometimes"}))
