@@ -274,9 +274,10 @@ class Meter:
                     model, usage.prompt_tokens, usage.completion_tokens, cached, started, vendor_calls=calls,
                     cache_write_tokens=_detail(usage.prompt_tokens_details, "cache_creation_tokens")),
             }
-            if hit_price is not None:
-                row["cost_nanos"] = 0 if not hit_price or row["cost_nanos"] is None else \
-                    round(row["cost_nanos"] * hit_price)
+            if hit_price is not None:  # what the vendor would have cost, less what the hit costs
+                full = row["cost_nanos"]
+                row["cost_nanos"] = 0 if full is None or not hit_price else round(full * hit_price)
+                row["saved_nanos"] = None if full is None else full - row["cost_nanos"]
             self._ledger.add(row)
             if self.on_close is not None:
                 self.on_close(row)

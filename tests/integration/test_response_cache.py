@@ -29,12 +29,16 @@ def keys(database):
     run_cli(database.url, "limits", "set", "--key", off_id, "--cache", "off")
     limited, limited_id, limited_account = new_key(database.url)
     run_cli(database.url, "limits", "set", "--key", limited_id, "--tpm", "40", "--rpm", "3")
-    return {"off": off, "limited": limited, "limited_account": limited_account}
+    reported, _, reported_account = new_key(database.url)
+    return {"off": off, "limited": limited, "limited_account": limited_account, "reported": reported,
+            "reported_account": reported_account}
 
 
 @pytest.fixture(scope="module")
 def cached(upstream, database, keys):
-    with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_CACHE="memory")) as process:
+    prices = json.dumps({"fake/m": {"input": 1, "output": 2}})  # USD per million tokens: what a hit saves
+    with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_CACHE="memory", GATEWAY_PRICES=prices)) \
+            as process:
         yield process
 
 
@@ -77,6 +81,8 @@ def test_a_repeat_is_a_hit_with_the_same_choices_and_no_vendor_call(sdk, upstrea
     assert again.parse().choices[3].text == first.parse().choices[3].text
     row = ledger_row(database.url, "acct-a", again.headers["x-request-id"])
     assert row["outcome"] == "cache_hit" and row["cost_nanos"] == 0
+    missed = ledger_row(database.url, "acct-a", first.headers["x-request-id"])
+    assert row["saved_nanos"] == missed["cost_nanos"] > 0 and missed["saved_nanos"] is None
     assert (row["prompt_tokens"], row["completion_tokens"]) == (a["usage"]["prompt_tokens"],
                                                                 a["usage"]["completion_tokens"])
 
@@ -199,6 +205,23 @@ def test_hits_count_against_rpm_but_not_tpm(cached, keys, database):
         assert third.status_code == 200, third.text
         over = completion(c, body)
         assert over.status_code == 429 and over.json()["error"]["code"] == "requests_per_minute"
+
+
+def test_the_usage_report_shows_hits_and_what_they_saved(cached, keys, database):
+    with httpx.Client(base_url=cached.url, headers={"x-api-key": keys["reported"]}, timeout=30,
+                      verify=SHARED_TLS) as c:
+        body = {"prompt": "a b c d", "max_tokens": 6}
+        first, hit = completion(c, body), completion(c, body)
+        for r in (first, hit):
+            ledger_row(database.url, keys["reported_account"], r.headers["x-request-id"])
+        lines = {line["outcome"]: line for line in c.get("/v5/usage", params={"group_by": "outcome"}).json()["data"]}
+        total = c.get("/v5/usage").json()["data"]
+    completed, cached_line = lines["completed"], lines["cache_hit"]
+    assert (cached_line["requests"], cached_line["cache_hits"], cached_line["cost_usd"]) == (1, 1, 0)
+    assert cached_line["total_tokens"] == completed["total_tokens"]
+    assert cached_line["cache_saved_usd"] == completed["cost_usd"] > 0 and completed["cache_saved_usd"] == 0
+    assert [(line["requests"], line["cache_hits"], line["cache_saved_usd"]) for line in total] == \
+        [(2, 1, completed["cost_usd"])]
 
 
 def test_metrics_count_hits_misses_and_stored_bytes(http, cached):
