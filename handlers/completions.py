@@ -45,8 +45,8 @@ async def create(request: HandlerRequest) -> Response:
     demand = limiting.demand(completion_request, planned if isinstance(planned, Plan) else None,
                              falls_back=completion_request.model in services.settings.fallbacks)
     # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
-    looked = await cache.look_up(request, account, "completions", completion_request.model, lambda: cache.completion_form(
-        planning.completion_call(completion_request, completion_request.model)))
+    looked = await cache.look_up(request, account, "completions", completion_request.model,
+                                 lambda: cache.completion_form(request.body))
     life = Lifecycle(request, request_id, account, looked.demand(demand))
 
     def planned_for(model: str) -> Plan:

@@ -52,11 +52,12 @@ MAX_TTL = 30 * 86400  # seconds; the longest an entry may be asked to live
 
 # The request's fields that say how its answer is delivered or whom it is attributed to, not what it is.
 LEFT_OUT = frozenset({"model", "stream", "stream_options", "user"})
-# The contract's defaults of the sampling parameters, written out so that leaving one out and
-# giving its default are the same request.
-COMPLETION_DEFAULTS = {"temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0}
+# The contract's defaults (openapi.json), left out of the canonical form like a field not given.
+COMPLETION_DEFAULTS = {"max_tokens": 16, "n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0,
+                       "presence_penalty": 0, "echo": False, "logit_bias": {}, "stop": []}
 CHAT_DEFAULTS = {"n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0,
                  "logprobs": False}
+_ABSENT = object()
 
 
 class CacheMiss(GatewayError):
@@ -66,26 +67,23 @@ class CacheMiss(GatewayError):
     type = "cache_miss"
 
 
-def completion_form(call: Any) -> dict[str, Any]:
-    """The canonical fields of a completion request from its vendor call (planner/plan.py
-    completion_call: the contract's defaults applied)."""
-    form = {f.name: getattr(call, f.name) for f in dataclasses.fields(call)
-            if f.name not in LEFT_OUT and f.name != "served_by"}
-    for name, default in COMPLETION_DEFAULTS.items():
-        if form.get(name) is None:
-            form[name] = default
-    if form.get("best_of") is None:
-        form["best_of"] = form["n"]  # best_of of n candidates is n choices
-    return form
+def form(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical fields of a validated request body: what is null, the contract's default or
+    left out (LEFT_OUT) is not there (`best_of` equal to `n` is no ranking either), and a whole
+    float is written as an integer (JSON's 1.0 is 1; nested values are taken as they are)."""
+    n = body.get("n") or 1
+    return {name: int(value) if value.__class__ is float and value.is_integer() else value
+            for name, value in body.items()
+            if name not in LEFT_OUT and value is not None and defaults.get(name, _ABSENT) != value
+            and not (name == "best_of" and value == n)}
+
+
+def completion_form(body: Mapping[str, Any]) -> dict[str, Any]:
+    return form(body, COMPLETION_DEFAULTS)
 
 
 def chat_form(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical fields of a chat request from its validated body: nulls and defaults left out."""
-    return {name: value for name, value in body.items()
-            if name not in LEFT_OUT and value is not None and CHAT_DEFAULTS.get(name, _NONE) != value}
-
-
-_NONE = object()
+    return form(body, CHAT_DEFAULTS)
 
 
 def deterministic(form: Mapping[str, Any]) -> bool:
@@ -95,19 +93,8 @@ def deterministic(form: Mapping[str, Any]) -> bool:
 
 def key(endpoint: str, account: str, model: str, form: Mapping[str, Any]) -> str:
     """The entry's key: a digest of everything that makes the answer what it is, and whose it is."""
-    canonical = orjson.dumps([VERSION, endpoint, account, model, _numbers(form)], option=orjson.OPT_SORT_KEYS)
+    canonical = orjson.dumps([VERSION, endpoint, account, model, form], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
-
-
-def _numbers(value: Any) -> Any:
-    """`value` with every whole float written as an integer (JSON's 1 and 1.0 are one number)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _numbers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_numbers(v) for v in value]
-    return value
 
 
 # -- what a request asks of the cache ----------------------------------------------------------

@@ -13,16 +13,13 @@ from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import ValidationFailed
 from gateway.http import cache
-from gateway.planner.plan import completion_call
 from gateway.store.response_cache import MemoryStore, RedisStore
-from generated.models import CompletionRequest
 from tests.support.clocks import ManualClock
 from tests.support.redis_servers import RedisServer
 
 
 def completion_form(**body):
-    request = CompletionRequest.model_validate({"model": "local/m", "prompt": "Hi", **body})
-    return cache.completion_form(completion_call(request, request.model))
+    return cache.completion_form({"model": "local/m", "prompt": "Hi", **body})
 
 
 def completion_key(account="acct", model="local/m", **body):
@@ -33,7 +30,8 @@ def completion_key(account="acct", model="local/m", **body):
 def test_a_default_given_or_left_out_is_the_same_request():
     assert completion_key(temperature=0) == completion_key(temperature=0, max_tokens=16, n=1, echo=False, top_p=1)
     assert completion_key(temperature=0, best_of=1) == completion_key(temperature=0)
-    assert completion_key(temperature=0.0) == completion_key(temperature=0)
+    assert completion_key(temperature=0, n=2, best_of=2) == completion_key(temperature=0, n=2)
+    assert completion_key(temperature=0.0, stop=[], logit_bias={}, seed=None) == completion_key(temperature=0)
 
 
 def test_field_order_is_irrelevant_and_delivery_fields_are_left_out():
