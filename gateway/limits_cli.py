@@ -129,7 +129,7 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace)
             values["cache"] = values["cache"] == "on"
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
-                                + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models")
+                                + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models, --cache")
         async with database.writing(engine) as connection:
             limits = await set_limits(connection, subject, values)
         return f"limits of {subject}: {_described(limits)}; {interval}"

@@ -392,11 +392,9 @@ def wall_clock() -> float:
 
 
 async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period) -> int:
-    """What `subject` consumed of `unit` in `period`, from the ledger."""
-    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
-    # A cache hit reached no vendor: it counts against no budget (http/cache.py).
+    """What `subject` consumed of `unit` in `period`, from the ledger (a cache hit counts in no budget)."""
     query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(
-        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
-        ledger.c.outcome != CACHE_HIT)
+        (ledger.c.key_id if subject.kind == KEY else ledger.c.account_id) == subject.id,
+        ledger.c.started_at >= period.start, ledger.c.started_at < period.end, ledger.c.outcome != CACHE_HIT)
     async with engine.connect() as connection:
         return int(await connection.scalar(query))

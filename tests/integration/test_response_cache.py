@@ -18,7 +18,7 @@ from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess
 from tests.support.processes import wait_until
 from tests.support.provision import ledger_row, new_key, run_cli
-from tests.support.redis_servers import redis_prefix, redis_url, remove_redis_keys
+from tests.support.redis_servers import RedisServer, redis_prefix, redis_url, remove_redis_keys
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,10 @@ def keys(database):
     limited, limited_id, limited_account = new_key(database.url)
     run_cli(database.url, "limits", "set", "--key", limited_id, "--tpm", "40", "--rpm", "3")
     reported, _, reported_account = new_key(database.url)
+    budgeted, budgeted_id, budgeted_account = new_key(database.url)
+    run_cli(database.url, "limits", "set", "--key", budgeted_id, "--budget-tokens", "30", "--period", "day")
     return {"off": off, "limited": limited, "limited_account": limited_account, "reported": reported,
-            "reported_account": reported_account}
+            "reported_account": reported_account, "budgeted": budgeted, "budgeted_account": budgeted_account}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,7 @@ def test_a_stream_is_served_from_a_plain_entry_as_the_contract_streams(http, ups
     finishes = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]]
     assert sorted(finishes) == sorted(c["finish_reason"] for c in plain["choices"])  # one per choice
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
-    assert sse_events(r.text)[-1]["data"] == "[DONE]"
+    assert sse_events(r.text)[-1] == {"event": "done", "data": "[DONE]"}  # as every stream ends (scale-gp-beta)
 
 
 def test_a_plain_request_is_served_from_a_streamed_entry(sdk, upstream):
@@ -207,6 +209,20 @@ def test_hits_count_against_rpm_but_not_tpm(cached, keys, database):
         assert over.status_code == 429 and over.json()["error"]["code"] == "requests_per_minute"
 
 
+def test_hits_are_not_charged_to_a_budget(cached, keys, database):
+    with httpx.Client(base_url=cached.url, headers={"x-api-key": keys["budgeted"]}, timeout=30,
+                      verify=SHARED_TLS) as c:
+        body = {"prompt": "a b c", "max_tokens": 20}  # 3 + 20 tokens of the day's 30
+        first = completion(c, body)
+        assert first.status_code == 200, first.text
+        ledger_row(database.url, keys["budgeted_account"], first.headers["x-request-id"])
+        other = completion(c, body | {"prompt": "d e f"})
+        assert other.status_code == 429 and other.json()["error"]["code"] == "budget_exceeded", other.text
+        for _ in range(3):  # each would take the budget past its 30 tokens, were it charged
+            hit = completion(c, body)
+            assert hit.status_code == 200 and hit.headers["x-gateway-cache"] == "hit"
+
+
 def test_the_usage_report_shows_hits_and_what_they_saved(cached, keys, database):
     with httpx.Client(base_url=cached.url, headers={"x-api-key": keys["reported"]}, timeout=30,
                       verify=SHARED_TLS) as c:
@@ -253,3 +269,24 @@ def test_a_redis_cache_is_shared_by_two_gateways(upstream, database):
             assert second.json()["choices"] == first.json()["choices"] and calls(upstream) == made
     finally:
         remove_redis_keys(prefix)
+
+
+def test_a_redis_outage_is_a_miss_never_a_failure(upstream, database):
+    with RedisServer() as redis_server:
+        env = gateway_env(upstream.url, database.url, GATEWAY_CACHE="redis", GATEWAY_REDIS_URL=redis_server.url)
+        with GatewayProcess(env) as gateway:
+            body = {"model": "fake/m", "prompt": prompt(), "max_tokens": 4, "temperature": 0}
+            headers = {"x-api-key": database.key}
+
+            def send(**more) -> httpx.Response:
+                return httpx.post(f"{gateway.url}/v5/completions", json=body, headers=headers | more,
+                                  verify=SHARED_TLS)
+
+            first = send()
+            assert send().headers["x-gateway-cache"] == "hit"
+            redis_server.stop()
+            made = calls(upstream)
+            away = send()
+            assert away.status_code == 200 and away.headers["x-gateway-cache"] == "miss"
+            assert away.json()["choices"] == first.json()["choices"] and calls(upstream) == made + 1
+            assert send(**{"x-gateway-cache": "only-if-cached"}).status_code == 504
