@@ -25,6 +25,7 @@ log = logging.getLogger("gateway.cache")
 
 CONNECT_TIMEOUT = 0.5  # seconds; a cache that is away must cost a request little more than a miss
 COMMAND_TIMEOUT = 0.5
+RETRY_SECONDS = 1.0  # after a failure, Redis is left alone this long: requests meanwhile are misses at once
 
 
 class Store(Protocol):
@@ -102,14 +103,24 @@ class RedisStore:
     remote = True
     held_bytes = None
 
-    def __init__(self, url: str, prefix: str, max_entry_bytes: int) -> None:
+    def __init__(self, url: str, prefix: str, max_entry_bytes: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # Its own connection, not the limits': a large entry on the wire must not hold up a claim.
         self._client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=COMMAND_TIMEOUT)
         self._prefix = f"{prefix}cache:"
         self._max_entry_bytes = max_entry_bytes
+        self._clock = clock
         self._down = False  # logged once per outage
+        self._retry_at = 0.0
+
+    def _resting(self) -> bool:
+        """Whether Redis failed a moment ago: then it is not asked (a Redis that is away would make
+        every request wait for its connect timeout)."""
+        return self._down and self._clock() < self._retry_at
 
     async def get(self, key: str) -> bytes | None:
+        if self._resting():
+            return None
         try:
             reply = await self._client.call("GET", self._prefix + key)
         except Exception as exc:
@@ -119,7 +130,7 @@ class RedisStore:
         return reply.encode() if isinstance(reply, str) else None
 
     async def put(self, key: str, value: bytes, ttl: float) -> bool:
-        if len(key) + len(value) > self._max_entry_bytes or ttl <= 0:
+        if len(key) + len(value) > self._max_entry_bytes or ttl <= 0 or self._resting():
             return False
         try:
             await self._client.call("SET", self._prefix + key, value, "PX", max(int(ttl * 1000), 1))
@@ -130,6 +141,7 @@ class RedisStore:
         return True
 
     def _failed(self, exc: BaseException) -> None:
+        self._retry_at = self._clock() + RETRY_SECONDS
         if not self._down:
             self._down = True
             log.warning("response cache: Redis unavailable (%s); requests are served as misses until it is back",

@@ -168,7 +168,8 @@ def test_redis_keeps_entries_for_their_time_and_an_outage_is_a_miss():
     server = RedisServer().start()
     try:
         async def run():
-            store = RedisStore(server.url, "t:", max_entry_bytes=64)
+            clock = ManualClock()
+            store = RedisStore(server.url, "t:", max_entry_bytes=64, clock=clock)
             try:
                 assert await store.put("k", b'{"v":1}', ttl=30)
                 assert await store.get("k") == b'{"v":1}'
@@ -177,6 +178,10 @@ def test_redis_keeps_entries_for_their_time_and_an_outage_is_a_miss():
                 server.stop()
                 assert await store.get("k") is None  # a miss, not an error
                 assert not await store.put("k", b"x", ttl=30)
+                server.start()  # back, but left alone for a second after the failure
+                assert not await store.put("k", b"x", ttl=30)
+                clock.advance(1.0)
+                assert await store.put("k", b"again", ttl=30) and await store.get("k") == b"again"
             finally:
                 await store.close()
 
