@@ -142,6 +142,17 @@ def test_chat_repeats_are_hits_streamed_or_not(cached, database, upstream):
         [first.parse().choices[0].finish_reason]
 
 
+def test_a_streamed_chat_answer_serves_a_plain_request(cached, database, upstream):
+    client = openai.OpenAI(api_key=database.key, base_url=f"{cached.url}/v5", max_retries=0)
+    body = {"model": "fake/m", "messages": [{"role": "user", "content": prompt()}], "seed": 7, "max_tokens": 3}
+    streamed = "".join(p.choices[0].delta.content or "" for p in client.chat.completions.create(**body, stream=True)
+                       if p.choices)
+    made = calls(upstream)
+    hit = client.chat.completions.with_raw_response.create(**body)
+    assert hit.headers["x-gateway-cache"] == "hit" and calls(upstream) == made
+    assert hit.parse().choices[0].message.content == streamed and hit.parse().choices[0].message.role == "assistant"
+
+
 def test_refresh_calls_the_vendor_and_replaces_the_entry(http, upstream):
     body = {"prompt": prompt()}
     completion(http, body)
