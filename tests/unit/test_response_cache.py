@@ -202,3 +202,41 @@ def test_redis_keeps_entries_for_their_time_and_an_outage_is_a_miss():
         asyncio.run(kept())
         ttl = redis.Redis(port=other.port).pttl("t:cache:k")
         assert 0 < ttl <= 30_000
+
+
+# -- a hit in the ledger -----------------------------------------------------------------------
+def test_a_hit_is_a_cache_hit_row_at_its_share_of_the_price_and_a_cut_hit_bills_nothing():
+    from gateway.core.completion import Attempt
+    from gateway.core.config import PriceConfig
+    from gateway.store import database
+    from gateway.store.accounts import bootstrap
+    from gateway.store.ledger import Ledger
+    from gateway.store.prices import Prices
+    from tests.support.provision import empty_database, ledger_rows
+
+    prices = Prices.load({"v/paid": [PriceConfig(input=2, output=10)]})  # USD per million tokens
+    attempt = Attempt(vendor="v", model="v/paid", streamed=False, end_user=None, prompts_sent=("a b",))
+
+    async def meter_requests(url: str) -> None:
+        engine = database.connect(url)
+        try:
+            await database.prepare(engine, bootstrap)
+            ledger = Ledger(engine, max_pending=10, prices=prices)
+            ledger.start()
+            for name, share, close in (("free", 0.0, lambda m: m.finish(Usage(1_000, 100))),
+                                       ("half", 0.5, lambda m: m.finish(Usage(1_000, 100))),
+                                       ("cut", 0.0, lambda m: (m.sent([Choice(0, "x y")]), m.left()))):
+                meter = ledger.meter(request_id=name, account_id="acct", key_id="key_1")
+                meter.from_cache(attempt, share)
+                close(meter)
+            await ledger.close()
+        finally:
+            await engine.dispose()
+
+    with empty_database("sqlite") as url:
+        asyncio.run(meter_requests(url))
+        rows = {row["request_id"]: row for row in ledger_rows(url, "acct")}
+    full = (1_000 * 2 + 100 * 10) * 1000  # nano-dollars at the model's price
+    assert [(rows[n]["outcome"], rows[n]["total_tokens"], rows[n]["cost_nanos"], rows[n]["saved_nanos"])
+            for n in ("free", "half", "cut")] == [("cache_hit", 1_100, 0, full), ("cache_hit", 1_100, full // 2, full // 2),
+                                                  ("client_disconnected", 0, 0, None)]
