@@ -27,7 +27,7 @@ from gateway.store.counters_redis import RedisCounters
 from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
-_CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models")
+_CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models", "cache")
 
 
 def add_commands(commands: Any) -> None:
@@ -45,6 +45,8 @@ def add_commands(commands: Any) -> None:
                      help="the budget's period, a UTC calendar day or month (default month)")
     put.add_argument("--models", nargs="+", metavar="PATTERN", type=_pattern,
                      help="the only models it may call: glob patterns such as openai/* local/smollm2-135m")
+    put.add_argument("--cache", choices=("on", "off"), type=str.lower,
+                     help="whether the response cache serves it (docs/cache.md; the key's wins over its account's)")
     show = limits.add_parser("show", help="limits, with what is being consumed")
     _subject(show, required=False)
     show.add_argument("--format", choices=("table", "json"), default="table")
@@ -105,9 +107,11 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace,
     if args.action == "set":
         values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period")
                   if getattr(args, name) is not None}
+        if "cache" in values:
+            values["cache"] = values["cache"] == "on"
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
-                                + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models")
+                                + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models, --cache")
         limits = await admin.set_limits(engine, actor, subject, values)
         return f"limits of {subject}: {_described(limits) if limits else 'none'}; {interval}"
     if args.action == "clear":
@@ -142,6 +146,8 @@ def _row(subject: Subject, limits: Limits, used: Consumed) -> dict[str, Any]:
            "remaining": used.remaining, "resets": "", "source": used.source}
     if used.limit == "models":
         return row | {"value": " ".join(used.value)}
+    if used.limit == "cache":
+        return row | {"value": "on" if used.value else "off"}
     if used.resets_at is not None:  # a budget
         unit = next(unit for unit in UNITS.values() if unit.limit_column == used.limit)
         return row | {"value": f"{unit.show(used.value)} per {used.period}", "used": unit.show(used.used),

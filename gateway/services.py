@@ -31,6 +31,7 @@ from gateway.store.ledger import Ledger
 from gateway.store.limiter import Limiter
 from gateway.store.limits import LimitsTable
 from gateway.store.prices import Prices
+from gateway.store.response_cache import MemoryStore, RedisStore, Store
 from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
@@ -109,9 +110,10 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         if isinstance(exc, Exception):
             raise StartupFailed() from exc
         raise
+    cache = cache_store(settings)
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
-                        admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact)
+                        admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact, cache=cache)
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()
@@ -124,6 +126,8 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     finally:
         try:
             await price_reader.close()
+            if cache is not None:
+                await cache.close()
             await limiter.close()  # settles what is still open
             await ledger.close()  # after the server finished its requests: every pending row is written
         finally:
@@ -145,6 +149,15 @@ def limits_store(settings: Settings, engine: AsyncEngine, prices: Prices | None 
         counter_store = MemoryCounters() if settings.workers == 1 else None
     return Limiter(table, counter_store, engine, policy=settings.limits_on_store_failure, workers=settings.workers,
                    prices=prices)
+
+
+def cache_store(settings: Settings) -> Store | None:
+    """The response cache's store (docs/cache.md): none, this process's memory, or Redis."""
+    if settings.cache == "memory":
+        return MemoryStore(settings.cache_max_entries, settings.cache_max_bytes, settings.cache_max_entry_bytes)
+    if settings.cache == "redis":
+        return RedisStore(settings.redis_url.get_secret_value(), settings.redis_prefix, settings.cache_max_entry_bytes)
+    return None
 
 
 def _announce(first_key: accounts.NewKey | None, settings: Settings, registry: Registry) -> None:

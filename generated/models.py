@@ -1569,7 +1569,7 @@ class UsageLine(BaseModel):
     The requests' `user` field; null for requests without one. Present when grouped by `user`.
     """
     outcome: Annotated[
-        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused'] | MISSING,
+        Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused', 'cache_hit'] | MISSING,
         Field(title='Outcome'),
     ] = MISSING
     """
@@ -1581,7 +1581,7 @@ class UsageLine(BaseModel):
     """
     requests: Annotated[int, Field(ge=0)]
     """
-    Requests that reached the vendor (including those it rejected).
+    Requests that reached the vendor (including those it rejected), or were answered from the gateway's response cache (`cache_hits`).
     """
     estimated_requests: Annotated[int, Field(ge=0)]
     """
@@ -1618,6 +1618,14 @@ class UsageLine(BaseModel):
     unpriced_requests: Annotated[int, Field(ge=0, title='Unpriced Requests')]
     """
     Of `requests`, those whose model had no price when they started (and requests recorded before the gateway priced requests): not in `cost_usd`, which is then a lower bound.
+    """
+    cache_hits: Annotated[int, Field(ge=0, title='Cache Hits')]
+    """
+    Of `requests`, those answered from the gateway's response cache (outcome `cache_hit`): no vendor call; their tokens are the cached answer's, their cost nothing unless the operator prices hits (GATEWAY_CACHE_HIT_PRICE).
+    """
+    cache_saved_usd: Annotated[float, Field(ge=0.0, title='Cache Saved Usd')]
+    """
+    What the cache hits' tokens would have cost at their models' prices, less what the hits cost, in US dollars (hits of unpriced models count for nothing here).
     """
 
 
@@ -1735,7 +1743,7 @@ class UsageReport(BaseModel):
     The dimensions the lines are summed per, besides the account, in order.
     """
     outcome: Annotated[
-        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused']] | None,
+        list[Literal['completed', 'client_disconnected', 'vendor_error', 'rejected', 'timeout', 'gateway_error', 'refused', 'cache_hit']] | None,
         Field(title='Outcome'),
     ]
     """

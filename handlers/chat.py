@@ -11,7 +11,7 @@ from starlette.responses import Response
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
-from gateway.http import limiting
+from gateway.http import cache, limiting
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
@@ -28,13 +28,15 @@ async def create(request: HandlerRequest) -> Response:
     parsed(ChatCompletionRequest, body)  # the contract's types (a 422 when pydantic disagrees)
     chat_rules.check(body)
     request_id = f"chatcmpl-{ids.next()}"
-    life = Lifecycle(request, request_id, account, demand(body))
+    looked = await cache.look_up(request, account, "chat", body["model"], lambda: cache.chat_form(body))
+    life = Lifecycle(request, request_id, account, looked.demand(demand(body)))
 
     def plan_for(model: str) -> ChatPlan:
         return plan_chat(body if model == body["model"] else body | {"model": model}, services.registry,
                          services.settings.max_vendor_calls)
 
-    return await serve(request, life, body["model"], plan_for, _Chat(request_id, int(time.time()), services.redact))
+    return await serve(request, life, body["model"], plan_for, _Chat(request_id, int(time.time()), services.redact),
+                       looked)
 
 
 def demand(body: dict[str, Any]) -> limiting.Demand:

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
-from gateway.http import limiting
+from gateway.http import cache, limiting
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
@@ -44,7 +44,10 @@ async def create(request: HandlerRequest) -> Response:
         planned = exc
     demand = limiting.demand(completion_request, planned if isinstance(planned, Plan) else None,
                              falls_back=completion_request.model in services.settings.fallbacks)
-    life = Lifecycle(request, request_id, account, demand)
+    # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
+    looked = await cache.look_up(request, account, "completions", completion_request.model,
+                                 lambda: cache.completion_form(request.body))
+    life = Lifecycle(request, request_id, account, looked.demand(demand))
 
     def planned_for(model: str) -> Plan:
         if model != completion_request.model:
@@ -54,7 +57,7 @@ async def create(request: HandlerRequest) -> Response:
         raise planned
 
     answer = _Completions(request_id, int(time.time()), completion_request, services.redact)
-    return await serve(request, life, completion_request.model, planned_for, answer)
+    return await serve(request, life, completion_request.model, planned_for, answer, looked)
 
 
 class _Completions:

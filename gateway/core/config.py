@@ -184,6 +184,15 @@ class Settings(Frozen):
     metrics_dir: str = ""
     # Distinct model label values per vendor and process; past it, "other" (clients choose models).
     metrics_models_per_vendor: PositiveInt = 32
+    # The response cache (docs/cache.md): exact answers of deterministic requests served again,
+    # from this process's memory or from Redis (GATEWAY_REDIS_URL, shared by every worker and host).
+    cache: Literal["off", "memory", "redis"] = "off"
+    cache_ttl_seconds: PositiveFloat = 3600.0  # an entry's life; a request may ask less or more (x-gateway-cache-ttl)
+    cache_max_entries: PositiveInt = 10_000  # the memory cache's bound (per process)
+    cache_max_bytes: PositiveInt = 256 << 20  # the memory cache's bound in bytes (per process)
+    cache_max_entry_bytes: PositiveInt = 1 << 20  # one entry's bound, either store: a larger answer is not kept
+    # What a hit is billed, as a share of what its tokens cost at the model's price (0: free).
+    cache_hit_price: Annotated[float, Field(ge=0, le=1)] = 0.0
     trace_content: bool = False  # prompts and completions in trace spans (off: they may be personal data)
     cors_origins: Origins = frozenset()  # none: no browser page of another origin may call the API
     docs: bool = True  # the interactive API page at /docs/
@@ -234,10 +243,14 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
     if protocols is not None:
         check_fallbacks(fallbacks, vendors)
     try:
-        return Settings.model_validate({**server, "vendors": vendors, "fallbacks": fallbacks,
-                                        "prices": env.get("GATEWAY_PRICES") or data.get("prices", {})})
+        settings = Settings.model_validate({**server, "vendors": vendors, "fallbacks": fallbacks,
+                                            "prices": env.get("GATEWAY_PRICES") or data.get("prices", {})})
     except ValidationError as exc:
         raise ConfigError(describe(exc, _setting_name)) from None
+    if settings.cache == "redis" and not settings.redis_url.get_secret_value():
+        raise ConfigError("GATEWAY_CACHE=redis keeps the response cache in the Redis of GATEWAY_REDIS_URL: set it "
+                          "(or GATEWAY_CACHE=memory)")
+    return settings
 
 
 def _suggest(name: str, known: Sequence[str]) -> str:

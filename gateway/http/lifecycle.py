@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from gateway.core.completion import Choice, Usage, generated, go_ahead
+from gateway.core.completion import Attempt, Choice, Usage, generated, go_ahead
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream, limiting, observability
 from gateway.http.context import HandlerRequest
@@ -106,6 +106,12 @@ class Lifecycle:
         self.grant = await self._check.grant()  # known by now: the vendor layer awaited it before asking
         return begun
 
+    async def from_cache(self, attempt: Attempt) -> None:
+        """The request is answered from the response cache instead of a vendor (http/cache.py):
+        under the limits' verdict (a refusal raises, with its ledger row), its row a cache hit."""
+        self.grant = await self._check.grant()
+        self.meter.from_cache(attempt, self._request.services.settings.cache_hit_price)
+
     def headers(self, extra: Mapping[str, str] = {}) -> dict[str, str]:  # noqa: B006 (read only)
         """An answer's headers: its id, `extra` (values of the client's, such as a model name, made
         fit for a header), and the limits' x-ratelimit-* (all but `extra` on errors too)."""
@@ -166,8 +172,10 @@ class Lifecycle:
             self._admission.leave()
 
     def _settle(self, row: dict[str, Any] | None) -> None:
-        """The meter's row is written (None: no vendor was called): the limits' claim is settled by it."""
-        self.grant.settle(row)
+        """The meter's row is written (None: no vendor was called): the limits' claim is settled by it.
+        A cache hit used no vendor's tokens: it settles as a request that reached none (its slot
+        given back, no tokens or spending counted)."""
+        self.grant.settle(None if self.meter.cached else row)
 
     def answer(self, body: bytes, headers: dict[str, str], billed: Usage | None,
                choices: Sequence[Choice]) -> Response:

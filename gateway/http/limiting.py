@@ -27,13 +27,13 @@ from gateway.core.errors import (
     RequestTooLarge,
     clip,
 )
+from gateway.planner.plan import Plan
 from gateway.store import counters, tokens
-from gateway.store.counters import RPM
 from gateway.store import limiter as limits_on_path
+from gateway.store.counters import RPM
 from gateway.store.limiter import NO_LIMITS, Asking, Grant, Limiter
 from gateway.store.limits import Budget, Limits, Subject, Unit
 from gateway.store.meter import Meter
-from gateway.planner.plan import Plan
 from generated.models import CompletionRequest
 
 __all__ = ["NO_LIMITS", "Check", "Demand", "check", "demand", "headers"]

@@ -181,6 +181,13 @@ class Metrics:
                                     ("reason",), **r)
         self.cost = Counter("gateway_cost_usd", "What requests cost by the configured prices, in US dollars.",
                             ("vendor", "model"), **r)
+        # The response cache (http/cache.py): `result` is hit, miss or bypass (not asked: docs/cache.md).
+        self.cache_lookups = Counter("gateway_cache_lookups", "Completion requests the response cache answered, "
+                                     "missed or was bypassed for.", ("result",), **r)
+        self.cache_stored = Counter("gateway_cache_stored_bytes", "Bytes of answers written to the response cache.",
+                                    **r)
+        self.cache_held = Gauge("gateway_cache_memory_bytes", "Bytes the memory response cache holds.",
+                                multiprocess_mode="livesum", **r)
         # 1 while every process takes the deployment, 0 once one of them leaves it out.
         self.deployment_healthy = Gauge("gateway_deployment_healthy", "Whether a deployment is taken.",
                                         ("vendor", "deployment"), multiprocess_mode="livemin", **r)
@@ -232,6 +239,14 @@ class Metrics:
 
     def limited(self, reason: str) -> None:
         self._count(self.rate_limited, (self._reasons.label(reason),))
+
+    def cache(self, result: str) -> None:
+        self._count(self.cache_lookups, (result,))
+
+    def cache_kept(self, size: int, held: int | None) -> None:
+        self._count(self.cache_stored, (), size)
+        if held is not None:
+            self._levels[self.cache_held] = held
 
     def deployment(self, vendor: str, deployment: str, healthy: bool) -> None:
         self._levels[self._child(self.deployment_healthy, (self.labels.vendor(vendor), self._deployments.label(deployment)))
@@ -354,6 +369,18 @@ class _ReadInOrder(multiprocess.MultiProcessCollector):
     def collect(self):  # type: ignore[no-untyped-def]
         files = glob.glob(os.path.join(self._path, "*.db"))
         return self.merge(sorted(files, key=lambda f: os.path.basename(f).startswith("histogram")), accumulate=True)
+
+
+def cache_looked_up(result: str) -> None:
+    """The response cache's answer to a request: hit, miss or bypass."""
+    if _metrics is not None:
+        _metrics.cache(result)
+
+
+def cache_stored(size: int, held: int | None) -> None:
+    """An answer of `size` bytes was written to the response cache (`held`: the memory cache's bytes now)."""
+    if _metrics is not None:
+        _metrics.cache_kept(size, held)
 
 
 def flush() -> None:

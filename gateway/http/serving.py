@@ -12,7 +12,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.core.completion import Chunk, Result, Usage
-from gateway.http import event_stream
+from gateway.http import cache, event_stream
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
 from gateway.planner import fallbacks
@@ -42,10 +42,15 @@ class Answer(Protocol[P]):  # type: ignore[misc]
 
 
 async def serve(request: HandlerRequest, life: Lifecycle, requested: str, plan_for: Callable[[str], P],
-                answer: Answer[P]) -> Response:
-    """Serve the request for model `requested`, planned by `plan_for(model)` (on a fallback too)."""
+                answer: Answer[P], looked: cache.Lookup = cache.BYPASSED) -> Response:
+    """Serve the request for model `requested`, planned by `plan_for(model)` (on a fallback too):
+    from the response cache when `looked` found its answer there, else from a vendor (its answer
+    kept in the cache where `looked` says)."""
     try:
         plan = plan_for(requested)
+        if looked.entry is not None:
+            return await _from_cache(life, plan, answer, looked)
+        looked.refuse()  # only-if-cached, and nothing there
         chains = life.fallbacks(request.services.settings.fallbacks, requested)
         started = await life.call(answer.vendor_calls(plan), lambda: fallbacks.start(
             plan, requested, plan_for, chains, on_attempt=life.meter.trying))
@@ -53,14 +58,31 @@ async def serve(request: HandlerRequest, life: Lifecycle, requested: str, plan_f
         models = {"x-gateway-model": plan.model}
         if plan.model != requested:
             models["x-gateway-fallback-from"] = requested
-        headers = life.headers(models)
+        headers = life.headers(models | looked.header())
         if started.result is None:
             assert started.first is not None and started.rest is not None
-            return life.stream(answer.stream(plan, started.first, started.rest, life), headers)
+            rest = started.rest if looked.key is None else cache.Relay(started.first, started.rest, plan.model, looked)
+            return life.stream(answer.stream(plan, started.first, rest, life), headers)
         result = started.result
         usage = result.usage or await life.estimated_usage(plan.prompts, answer.echoed(plan), result.choices)
         if usage.estimated:
             headers["x-gateway-usage-estimated"] = "true"
-        return life.answer(orjson.dumps(answer.body(plan, result, usage)), headers, result.billed, result.choices)
+        body = orjson.dumps(answer.body(plan, result, usage))
+        if looked.key is not None and cache.storable(result.choices, result.usage):
+            await looked.keep(plan.model, cache.Entry(result.choices, usage, result.system_fingerprint))
+        return life.answer(body, headers, result.billed, result.choices)
     except BaseException as exc:
         await life.fail(exc)
+
+
+async def _from_cache(life: Lifecycle, plan: P, answer: Answer[P], looked: cache.Lookup) -> Response:
+    """A hit: the entry's answer written as this request asks it (whole or streamed, its own id and
+    created), under the limits (a request, no tokens) and recorded as a cache hit."""
+    entry = looked.entry
+    assert entry is not None
+    await life.from_cache(plan.attempt())
+    headers = life.headers({"x-gateway-model": plan.model} | looked.header())
+    if plan.stream:
+        return life.stream(answer.stream(plan, cache.chunks(entry), cache.NO_MORE(), life), headers)
+    result = Result(entry.choices, entry.usage, entry.system_fingerprint, billed=entry.usage)
+    return life.answer(orjson.dumps(answer.body(plan, result, entry.usage)), headers, entry.usage, entry.choices)

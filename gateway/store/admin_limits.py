@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store import limiter
 from gateway.store.accounts import AccountsError
+from gateway.store.consumption import consumed
 from gateway.store.counters import Counters, Reading
 from gateway.store.counters_redis import RedisCounters
-from gateway.store.consumption import consumed
 from gateway.store.limits import KEY, PERIODS, RATES, UNITS, Limits, Subject
 from gateway.store.meter import REFUSED
 from gateway.store.resp import RedisError, RedisUnavailable
@@ -135,6 +135,8 @@ async def consumption(engine: AsyncEngine, counters: Counters | None, subject: S
             used, row_source = await consumed(engine, subject, budget.unit, period), "ledger"
         rows.append(Consumed(budget.unit.limit_column, budget.limit, used, max(budget.limit - used, 0), row_source,
                              resets_at=period.end, period=budget.period))
+    if limits.cache is not None:
+        rows.append(Consumed("cache", limits.cache, None, None, ""))
     if limits.models is not None:
         rows.append(Consumed("models", limits.models, None, None, ""))
     return rows

@@ -1,5 +1,5 @@
 """What a key or an account has consumed of a budget, from the ledger: the seed of a budget's
-counter (limiter._seed) and what `gateway limits show` prints."""
+counter (limiter._seed) and what `gateway limits show` prints. A cache hit counts in no budget."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.limits import KEY, Period, Subject, Unit
+from gateway.store.meter import CACHE_HIT
 from gateway.store.tables import ledger
 
 
@@ -18,7 +19,8 @@ async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Pe
     before `ended_before`, when given)."""
     who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
     query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(
-        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end)
+        who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
+        ledger.c.outcome != CACHE_HIT)
     if ended_before is not None:
         query = query.where(ledger.c.ended_at < ended_before)
     async with engine.connect() as connection:
@@ -37,6 +39,6 @@ async def consumed_since(engine: AsyncEngine, subject: Subject, unit: Unit, peri
     amount = ledger.c[unit.column]
     query = select(ledger.c.request_id, amount).where(
         who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
-        ledger.c.ended_at >= since, amount > 0).order_by(ledger.c.ended_at.desc()).limit(MAX_RECENT)
+        ledger.c.ended_at >= since, ledger.c.outcome != CACHE_HIT, amount > 0).order_by(ledger.c.ended_at.desc()).limit(MAX_RECENT)
     async with engine.connect() as connection:
         return {request_id: int(value) for request_id, value in await connection.execute(query)}

@@ -151,6 +151,9 @@ class Limits:
     concurrent: int | None = None
     budgets: tuple[Budget, ...] = ()
     models: tuple[str, ...] | None = None  # glob patterns ("openai/*"); None allows every model
+    # Whether the response cache serves it (gateway/http/cache.py): the key's switch wins over its
+    # account's; None says nothing (the cache serves it when the gateway has one).
+    cache: bool | None = None
 
     @property
     def counted(self) -> bool:
@@ -168,6 +171,8 @@ class Limits:
             out["period"] = budget.period
         if self.models is not None:
             out["models"] = list(self.models)
+        if self.cache is not None:
+            out["cache"] = "on" if self.cache else "off"
         return out
 
 
@@ -185,7 +190,7 @@ def _from_row(row: Any) -> Limits:
     budgets = tuple(Budget(unit, value, period) for unit in UNITS.values()
                     if (value := getattr(row, unit.limit_column)) is not None)
     return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
-                  models=tuple(json.loads(row.models)) if row.models is not None else None)
+                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache)
 
 
 async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:

@@ -56,6 +56,7 @@ REJECTED = "rejected"  # the vendor refused the request as the client's mistake 
 TIMEOUT = "timeout"  # the vendor did not answer in time
 GATEWAY_ERROR = "gateway_error"  # a fault of the gateway itself
 REFUSED = "refused"  # a limit refused it before any vendor call (no tokens)
+CACHE_HIT = "cache_hit"  # answered from the response cache (http/cache.py): no vendor call, the entry's tokens
 
 
 async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, int]:
@@ -69,7 +70,7 @@ async def counted(estimate: Estimate, timeout: float, what: str) -> tuple[int, i
         log.warning("counting tokens for %s failed (%s); estimated at four characters a token", what,
                     f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         return estimate.rough()
-OUTCOMES = (COMPLETED, CLIENT_DISCONNECTED, VENDOR_ERROR, REJECTED, TIMEOUT, GATEWAY_ERROR, REFUSED)
+OUTCOMES = (COMPLETED, CLIENT_DISCONNECTED, VENDOR_ERROR, REJECTED, TIMEOUT, GATEWAY_ERROR, REFUSED, CACHE_HIT)
 # Failures that are not the client's doing: billed only for text the client received.
 NOT_THE_CLIENTS = frozenset({VENDOR_ERROR, TIMEOUT, GATEWAY_ERROR})
 
@@ -122,7 +123,7 @@ class Meter:
     (`refused`). `on_close` hears of the final row (None without one), e.g. to settle limits."""
 
     __slots__ = ("_ledger", "_prices", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent",
-                 "_generated", "_closed", "on_close", "_counts")
+                 "_generated", "_closed", "on_close", "_counts", "_hit_price")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str, prices: Prices) -> None:
         self._ledger = ledger_
@@ -138,6 +139,7 @@ class Meter:
         # Token counts of texts already counted for this request: the client's estimate and the
         # row's count the same prompts (and the row a fanned-out prompt once per call).
         self._counts: dict[str, int] = {}
+        self._hit_price: float | None = None  # a cache hit's share of the price (None: not a hit)
         self._row: dict[str, Any] = {
             "request_id": request_id,
             "account_id": account_id,
@@ -157,6 +159,17 @@ class Meter:
         self._generated = {}  # what an earlier attempt generated is not this one's
         if self._requested is None:
             self._requested = attempt.model
+
+    @property
+    def cached(self) -> bool:
+        return self._hit_price is not None
+
+    def from_cache(self, attempt: Attempt, price_share: float) -> None:
+        """The request is answered from the response cache, as `attempt` would have been: its row
+        is a `cache_hit` with the entry's tokens, priced at `price_share` of the model's price
+        (0: free), and a hit that does not complete bills nothing (no vendor was called)."""
+        self.trying(attempt)
+        self._hit_price = price_share
 
     def sent(self, choices: Iterable[Choice]) -> None:
         """Text went to the client: the first time is the time to first token, and all of it is
@@ -236,7 +249,11 @@ class Meter:
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
         }
-        if outcome == REJECTED or (outcome in NOT_THE_CLIENTS and not self._sent):  # nothing for the client
+        hit_price = self._hit_price
+        if hit_price is not None and outcome == COMPLETED:
+            row["outcome"] = CACHE_HIT
+        if outcome == REJECTED or (outcome in NOT_THE_CLIENTS and not self._sent) or (
+                hit_price is not None and (outcome != COMPLETED or usage is None)):  # nothing for the client
             row |= {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
                     "reasoning_tokens": None, "estimated": False, "cost_nanos": 0}
             self._ledger.add(row)
@@ -257,6 +274,10 @@ class Meter:
                     model, usage.prompt_tokens, usage.completion_tokens, cached, started, vendor_calls=calls,
                     cache_write_tokens=_detail(usage.prompt_tokens_details, "cache_creation_tokens")),
             }
+            if hit_price is not None:  # what the vendor would have cost, less what the hit costs
+                full = row["cost_nanos"]
+                row["cost_nanos"] = 0 if full is None or not hit_price else round(full * hit_price)
+                row["saved_nanos"] = None if full is None else full - row["cost_nanos"]
             self._ledger.add(row)
             if self.on_close is not None:
                 self.on_close(row)

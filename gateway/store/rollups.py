@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.store import database
-from gateway.store.meter import REFUSED
+from gateway.store.meter import CACHE_HIT, REFUSED
 from gateway.store.tables import ROLLUP_MEASURES, ROLLUPS, UTCDateTime, ledger, rollup_tables
 
 GRAINS = ("month", "day", "hour")  # coarsest first
@@ -111,7 +111,8 @@ def measures(row: dict[str, Any]) -> tuple[int, ...]:
     refused = row["outcome"] == REFUSED
     return (0 if refused else 1, 1 if row["estimated"] else 0, row["prompt_tokens"], row["completion_tokens"],
             row["total_tokens"], row.get("cached_tokens") or 0, row.get("reasoning_tokens") or 0, cost or 0,
-            1 if cost is None and not refused else 0, (row.get("refusals") or 1) if refused else 0)
+            1 if cost is None and not refused else 0, (row.get("refusals") or 1) if refused else 0,
+            1 if row["outcome"] == CACHE_HIT else 0, row.get("saved_nanos") or 0)
 
 
 def _add_to(sums: dict[tuple[Any, ...], tuple[int, ...]], key: tuple[Any, ...], values: tuple[int, ...]) -> None:
@@ -229,6 +230,8 @@ def ledger_measures() -> list[ColumnElement[Any]]:
         func.coalesce(total(c.cost_nanos), 0),
         total(case((c.cost_nanos.is_(None) & ~refused, 1), else_=0)),
         total(case((refused, func.coalesce(c.refusals, 1)), else_=0)),
+        total(case((c.outcome == CACHE_HIT, 1), else_=0)),
+        func.coalesce(total(c.saved_nanos), 0),
     ]
 
 

@@ -115,6 +115,9 @@ ledger = Table(
     # A `refused` row stands for this many refused requests alike (store/ledger.py `refuse`);
     # null: one (every other row, and refused rows written before rows were shared).
     Column("refusals", BigInteger, nullable=True),
+    # A cache hit's (outcome cache_hit, http/cache.py): what its tokens would have cost at the model's
+    # price less what the hit cost; null for every other row, and for a hit of an unpriced model.
+    Column("saved_nanos", BigInteger, nullable=True),
     Index(None, "account_id", "started_at"),
     Index(None, "started_at"),
     Index(None, "key_id", "started_at"),  # a key's budget is summed from its rows of the period
@@ -149,6 +152,7 @@ limits = Table(
     Column("budget_usd", BigInteger, nullable=True),  # nano-dollars per budget period (store/prices.py)
     Column("budget_period", String(8), nullable=True),  # "day" or "month" (UTC calendar)
     Column("models", Text, nullable=True),  # JSON list of glob patterns the subject may call
+    Column("cache", Boolean, nullable=True),  # the response cache's switch (http/cache.py); null: not set
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
@@ -160,7 +164,8 @@ limits = Table(
 # NULLs are never equal in a unique key.
 # `requests` reached a vendor; `refused_requests` were refused by a limit before any vendor call.
 ROLLUP_MEASURES = ("requests", "estimated_requests", "prompt_tokens", "completion_tokens", "total_tokens",
-                   "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests", "refused_requests")
+                   "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests", "refused_requests",
+                   "cache_hits", "saved_nanos")  # `cache_hits` of `requests` were answered from the response cache
 # (table, period, dimensions kept), per period the smaller first: `user` has far more values than
 # model, key and outcome together, and each dimension kept multiplies the rows.
 ROLLUPS = (

@@ -60,17 +60,21 @@ class UsageLine(TypedDict):
     # request of the line is priced (a line of refused requests alone cost nothing).
     cost_usd: float | None
     unpriced_requests: int  # requests whose model had no price when they ran: not in the cost
+    cache_hits: int  # of `requests`, answered from the response cache (no vendor call)
+    cache_saved_usd: float  # what the hits' tokens would have cost at their models' prices, less what they cost
 
 
 # The sums a report reads and adds up, in the order a line shows them (cost_nanos becomes cost_usd).
 _SUMS = ("requests", "estimated_requests", "refused_requests", "prompt_tokens", "completion_tokens",
-         "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests")
+         "total_tokens", "cached_tokens", "reasoning_tokens", "cost_nanos", "unpriced_requests", "cache_hits",
+         "saved_nanos")
 _COST = _SUMS.index("cost_nanos")
+_IN_DOLLARS = {"cost_nanos": "cost_usd", "saved_nanos": "cache_saved_usd"}  # nano-dollar sums, shown in dollars
 
 
 def columns(group_by: Sequence[str]) -> tuple[str, ...]:
     """The fields of a line grouped by `group_by`, in order (the CLI's columns)."""
-    return ("account_id", *(DIMENSIONS[d] for d in group_by), *_SUMS[:_COST], "cost_usd", *_SUMS[_COST + 1:])
+    return ("account_id", *(DIMENSIONS[d] for d in group_by), *(_IN_DOLLARS.get(s, s) for s in _SUMS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +115,12 @@ async def report(
     # Python only makes each row a dict: at thousands of lines, merging and sorting keys in Python
     # and one round trip per period were most of a report's time (bench/usage_scale.py).
     names, lines = columns(group), []
-    cost, requests, unpriced = map(names.index, ("cost_usd", "requests", "unpriced_requests"))
+    cost, requests, unpriced, saved = map(names.index, ("cost_usd", "requests", "unpriced_requests",
+                                                        "cache_saved_usd"))
     for row in await connection.execute(_lines(query, cut)):
         line = dict(zip(names, row))
         line["cost_usd"] = None if row[requests] and row[unpriced] == row[requests] else usd(row[cost])
+        line["cache_saved_usd"] = usd(row[saved])
         lines.append(line)
     return lines  # type: ignore[return-value]  # each dict has UsageLine's fields
 

@@ -152,7 +152,7 @@ def test_the_dashboard_shows_the_ledgers_figures_per_day_model_key_and_user(page
     expected = figures(recent)
     assert shown_totals(page) == {"requests": tokens(expected["requests"]), "total_tokens": tokens(expected["tokens"]),
                                   "cost": expected["cost"], "unpriced_requests": tokens(expected["unpriced"]),
-                                  "refused_requests": "0"}
+                                  "refused_requests": "0", "cache_hits": "0", "cache_saved": "$0.00"}
     assert shown_table(page, "by-outcome") == table_rows(recent, "outcome")
     assert shown_table(page, "by-model") == table_rows(recent, "model")
     assert shown_table(page, "by-key") == table_rows(recent, "key_id")

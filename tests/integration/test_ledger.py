@@ -314,7 +314,8 @@ def expected_lines(two_accounts, *names: str, model: str | None = None) -> list[
     return [
         {"account_id": account, "model": m, "requests": v[0], "estimated_requests": 0, "refused_requests": 0,
          "prompt_tokens": v[1], "completion_tokens": v[2], "total_tokens": v[3], "cached_tokens": 0,
-         "reasoning_tokens": 0, "cost_usd": None, "unpriced_requests": v[0]}  # the fake vendor's models have no price
+         "reasoning_tokens": 0, "cost_usd": None, "unpriced_requests": v[0],  # the fake vendor's models have no price
+         "cache_hits": 0, "cache_saved_usd": 0.0}
         for (account, m), v in sorted(two_accounts["told"].items())
         if account in accounts and model in (None, m)
     ]
@@ -417,7 +418,8 @@ def test_usage_cli_reports_per_account_as_table_json_and_csv(backend, two_accoun
     assert bad.returncode == 2 and "team: choose from model, day, key, user, outcome" in bad.stderr
     as_csv = gateway_cli(backend.url, "usage", "--account", y, "--format", "csv").stdout.splitlines()
     assert as_csv[0] == ("account_id,model,requests,estimated_requests,refused_requests,prompt_tokens,"
-                         "completion_tokens,total_tokens,cached_tokens,reasoning_tokens,cost_usd,unpriced_requests")
+                         "completion_tokens,total_tokens,cached_tokens,reasoning_tokens,cost_usd,unpriced_requests,"
+                         "cache_hits,cache_saved_usd")
     assert [line.split(",")[:3] for line in as_csv[1:]] == [[y, "fake/a", "1"], [y, "fake/b", "1"]]
     table = gateway_cli(backend.url, "usage", "--account", x).stdout.splitlines()
     assert table[0].split() == as_csv[0].split(",")

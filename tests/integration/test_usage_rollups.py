@@ -19,7 +19,7 @@ from sqlalchemy import event, insert, select, text
 from gateway.store import database, prices, rollups, usage
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
-from gateway.store.meter import OUTCOMES
+from gateway.store.meter import CACHE_HIT, OUTCOMES
 from gateway.store.tables import ROLLUP_MEASURES, ledger, ledger_rejects
 from tests.support.provision import empty_database
 
@@ -31,21 +31,29 @@ KEYS = ("key_aaaaaaaaaaaaaaaa", "key_bbbbbbbbbbbbbbbb", "key_cccccccccccccccc")
 USERS = (None, None, "alice", "bob", "", "ünï")
 
 
+# The outcomes drawn at random; every 13th row is made a cache hit without a draw, so the rows
+# drawn stay those the cases below were written for.
+DRAWN = tuple(outcome for outcome in OUTCOMES if outcome != CACHE_HIT)
+
+
 def random_row(rng: random.Random, n: int) -> dict:
     if rng.random() < 0.1:  # exactly on a period's start
         started = START + timedelta(hours=rng.randrange(int(SPAN.total_seconds() // 3600)))
     else:
         started = START + timedelta(microseconds=rng.randrange(int(SPAN.total_seconds() * 1e6)))
     prompt, completion = rng.randrange(0, 5000), rng.randrange(0, 800)
-    return {"request_id": f"cmpl-{n:06d}", "account_id": rng.choice(ACCOUNTS), "key_id": rng.choice(KEYS),
+    row = {"request_id": f"cmpl-{n:06d}", "account_id": rng.choice(ACCOUNTS), "key_id": rng.choice(KEYS),
             "vendor": "v", "model": rng.choice(MODELS), "fallback_from": None, "prompt_tokens": prompt,
             "completion_tokens": completion, "total_tokens": prompt + completion,
             "cached_tokens": rng.choice([None, rng.randrange(0, prompt + 1)]),
             "reasoning_tokens": rng.choice([None, rng.randrange(0, completion + 1)]),
-            "estimated": rng.random() < 0.2, "outcome": rng.choice(OUTCOMES), "streamed": rng.random() < 0.5,
+            "estimated": rng.random() < 0.2, "outcome": rng.choice(DRAWN), "streamed": rng.random() < 0.5,
             "end_user": rng.choice(USERS), "started_at": started, "ended_at": started, "ttft_ms": None,
             "endpoint": "chat" if n % 3 == 0 else "completions",
             "cost_nanos": rng.choice([None, rng.randrange(0, 10**7)])}
+    if n % 13 == 0:
+        row |= {"outcome": CACHE_HIT, "cost_nanos": 0, "saved_nanos": n * 1000}
+    return row
 
 
 async def write_concurrently(url: str, rows: list[dict], refused: list[dict]) -> None:
@@ -114,8 +122,11 @@ def shown(sums: dict[str, int]) -> tuple:
     """A line's sums (ROLLUP_MEASURES' order) as a report shows them: the nano-dollars in dollars,
     or None when none of the requests is priced."""
     unpriced = sums["requests"] and sums["unpriced_requests"] == sums["requests"]
-    return tuple((None if unpriced else prices.usd(sums[m])) if m == "cost_nanos" else sums[m]
-                 for m in ROLLUP_MEASURES)
+    return tuple((None if unpriced else prices.usd(sums[m])) if m == "cost_nanos" else
+                 prices.usd(sums[m]) if m == "saved_nanos" else sums[m] for m in ROLLUP_MEASURES)
+
+
+SHOWN = {"cost_nanos": "cost_usd", "saved_nanos": "cache_saved_usd"}  # the sums a report shows in dollars
 
 
 def as_tuples(lines: list[usage.UsageLine], group_by) -> list[tuple]:
@@ -123,7 +134,7 @@ def as_tuples(lines: list[usage.UsageLine], group_by) -> list[tuple]:
     assert all(list(line) == list(usage.columns(group_by)) for line in lines)
     fields = [usage.DIMENSIONS[d] for d in group_by]
     return sorted((((line["account_id"], *(line[f] for f in fields)),
-                    tuple(line["cost_usd" if m == "cost_nanos" else m] for m in ROLLUP_MEASURES)) for line in lines),
+                    tuple(line[SHOWN.get(m, m)] for m in ROLLUP_MEASURES)) for line in lines),
                   key=_order)
 
 
@@ -307,6 +318,8 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
     for row in rows:
         del row["cost_nanos"]  # the ledger before 0004 had no cost
         del row["endpoint"]  # nor, before 0009, an endpoint
+        if row.pop("saved_nanos", None) is not None:  # nor a response cache
+            row["outcome"] = "completed"
         row["model"] = row["model"].replace("\x00", "\ufffd")  # as the writer keeps it
 
     def upgrade_to(revision: str):

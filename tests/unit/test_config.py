@@ -23,6 +23,10 @@ def sample(name: str) -> tuple[str, object]:
         return "closed", "closed"
     if name == "log_format":
         return "json", "json"
+    if name == "cache":
+        return "memory", "memory"
+    if name == "cache_hit_price":
+        return "0.5", 0.5
     if name == "cors_origins":
         return "https://app.example.com, http://127.0.0.1:8080", frozenset({"https://app.example.com",
                                                                           "http://127.0.0.1:8080"})

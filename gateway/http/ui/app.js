@@ -35,7 +35,7 @@ function formatCost(total) {
 }
 
 function emptyTotal() {
-  return { requests: 0, refused: 0, prompt: 0, completion: 0, tokens: 0, nanos: 0, unpriced: 0 };
+  return { requests: 0, refused: 0, prompt: 0, completion: 0, tokens: 0, nanos: 0, unpriced: 0, hits: 0, saved: 0 };
 }
 
 function addLine(total, line) {
@@ -46,6 +46,8 @@ function addLine(total, line) {
   total.tokens += line.total_tokens;
   total.nanos += nanosOf(line.cost_usd);
   total.unpriced += line.unpriced_requests;
+  total.hits += line.cache_hits; // answered from the response cache (docs/cache.md)
+  total.saved += nanosOf(line.cache_saved_usd);
 }
 
 // Lines are per account too: summed here per value of `field` (over every account shown).
@@ -169,7 +171,8 @@ function renderTable(table, title, totals) {
 function renderTotals(total) {
   const shown = { requests: formatTokens(total.requests), refused_requests: formatTokens(total.refused),
                   total_tokens: formatTokens(total.tokens),
-                  cost: formatCost(total), unpriced_requests: formatTokens(total.unpriced) };
+                  cost: formatCost(total), unpriced_requests: formatTokens(total.unpriced),
+                  cache_hits: formatTokens(total.hits), cache_saved: formatUsd(total.saved) };
   for (const element of document.querySelectorAll("[data-total]")) element.textContent = shown[element.dataset.total];
 }
 

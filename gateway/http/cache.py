@@ -1,0 +1,343 @@
+"""The response cache as a request meets it (docs/cache.md): whether a request may be served from
+the cache, its key, the entry kept of a complete answer, and the chunks a hit streams.
+
+What is cached is exact and deterministic only: a request with `temperature` 0 or a `seed` given,
+unless its client asks for a sampled answer to be cached too (`x-gateway-cache: force`). The key
+is a digest of the entry format's version, the endpoint, the account, the model asked for
+("vendor/name", the first of its fallback chain) and the canonical form of the validated request:
+contract defaults written out, numbers written one way, keys sorted, and `stream`,
+`stream_options`, `user` left out (they change how an answer is delivered and attributed, not what
+it says). So one account's entries never answer another account, and an upgrade that changes the
+entry's shape (`VERSION`) never reads an old one.
+
+Per request, `x-gateway-cache`:
+    off             neither read nor write the cache (the answer says `bypass`)
+    refresh         call the vendor, and keep its answer in place of the entry
+    only-if-cached  a hit, or a 504 without calling any vendor (HTTP's `only-if-cached`)
+    force           cache this request even though it samples (no temperature 0, no seed)
+and `x-gateway-cache-ttl: <seconds>` keeps the answer that long instead of GATEWAY_CACHE_TTL_SECONDS.
+Every answer says what the cache did: `x-gateway-cache: hit`, `miss` or `bypass`.
+
+An entry is kept only of a complete, successful answer whose usage the vendor reported (never an
+error, a cut stream, an estimate), served by the model asked for (not a fallback's), with no tool
+calls (a stream's pieces of them are not reassembled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.datastructures import Headers
+
+from gateway.core.chat import ChatChoice
+from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.errors import GatewayError, ValidationFailed
+from gateway.http import limiting, metrics
+from gateway.http.context import HandlerRequest
+from gateway.store.limits import ACCOUNT, KEY, LimitsTable, Subject
+from gateway.store.response_cache import Store
+
+VERSION = 1  # of the key's canonical form and of the entry's shape: a change makes every old entry unreachable
+HEADER = "x-gateway-cache"
+TTL_HEADER = "x-gateway-cache-ttl"
+HIT, MISS, BYPASS = "hit", "miss", "bypass"  # what an answer's x-gateway-cache says
+OFF, REFRESH, ONLY_IF_CACHED, FORCE = "off", "refresh", "only-if-cached", "force"  # what a request may ask
+ASKED = (OFF, REFRESH, ONLY_IF_CACHED, FORCE)
+MAX_TTL = 30 * 86400  # seconds; the longest an entry may be asked to live
+
+# The request's fields that say how its answer is delivered or whom it is attributed to, not what it is.
+LEFT_OUT = frozenset({"model", "stream", "stream_options", "user"})
+# The contract's defaults (openapi.json), left out of the canonical form like a field not given.
+COMPLETION_DEFAULTS = {"max_tokens": 16, "n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0,
+                       "presence_penalty": 0, "echo": False, "logit_bias": {}, "stop": []}
+CHAT_DEFAULTS = {"n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0,
+                 "logprobs": False}
+_ABSENT = object()
+
+
+class CacheMiss(GatewayError):
+    """`only-if-cached` and nothing cached: no vendor is called (HTTP's 504 for it)."""
+
+    status = 504
+    type = "cache_miss"
+
+
+def form(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical fields of a validated request body: what is null, the contract's default or
+    left out (LEFT_OUT) is not there (`best_of` equal to `n` is no ranking either), and a whole
+    float is written as an integer (JSON's 1.0 is 1; nested values are taken as they are)."""
+    n = body.get("n") or 1
+    return {name: int(value) if value.__class__ is float and value.is_integer() else value
+            for name, value in body.items()
+            if name not in LEFT_OUT and value is not None and defaults.get(name, _ABSENT) != value
+            and not (name == "best_of" and value == n)}
+
+
+def completion_form(body: Mapping[str, Any]) -> dict[str, Any]:
+    return form(body, COMPLETION_DEFAULTS)
+
+
+def chat_form(body: Mapping[str, Any]) -> dict[str, Any]:
+    return form(body, CHAT_DEFAULTS)
+
+
+def deterministic(form: Mapping[str, Any]) -> bool:
+    """Whether the same request gives the same answer: greedy (temperature 0) or seeded."""
+    return form.get("temperature") == 0 or form.get("seed") is not None
+
+
+def key(endpoint: str, account: str, model: str, form: Mapping[str, Any]) -> str:
+    """The entry's key: a digest of everything that makes the answer what it is, and whose it is."""
+    canonical = orjson.dumps([VERSION, endpoint, account, model, form], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+# -- what a request asks of the cache ----------------------------------------------------------
+def asked(headers: Headers) -> tuple[str | None, float | None]:
+    """The request's x-gateway-cache and x-gateway-cache-ttl (a 422 naming the header when wrong)."""
+    # openapi.json declares both (the request's validation refuses a value outside them); the
+    # bounds are checked here too, where a pattern cannot say them.
+    value = headers.get(HEADER)
+    if value is not None:
+        if value not in ASKED:
+            raise _header_error(HEADER, f"must be one of {', '.join(ASKED)}", value)
+    ttl = headers.get(TTL_HEADER)
+    if ttl is None:
+        return value, None
+    try:
+        seconds = int(ttl.strip())
+    except ValueError:
+        raise _header_error(TTL_HEADER, "must be a whole number of seconds", ttl) from None
+    if not 1 <= seconds <= MAX_TTL:
+        raise _header_error(TTL_HEADER, f"must be from 1 to {MAX_TTL} seconds", ttl)
+    return value, float(seconds)
+
+
+def _header_error(name: str, message: str, value: str) -> ValidationFailed:
+    return ValidationFailed([{"loc": ["header", name], "msg": f"{name} {message}", "type": "value_error",
+                              "input": value}])
+
+
+def allowed(table: LimitsTable, key_id: str, account: str) -> bool:
+    """The key's switch (`gateway limits set --key ... --cache on|off`), else its account's, else on."""
+    for subject in (Subject(KEY, key_id), Subject(ACCOUNT, account)):
+        limits = table.subjects.get(subject)
+        if limits is not None and limits.cache is not None:
+            return limits.cache
+    return True
+
+
+# -- an entry ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Entry:
+    """A complete answer as the cache keeps it: its choices (with their finish reasons and
+    logprobs), the usage the client was told, the vendor's system fingerprint."""
+
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+def storable(choices: Iterable[Choice], usage: Usage | None) -> bool:
+    """Whether an answer may be kept: its usage reported by the vendor, and no tool calls."""
+    if usage is None or usage.estimated:
+        return False
+    return not any(isinstance(c, ChatChoice) and (c.tool_calls or c.function_call) for c in choices)
+
+
+def encode(entry: Entry) -> bytes:
+    usage = entry.usage
+    return orjson.dumps({
+        "v": VERSION,
+        "choices": [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": c.logprobs,
+                     **({"refusal": c.refusal} if isinstance(c, ChatChoice) else {})} for c in entry.choices],
+        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                  "prompt_tokens_details": usage.prompt_tokens_details,
+                  "completion_tokens_details": usage.completion_tokens_details},
+        "system_fingerprint": entry.system_fingerprint,
+    })
+
+
+def decode(raw: bytes, chat: bool) -> Entry | None:
+    """The entry of `raw` (new objects each time: a stream marks its choices as it sends them);
+    None when it is not one this version wrote."""
+    try:
+        data = orjson.loads(raw)
+        if data.get("v") != VERSION:
+            return None
+        kind = ChatChoice if chat else Choice
+        choices = [kind(c["index"], c["text"], c["finish_reason"], c["logprobs"],
+                        **({"refusal": c.get("refusal")} if chat else {})) for c in data["choices"]]
+        u = data["usage"]
+        usage = Usage(u["prompt_tokens"], u["completion_tokens"], u["prompt_tokens_details"],
+                      u["completion_tokens_details"])
+        return Entry(choices, usage, data["system_fingerprint"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def chunks(entry: Entry) -> list[Chunk]:
+    """A hit as a stream's chunks, the sequence a vendor's stream makes: each choice begun (a chat
+    choice's role), its whole text (and logprobs, refusal), its finish reason, then the usage."""
+    chat = any(isinstance(c, ChatChoice) for c in entry.choices)
+    kind = ChatChoice if chat else Choice
+    begun = [kind(c.index, "") for c in entry.choices]
+    text = [dataclasses.replace(c, finish_reason=None) for c in entry.choices]
+    finished = [kind(c.index, "", c.finish_reason or "stop") for c in entry.choices]
+    return [Chunk(begun), Chunk(text), Chunk(finished), Chunk([], usage=entry.usage, billed=entry.usage)]
+
+
+class Collected:
+    """A stream's choices put back together as it passes (`relay`), to be kept once it ended
+    cleanly: each choice's text and logprobs joined, its first finish reason, the final usage."""
+
+    def __init__(self) -> None:
+        self._choices: dict[int, Choice] = {}
+        self.usage: Usage | None = None
+        self.complete = False
+
+    def add(self, batch: list[Chunk]) -> None:
+        for chunk in batch:
+            if chunk.usage is not None:
+                self.usage = chunk.usage
+            for piece in chunk.choices:
+                found = self._choices.get(piece.index)
+                if found is None:
+                    self._choices[piece.index] = dataclasses.replace(piece)
+                    continue
+                found.text += piece.text
+                found.finish_reason = found.finish_reason or piece.finish_reason
+                found.logprobs = _joined(found.logprobs, piece.logprobs)
+                if isinstance(found, ChatChoice) and isinstance(piece, ChatChoice):
+                    found.tool_calls = (found.tool_calls or []) + (piece.tool_calls or []) or None
+                    found.function_call = found.function_call or piece.function_call
+                    if piece.refusal:
+                        found.refusal = (found.refusal or "") + piece.refusal
+
+    def entry(self) -> Entry | None:
+        choices = [self._choices[i] for i in sorted(self._choices)]
+        if not self.complete or not choices or not storable(choices, self.usage):
+            return None
+        assert self.usage is not None
+        return Entry(choices, self.usage)
+
+
+class Relay:
+    """A vendor stream's rest, passed on as it is, its answer (with its `first` chunks) kept in
+    the cache once the vendor ended it cleanly. Closing it closes the vendor's stream, whether
+    or not it was read (a stream's response closes what it was given)."""
+
+    __slots__ = ("_rest", "_collected", "_model", "_looked", "_ended")
+
+    def __init__(self, first: list[Chunk], rest: AsyncIterator[list[Chunk]], model: str, looked: Lookup) -> None:
+        self._rest = rest
+        self._collected = Collected()
+        self._collected.add(first)
+        self._model = model
+        self._looked = looked
+        self._ended = False
+
+    def __aiter__(self) -> Relay:
+        return self
+
+    async def __anext__(self) -> list[Chunk]:
+        try:
+            batch = await anext(self._rest)
+        except StopAsyncIteration:
+            if not self._ended:
+                self._ended = True
+                self._collected.complete = True
+                await self._looked.keep(self._model, self._collected.entry())
+            raise
+        self._collected.add(batch)
+        return batch
+
+    async def aclose(self) -> None:
+        await self._rest.aclose()  # type: ignore[attr-defined]
+
+
+async def NO_MORE() -> AsyncIterator[list[Chunk]]:  # noqa: N802 (a hit's stream has no rest)
+    return
+    yield
+
+
+def _joined(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two pieces' logprobs as one (legacy lists, or chat's `content`/`refusal` lists, concatenated)."""
+    if a is None or b is None:
+        return a if b is None else dict(b)
+    joined = dict(a)
+    for name, value in b.items():
+        mine = joined.get(name)
+        joined[name] = mine + value if isinstance(mine, list) and isinstance(value, list) else \
+            (value if value is not None else mine)
+    return joined
+
+
+# -- a request's lookup ------------------------------------------------------------------------
+@dataclass(slots=True)
+class Lookup:
+    """What the cache did for a request, and where its answer is to be kept."""
+
+    state: str  # HIT, MISS or BYPASS: the answer's x-gateway-cache
+    model: str = ""  # the model the key is for: an answer by another (a fallback) is not kept
+    key: str | None = None  # where the answer is kept (None: it is not)
+    store: Store | None = None
+    ttl: float = 0.0
+    entry: Entry | None = None  # a hit's
+    only_if_cached: bool = False
+
+    def demand(self, demand: limiting.Demand) -> limiting.Demand:
+        """What the limits are asked for: a hit is a request (RPM, concurrency) with no tokens."""
+        if self.entry is None:
+            return demand
+        return dataclasses.replace(demand, prompts_sent=(), completion_tokens=0, _prompt_tokens=0)
+
+    def header(self) -> dict[str, str]:
+        return {HEADER: self.state}
+
+    def refuse(self) -> None:
+        """`only-if-cached` without an entry: the 504, with no vendor called."""
+        if self.only_if_cached and self.entry is None:
+            raise CacheMiss("x-gateway-cache: only-if-cached, and this request's answer is not in the cache",
+                            code="cache_miss", headers={HEADER: self.state})
+
+    async def keep(self, model: str, entry: Entry | None) -> None:
+        """The answer of the request, by `model`: kept when it may be (see the module)."""
+        if self.key is None or self.store is None or entry is None or model != self.model:
+            return
+        value = encode(entry)
+        if await self.store.put(self.key, value, self.ttl):
+            metrics.cache_stored(len(value), self.store.held_bytes)
+
+
+BYPASSED = Lookup(BYPASS)
+
+
+async def look_up(request: HandlerRequest, account: str, endpoint: str, model: str,
+                  form: Callable[[], Mapping[str, Any]]) -> Lookup:
+    """The request's lookup: a hit (its entry), a miss (where its answer goes), or a bypass.
+    `form()` is the request's canonical form (made only when the cache may serve it)."""
+    wants, ttl = asked(request.headers)
+    services = request.services
+    store = services.cache
+    only = wants == ONLY_IF_CACHED
+    canonical = None if store is None or wants == OFF else form()
+    if canonical is None or not (wants == FORCE or deterministic(canonical)) \
+            or not allowed(services.limiter.table, request.caller.key_id, account):
+        if store is not None:
+            metrics.cache_looked_up(BYPASS)
+        return Lookup(BYPASS, only_if_cached=True) if only else BYPASSED
+    assert store is not None
+    where = key(endpoint, account, model, canonical)
+    looked = Lookup(MISS, model, where, store, ttl or services.settings.cache_ttl_seconds, only_if_cached=only)
+    if wants != REFRESH:
+        raw = await store.get(where)
+        if raw is not None and (entry := decode(raw, chat=endpoint == "chat")) is not None:
+            looked.state, looked.entry = HIT, entry
+    metrics.cache_looked_up(looked.state)
+    return looked
