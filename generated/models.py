@@ -1289,6 +1289,7 @@ class AdminLimitsUpdate(BaseModel):
     budget_usd: BudgetUsd | None | MISSING = MISSING
     period: Literal['day', 'month'] | None | MISSING = MISSING
     models: Models1 | None | MISSING = MISSING
+    cache: bool | None | MISSING = MISSING
 
 
 class AdminLimitUse(BaseModel):
@@ -1300,9 +1301,9 @@ class AdminLimitUse(BaseModel):
         extra='forbid',
     )
     limit: Literal['rpm', 'tpm', 'concurrent', 'budget_tokens', 'budget_usd', 'models']
-    value: float | list[str]
+    value: float | list[str] | bool
     """
-    The limit (US dollars for `budget_usd`).
+    The limit (US dollars for `budget_usd`; on or off, as true or false, for `cache`).
     """
     used: float | None
     remaining: float | None
@@ -1341,6 +1342,7 @@ class Limits(BaseModel):
     budget_usd: BudgetUsd | None
     period: Literal['day', 'month'] | None
     models: Models2 | None
+    cache: bool | None
 
 
 class AdminLimits(BaseModel):

@@ -169,7 +169,8 @@ async def get_limits(request: HandlerRequest) -> Response:
 def _limit_values(found: Limits) -> dict[str, Any]:
     values: dict[str, Any] = {"rpm": found.rpm, "tpm": found.tpm, "concurrent": found.concurrent,
                               "budget_tokens": None, "budget_usd": None, "period": None,
-                              "models": list(found.models) if found.models is not None else None}
+                              "models": list(found.models) if found.models is not None else None,
+                              "cache": found.cache}
     for budget in found.budgets:
         values[budget.unit.limit_column] = _amount(budget.unit.limit_column, budget.limit)
         values["period"] = budget.period
@@ -181,7 +182,8 @@ def _amount(limit: str, value: int | None) -> float | int | None:
 
 
 def _use(row: Any) -> dict[str, Any]:
-    value = list(row.value) if isinstance(row.value, tuple) else _amount(row.limit, row.value)
+    value = (list(row.value) if isinstance(row.value, tuple) else row.value if isinstance(row.value, bool)
+             else _amount(row.limit, row.value))
     return {"limit": row.limit, "value": value, "used": _amount(row.limit, row.used),
             "remaining": _amount(row.limit, row.remaining), "resets_in_seconds": row.resets_in,
             "resets_at": row.resets_at, "period": row.period, "source": row.source}

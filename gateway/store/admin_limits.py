@@ -31,7 +31,7 @@ from gateway.store.tables import ledger
 # store/limits.py MAX_BUDGET_USD in nano-dollars.
 MAX_AMOUNT = 10**15
 # What a change may set or clear: the limits table's columns (budget_period is `period` over HTTP).
-FIELDS = (*RATES, *(unit.limit_column for unit in UNITS.values()), "budget_period", "models")
+FIELDS = (*RATES, *(unit.limit_column for unit in UNITS.values()), "budget_period", "models", "cache")
 
 
 def check_pattern(pattern: str) -> str:
@@ -58,6 +58,10 @@ def checked(values: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = None
         elif name == "models":
             out[name] = [check_pattern(p) for p in value]
+        elif name == "cache":  # the response cache's switch (docs/cache.md)
+            if not isinstance(value, bool):
+                raise AccountsError("cache is on or off: true or false", field="cache")
+            out[name] = value
         elif name == "budget_period":
             if value not in PERIODS:
                 raise AccountsError(f"period {value!r}: choose from {', '.join(PERIODS)}", field="period")

@@ -93,10 +93,11 @@ def test_the_operator_story_end_to_end(gateways, api, backend, admin_key):
 
     # A budget, and its consumption beside it (the request above, once the ledger has it).
     wait_for_rows(backend.url, account, 1, where=lambda r: r["model"] == "fake/m")
-    put = api.put(f"/v5/admin/limits/keys/{info['id']}", json={"budget_tokens": 1000, "rpm": 100, "period": "day"})
+    put = api.put(f"/v5/admin/limits/keys/{info['id']}", json={"budget_tokens": 1000, "rpm": 100, "period": "day",
+                                                                "cache": False})
     assert put.status_code == 200, put.text
     assert put.json()["limits"] == {"rpm": 100, "tpm": None, "concurrent": None, "budget_tokens": 1000,
-                                    "budget_usd": None, "period": "day", "models": ["fake/*"]}
+                                    "budget_usd": None, "period": "day", "models": ["fake/*"], "cache": False}
     uses = {row["limit"]: row for row in put.json()["consumption"]}
     assert uses["budget_tokens"]["value"] == 1000 and uses["budget_tokens"]["period"] == "day"
     assert uses["budget_tokens"]["used"] >= 3  # the request above: prompt + completion
