@@ -1300,7 +1300,7 @@ class AdminLimitUse(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
     )
-    limit: Literal['rpm', 'tpm', 'concurrent', 'budget_tokens', 'budget_usd', 'models']
+    limit: Literal['rpm', 'tpm', 'concurrent', 'budget_tokens', 'budget_usd', 'models', 'cache']
     value: float | list[str] | bool
     """
     The limit (US dollars for `budget_usd`; on or off, as true or false, for `cache`).
