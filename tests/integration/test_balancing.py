@@ -180,7 +180,11 @@ def test_garbage_and_silence_cost_clients_nothing(faulty_gateway, faulty_replica
 
     deployments = {d["name"]: d for d in vendor_state(faulty_gateway, key, f"faulty_{routing}")["deployments"]}
     for name in ("garbage", "hanging"):
-        assert deployments[name]["ejections"] >= 1 and deployments[name]["failures"] == served[name], deployments
+        found = deployments[name]
+        assert found["failures"] == served[name], deployments
+        # Ejected once it failed EJECT_AFTER times in a row; p2c_ewma may stop choosing it before
+        # then, its latency (a hanging call's) being the worst of the two it compares.
+        assert found["ejections"] >= 1 or (routing == "p2c_ewma" and found["failures"] < EJECT_AFTER), deployments
     assert deployments["fine"]["failures"] == 0
 
 

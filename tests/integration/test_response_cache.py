@@ -17,8 +17,16 @@ from tests.support.bodies import chunks_of, sse_events
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess
 from tests.support.processes import wait_until
-from tests.support.provision import ledger_row, new_key, run_cli
+from tests.support.provision import ledger_row, new_key, run_cli, sqlite_database
 from tests.support.redis_servers import RedisServer, redis_prefix, redis_url, remove_redis_keys
+
+
+@pytest.fixture(scope="module")
+def database():
+    """A database of this module's own: its keys' counted limits would stop the gateways of two
+    workers without Redis that other modules start on the session's."""
+    with sqlite_database() as db:
+        yield db
 
 
 @pytest.fixture(scope="module")
