@@ -112,7 +112,8 @@ class Ledger:
         seconds = time.monotonic() - self._failing_since
         return f"database unavailable for {seconds:.0f}s ({self._failure}); {len(self._pending)} ledger rows waiting"
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: dict[str, Any]) -> bool:
+        """Whether the row waits for the writer now (else it is lost, and logged)."""
         observe.current().ledger_row(row)  # its tokens were used, whether or not the row can be written
         if self._closed:
             _lost("the ledger is closed", row)
@@ -123,6 +124,8 @@ class Ledger:
             observe.current().ledger_pending(len(self._pending))
             self._drained.clear()
             self._wake.set()
+            return True
+        return False
 
     def refuse(self, row: dict[str, Any]) -> None:
         """A refused request's row (no tokens, no cost): counted in a waiting row of the same
@@ -137,9 +140,8 @@ class Ledger:
             waiting["refusals"] += 1
             return
         row["refusals"] = 1
-        self.add(row)
-        if self._pending and self._pending[-1]["request_id"] == row["request_id"]:
-            self._refusing[alike] = self._pending[-1]
+        if self.add(row):  # (_clean keeps the row itself)
+            self._refusing[alike] = row
 
     def estimate(self, row: dict[str, Any], estimate: Estimate,
                  then: Callable[[dict[str, Any]], None] | None = None) -> None:
