@@ -85,8 +85,8 @@ async def limiter_cost(counters, subjects: dict[Subject, Limits], requests: int)
     limiter = Limiter(_Table(subjects), counters, engine=None)  # budgets are seeded (_seed), not from a ledger
     cpu, wall = time.process_time(), time.perf_counter()
     for i in range(requests):
-        grant = await limiter.admit(key_id="key_bench", account="acct", model="fake/m", prompt_tokens=4,
-                                    completion_tokens=16, request_id=f"r{i}")
+        grant = await limiter.ask(key_id="key_bench", account="acct", model="fake/m", prompt_tokens=4,
+                                  completion_tokens=16, request_id=f"r{i}").grant()
         grant.settle(ROW)  # as in the gateway, the request does not wait for its settlement to be answered
     await limiter.drain()  # but every one is answered before the clock stops
     return (time.process_time() - cpu) / requests * 1e6, (time.perf_counter() - wall) / requests * 1e6

@@ -5,8 +5,9 @@ only turns bodies into its arguments and its answers and refusals into the contr
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -17,6 +18,8 @@ from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
 from gateway.core import errors
+from gateway.core.ids import ids
+from gateway.http import limiting
 from gateway.http.context import HandlerRequest
 from gateway.store import admin, stored_prices, usage
 from gateway.store.accounts import Account, AccountsError, Conflict, UnknownObject
@@ -43,14 +46,34 @@ async def _done(work: Awaitable[T]) -> T:
     except Conflict as exc:
         raise errors.Conflict(str(exc), code=exc.code, param=exc.field) from None
     except AccountsError as exc:
-        # The contract's own checks answered 422 already: this is a value it allows that cannot be
-        # used (an expiry in the past, a pattern that matches no model...).
-        raise errors.BadRequest(str(exc), code="invalid_value",
-                                param=_OVER_HTTP.get(exc.field, exc.field) if exc.field else None) from None
+        # A value the schema allows that cannot be used (an expiry in the past, a pattern that
+        # matches no model...): a 422 in the contract's shape, as the schema's own problems are,
+        # with its own code so that a client can tell the two apart.
+        where = ["body", _OVER_HTTP.get(exc.field, exc.field)] if exc.field else ["body"]
+        raise errors.ValidationFailed([{"loc": where, "msg": str(exc), "type": "value_error"}],
+                                      code="invalid_value") from None
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         log.warning("administration failed: %s", f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         raise errors.StorageUnavailable("the gateway's database is unavailable; retry later",
                                         code="database_unavailable") from None
+
+
+def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callable[[HandlerRequest], Awaitable[Response]]:
+    """An administrative operation under its key's request rate and concurrency, as any of the
+    key's requests is (a leaked or looping admin key cannot hammer the database): 429 past them,
+    with OpenAI's x-ratelimit-* headers on every answer while a limit applies."""
+
+    @functools.wraps(handler)
+    async def under_limits(request: HandlerRequest) -> Response:
+        grant = await limiting.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
+        try:
+            response = await handler(request)
+        finally:
+            grant.settle(None)
+        response.headers.update(limiting.headers(grant))
+        return response
+
+    return under_limits
 
 
 def _actor(request: HandlerRequest) -> admin.Actor:
@@ -76,6 +99,7 @@ def _account(account: Account) -> dict[str, Any]:
 
 
 # -- accounts -----------------------------------------------------------------------------------
+@limited
 async def create_account(request: HandlerRequest) -> Response:
     body = request.body
     account = await _done(admin.create_account(request.services.database, _actor(request), body["id"],
@@ -83,12 +107,14 @@ async def create_account(request: HandlerRequest) -> Response:
     return _json(_account(account), 201)
 
 
+@limited
 async def list_accounts(request: HandlerRequest) -> Response:
     found = await _done(admin.list_accounts(request.services.database))
     return _json({"object": "list", "data": [_account(a) for a in found]})
 
 
 # -- keys ---------------------------------------------------------------------------------------
+@limited
 async def create_key(request: HandlerRequest) -> Response:
     body = request.body
     expires = body.get("expires_at")
@@ -107,6 +133,7 @@ async def _new_key(request: HandlerRequest, new: Any, replaces: Any = None) -> R
     return _json(body, 201)
 
 
+@limited
 async def list_keys(request: HandlerRequest) -> Response:
     account = QueryParams(request.scope["query_string"]).get("account")
     found = await _done(admin.list_keys(request.services.database, account))
@@ -114,18 +141,25 @@ async def list_keys(request: HandlerRequest) -> Response:
     return _json({"object": "list", "data": [_key(view, now) for view in found]})
 
 
+@limited
 async def get_key(request: HandlerRequest) -> Response:
+    return await _shown_key(request)
+
+
+async def _shown_key(request: HandlerRequest) -> Response:
     view = await _done(admin.get_key(request.services.database, request.scope["path_params"]["key_id"]))
     return _json(_key(view, datetime.now(UTC)))
 
 
+@limited
 async def revoke_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     await _done(admin.revoke_key(request.services.database, _actor(request), key_id))
     request.services.keys.forget(key_id)  # refused here at once; other gateways within their key cache
-    return await get_key(request)
+    return await _shown_key(request)
 
 
+@limited
 async def rotate_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
@@ -140,6 +174,7 @@ def _subject(request: HandlerRequest) -> Subject:
     return Subject(KEY, params["key_id"]) if "key_id" in params else Subject(ACCOUNT, params["account_id"])
 
 
+@limited
 async def put_limits(request: HandlerRequest) -> Response:
     values: dict[str, Any] = {}
     for name, value in request.body.items():
@@ -157,6 +192,7 @@ def _nanos(dollars: float | int) -> int:
     return int((Decimal(str(dollars)) * NANOS_PER_USD).to_integral_value())
 
 
+@limited
 async def get_limits(request: HandlerRequest) -> Response:
     subject = _subject(request)
     engine = request.services.database
@@ -190,6 +226,7 @@ def _use(row: Any) -> dict[str, Any]:
 
 
 # -- prices -------------------------------------------------------------------------------------
+@limited
 async def put_price(request: HandlerRequest) -> Response:
     body = request.body
     rates = {name: body.get(name) for name in stored_prices.RATES}
@@ -198,6 +235,7 @@ async def put_price(request: HandlerRequest) -> Response:
     return _json(_price(body["model"], price))
 
 
+@limited
 async def list_prices(request: HandlerRequest) -> Response:
     prices = request.services.ledger.prices
     await _done(_reread(request))
@@ -220,6 +258,7 @@ def _price(model: str, price: Price) -> dict[str, Any]:
 
 
 # -- the audit trail ----------------------------------------------------------------------------
+@limited
 async def audit(request: HandlerRequest) -> Response:
     since = QueryParams(request.scope["query_string"]).get("since")
     entries = await _done(admin.audit(request.services.database, _instant("since", since, "query") if since else None))

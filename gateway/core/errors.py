@@ -273,9 +273,11 @@ class ValidationFailed(Exception):
     # Problems the `error.message` spells out; `detail` lists every one.
     MESSAGE_PROBLEMS = 20
 
-    def __init__(self, detail: list[dict[str, Any]]) -> None:
+    def __init__(self, detail: list[dict[str, Any]], code: str | None = None) -> None:
         super().__init__(detail[0]["msg"] if detail else "invalid request body")
         self.detail = detail
+        if code is not None:  # a reason of its own (an administrative value that cannot be used)
+            self.code = code
         self.extra_headers: dict[str, str] | None = None  # as GatewayError's (x-ratelimit-*: the planner's 422s)
 
     def body(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from gateway.store.limits import Budget, Limits, Subject, Unit
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
-__all__ = ["NO_LIMITS", "Check", "Demand", "check", "demand", "headers"]
+__all__ = ["NO_LIMITS", "Check", "Demand", "admit_call", "check", "demand", "headers"]
 
 
 @dataclass(slots=True)
@@ -184,6 +184,26 @@ class Check:
         allowed = [m for m in chains[model] if all(
             limits.allows(m) and (limiter is None or limiter.affordable(limits, m)) for _, limits in subjects)]
         return {**chains, model: allowed}
+
+
+async def admit_call(limiter: Limiter, key_id: str, request_id: str) -> Grant:
+    """The grant of a call that reaches no model (an administrative one), under its key's request
+    rate and concurrency (Limiter.ask_call), or the error that refuses it. It is settled, with
+    nothing used, when the call ends. No ledger row: the ledger is the usage of models."""
+    asked = limiter.ask_call(key_id=key_id, request_id=request_id)
+    if asked.remote:  # a cancellation must not lose what the store grants (a slot held for a lease)
+        verdict = asyncio.ensure_future(asked.grant())
+        try:
+            grant = await asyncio.shield(verdict)
+        except asyncio.CancelledError:
+            verdict.add_done_callback(_give_back)
+            raise
+    else:
+        grant = await asked.grant()
+    if grant.refusal is not None:
+        observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
+        raise _error(grant, key_id, "")
+    return grant
 
 
 # Every request's while no limit exists: its grant is known, nothing else of it is read.

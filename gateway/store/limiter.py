@@ -1,17 +1,17 @@
-"""Limits on the request path: `Limiter.ask` before a request reaches a vendor (a shared store is
-asked at once; its verdict, `Asking.grant()`, is awaited later: http/limiting.py `Check`), and
-`Grant.settle` when it has ended (completed, failed, cut short or left), with its ledger row.
+"""Limits on the request path: `Limiter.ask` before a request reaches a vendor (`ask_call` for a
+call that reaches none, an administrative one), the store asked at once and its verdict,
+`Asking.grant()`, awaited later (http/limiting.py `Check`); `Grant.settle` when it has ended
+(completed, failed, cut short or left), with its ledger row.
 
 What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
 prompts' tokens plus `max_tokens` x choices (OpenAI's rule), which a per-minute token limit and a
 budget reserve until settlement replaces it with what the request used.
 
-Where the counters live (gateway/store/counters.py):
-- with `redis_url`, in Redis, shared exactly by every worker and host;
-- without it, in this process's memory: exact for one process. With several workers and no Redis
-  the counters could only be per process, which no limit means: such a gateway refuses to start
-  while limits exist, and a limit set later is refused per request (503) and logged, never
-  counted per process. (Allow-lists need no counter and are always enforced.)
+Where the counters live (gateway/store/counters.py): with `redis_url`, in Redis, shared exactly by
+every worker and host; without it, in this process's memory, exact for one process. With several
+workers and no Redis they could only be per process, which no limit means: such a gateway refuses
+to start while limits exist, and a limit set later is refused per request (503) and logged, never
+counted per process. (Allow-lists need no counter and are always enforced.)
 
 When Redis cannot be reached, `limits_on_store_failure` decides: `open` serves requests under
 limits uncounted (their usage is charged once Redis answers again), `closed` refuses them (503).
@@ -183,10 +183,6 @@ class Limiter:
         """Whether every budget of `limits` can be kept on `model` (one in dollars needs its price)."""
         return all(b.unit.reserve(self.prices, model, 0, 0) is not None for b in limits.budgets)
 
-    async def admit(self, **asked: Any) -> Grant:
-        """`ask`, and its verdict awaited."""
-        return await self.ask(**asked).grant()
-
     def ask(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
             request_id: str) -> Grant | Asking:
         """The verdict on a request: a Grant when it needs no store, else the store's answer on
@@ -197,20 +193,27 @@ class Limiter:
         plan = self._plans.get(table, key_id, account)
         if plan is None:
             return NO_LIMITS
-        found = plan.found
         if plan.listed and (refusing := plan.refusing(model)) is not None:
-            return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=found)
+            return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=plan.found)
+        return self._claim(plan, model, prompt_tokens, completion_tokens, request_id)
+
+    def ask_call(self, *, key_id: str, request_id: str) -> Grant | Asking:
+        """The verdict on a call that reaches no model, an administrative one (Plan.of_calls)."""
+        plan = Plan.of_calls(self.table.subjects, key_id)
+        return NO_LIMITS if plan is None else self._claim(plan, "", 0, 0, request_id)
+
+    def _claim(self, plan: Plan, model: str, prompt: int, completion: int, request_id: str) -> Grant | Asking:
+        found = plan.found
         if not plan.counted:
             return Grant(subjects=found)
         if self.counters is None:
             return Grant(refusal=Refusal(plan.counted[0][0], UNSHARED, 0), subjects=found)
         now = self.counters.time(self._clock())  # the store's clock: periods are the store's
-        charges = []
-        periods = []
+        charges, periods = [], []
         for subject, limits in plan.counted:
             budgets = []
             for budget in limits.budgets:
-                reserve = budget.unit.reserve(self.prices, model, prompt_tokens, completion_tokens)
+                reserve = budget.unit.reserve(self.prices, model, prompt, completion)
                 if reserve is None:  # a budget in dollars, and no price: it could not be kept
                     return Grant(refusal=Refusal(subject, UNPRICED, budget.limit, unit=budget.unit.name),
                                  subjects=found)
@@ -218,7 +221,7 @@ class Limiter:
                 periods.append(period)
                 budgets.append(BudgetClaim(budget, period, reserve))
             charges.append(Charge(subject, limits, budgets))
-        claim = Claim(request_id, prompt_tokens + completion_tokens, charges)
+        claim = Claim(request_id, prompt + completion, charges)
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._without_store(claim, found)
         prepared = plan.prepared

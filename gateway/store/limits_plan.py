@@ -38,6 +38,19 @@ class Plan:
         return cls(found, counted, any(settles(limits) for _, limits in counted),
                    any(limits.models is not None for _, limits in found))
 
+    @classmethod
+    def of_calls(cls, table: Mapping[Subject, Limits], key_id: str) -> Plan | None:
+        """The plan of a call that reaches no model (administration): its key's own request rate
+        and concurrency, counted with its other requests. Token limits and budgets count what a
+        key spends on models, which such a call does not (and a key past its budget must still be
+        able to raise it); its account's limits are for requests on the account's behalf."""
+        subject = Subject(KEY, key_id)
+        limits = table.get(subject)
+        if limits is None or not (limits.rpm or limits.concurrent):
+            return None
+        calls = ((subject, Limits(rpm=limits.rpm, concurrent=limits.concurrent)),)
+        return cls(calls, calls, settles(calls[0][1]), False)
+
     def refusing(self, model: str) -> Subject | None:
         """The subject whose allow-list refuses `model` (the key's first), or None."""
         refusing = self.models.get(model, _UNKNOWN)

@@ -17,6 +17,9 @@ Two checks of our own run beside schemathesis's:
   over the adapter's support records) says it cannot serve in that request: unsupported, outside
   the vendor's narrower range, or echo emulated together with logprobs. Any other refusal of valid
   data fails (positive_data_acceptance lets 400 through to this check: tests/contract/fuzz.toml).
+- `unusable_values_are_named`: a schema-valid request answered 422 passes only as an administrative
+  value the schema cannot rule out (an `expires_at` past, a model pattern naming no vendor, a
+  `period` without a budget), answered `invalid_value` naming that field.
 - `answers_keep_openais_contract`: what the schema cannot say of a 200: one choice per prompt and n,
   indexed prompt-major; `logprobs` null unless asked for, and each top_logprobs entry holding its
   token with its token_logprobs value and at most logprobs + 1 entries; usage present (in a stream:
@@ -29,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from datetime import UTC, datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,6 +232,34 @@ def refusals_are_documented(ctx, response, case):
         raise AssertionError(f"a valid request was refused with 400 {code} (param {param!r}, vendor {vendor!r}: "
                              f"{error.get('message')}); vendor {VENDOR.name!r} may refuse only "
                              f"{allowed or 'nothing in it'}")
+    return None
+
+
+# What a schema-valid administrative body may still be refused for (422 `invalid_value`, naming the
+# field: handlers/admin.py), what the schema cannot say, with how to tell that the body has it.
+UNUSABLE = {
+    "expires_at": lambda body: datetime.fromisoformat(body["expires_at"]) <= datetime.now(UTC),
+    "models": lambda body: any(not p.strip() or ("/" not in p and not any(c in p for c in "*?["))
+                               for p in body["models"]),
+    "period": lambda body: not any(body.get(f) is not None for f in ("budget_tokens", "budget_usd")),  # (or stored)
+}
+
+
+@schemathesis.check
+def unusable_values_are_named(ctx, response, case):
+    """A schema-valid request answered 422 (positive_data_acceptance lets 422 through to this check:
+    tests/contract/fuzz.toml) passes only as an administrative value the schema allows but the
+    gateway cannot use, the error naming the field and the body having that fault."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or response.status_code != 422:
+        return None
+    error = json.loads(response.content).get("error") or {}
+    body = json.loads(response.request.body) if response.request.body else {}
+    param, code = error.get("param"), error.get("code")
+    fault = UNUSABLE.get(param)
+    if (not case.operation.path.startswith("/v5/admin/") or code != "invalid_value" or fault is None
+            or body.get(param) is None or not fault(body)):
+        raise AssertionError(f"a valid request was refused with 422 {code} (param {param!r}: {error.get('message')})")
     return None
 
 

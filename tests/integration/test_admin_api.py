@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -180,7 +181,8 @@ def test_an_expired_key_is_refused_saying_so(api, gateways):
     assert error["code"] == "key_expired" and made.json()["api_key"]["id"] in error["message"]
     past = api.post("/v5/admin/keys", json={"accounts": ["ops"], "name": "late", "scopes": ["usage"],
                                             "expires_at": "2020-01-01T00:00:00Z"})
-    assert past.status_code == 400 and past.json()["error"]["param"] == "expires_at"
+    assert past.status_code == 422 and past.json()["error"]["param"] == "expires_at"
+    assert past.json()["detail"][0]["loc"] == ["body", "expires_at"]
     assert "is not in the future" in past.json()["error"]["message"]
 
 
@@ -196,12 +198,14 @@ def test_bad_bodies_and_unknown_objects_are_named(api):
     assert api.get("/v5/admin/limits/accounts/nobody-here").status_code == 404
     assert api.get("/v5/admin/keys", params={"account": "nobody-here"}).status_code == 404
     pattern = api.put("/v5/admin/limits/accounts/ops", json={"models": ["gpt4"]})
-    assert pattern.status_code == 400 and "'gpt4' matches no model" in pattern.json()["error"]["message"]
+    assert pattern.status_code == 422 and "'gpt4' matches no model" in pattern.json()["error"]["message"]
     assert (pattern.json()["error"]["code"], pattern.json()["error"]["param"]) == ("invalid_value", "models")
+    assert [(d["loc"], d["type"]) for d in pattern.json()["detail"]] == [(["body", "models"], "value_error")]
     period = api.put("/v5/admin/limits/accounts/ops", json={"period": "day"})
-    assert period.status_code == 400 and period.json()["error"]["param"] == "period"
+    assert period.status_code == 422 and period.json()["error"]["param"] == "period"
     too_much = api.put("/v5/admin/limits/accounts/ops", json={"rpm": 0, "budget_usd": -1, "bogus": 1})
     assert too_much.status_code == 422  # the contract's own checks: every problem named
+    assert too_much.json()["error"]["code"] == "invalid_request_body"
     assert {tuple(d["loc"]) for d in too_much.json()["detail"]} == {("body", "rpm"), ("body", "budget_usd"),
                                                                      ("body", "bogus")}
     nothing = api.get("/v5/admin/audit")
@@ -210,3 +214,47 @@ def test_bad_bodies_and_unknown_objects_are_named(api):
     assert patched.status_code == 405 and patched.headers["allow"] == "DELETE, GET, HEAD"  # the path's, all of them
     assert api.post("/v5/admin/keys/key_nope/rotate", json={"grace_seconds": -1}).status_code == 422
     assert api.post("/v5/admin/keys/key_nope/rotate", json={"grace_seconds": 5.0}).status_code == 404  # a whole number
+
+
+def test_admin_calls_are_rate_limited_like_the_keys_other_requests(gateways, api, upstream):
+    gateway, _ = gateways
+    account = new_account(api)
+    made = api.post("/v5/admin/keys", json={"accounts": [account], "name": "ci job", "scopes": ["admin", "inference"]})
+    key, key_id = made.json()["key"], made.json()["api_key"]["id"]
+    assert api.put(f"/v5/admin/limits/keys/{key_id}", json={"rpm": 3, "tpm": 1000}).status_code == 200
+    admin = httpx.Client(base_url=gateway.url, headers={"x-api-key": key}, timeout=30, verify=SHARED_TLS)
+    with admin:
+        served = [admin.get("/v5/admin/accounts") for _ in range(3)]
+        assert [r.status_code for r in served] == [200, 200, 200]
+        assert [r.headers["x-ratelimit-remaining-requests"] for r in served] == ["2", "1", "0"]
+        assert served[0].headers["x-ratelimit-limit-requests"] == "3"
+        assert "x-ratelimit-limit-tokens" not in served[0].headers  # tpm: administration uses no tokens
+        refused = admin.post("/v5/admin/accounts", json={"id": f"{account}-2", "name": "never made"})
+        assert refused.status_code == 429, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "requests_per_minute" and f"key {key_id}: 3 requests per minute" in error["message"]
+        assert int(refused.headers["retry-after"]) >= 1 and refused.headers["x-should-retry"] == "true"
+        # One bucket with the key's model requests; the refused call made nothing and wrote no audit line.
+        assert complete(gateway.url, key).json()["error"]["code"] == "requests_per_minute"
+        assert f"{account}-2" not in [a["id"] for a in api.get("/v5/admin/accounts").json()["data"]]
+        assert f"{account}-2" not in api.get("/v5/admin/audit").text
+
+        # A request in flight holds the key's only slot from its admin calls too, until it ends.
+        assert api.put(f"/v5/admin/limits/keys/{key_id}", json={"rpm": None, "tpm": None,
+                                                                "concurrent": 1}).status_code == 200
+        wait_until(lambda: "x-ratelimit-limit-requests" not in admin.get("/v5/admin/prices").headers,
+                   message="the gateway to reread the key's limits")
+        answers: list[httpx.Response] = []
+        held = threading.Thread(target=lambda: answers.append(complete(gateway.url, key, model="fake/held",
+                                                                       stream=True, max_tokens=4)))
+        held.start()
+        try:
+            wait_until(lambda: upstream.holding == 1, message="the stream held at the vendor")
+            busy = admin.get("/v5/admin/keys", params={"account": account})
+            assert busy.status_code == 429 and busy.json()["error"]["code"] == "concurrent_requests"
+            assert key_id in busy.json()["error"]["message"]
+        finally:
+            upstream.release_held()
+            held.join(30)
+        assert answers[0].status_code == 200
+        assert admin.get("/v5/admin/keys", params={"account": account}).status_code == 200  # the slot is free

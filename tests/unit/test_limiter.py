@@ -12,7 +12,7 @@ import pytest
 
 from gateway.store.counters import MemoryCounters
 from gateway.store.counters_redis import RedisCounters
-from gateway.store.limiter import Limiter
+from gateway.store.limiter import NO_LIMITS, Limiter
 from gateway.store.limits import KEY, TOKENS, Budget, Limits, Period, Subject
 from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
@@ -46,8 +46,8 @@ def limiter(subjects: dict[Subject, Limits], counters, clock=lambda: NOW) -> Lim
 
 
 async def admit(limiter: Limiter, request_id: str, completion_tokens: int = 16):
-    return await limiter.admit(key_id=KEY_A.id, account="acct", model="fake/m", prompt_tokens=4,
-                               completion_tokens=completion_tokens, request_id=request_id)
+    return await limiter.ask(key_id=KEY_A.id, account="acct", model="fake/m", prompt_tokens=4,
+                             completion_tokens=completion_tokens, request_id=request_id).grant()
 
 
 def test_a_settlement_goes_out_before_the_next_claim_from_this_process():
@@ -267,3 +267,58 @@ def test_a_claim_redis_runs_after_a_stall_holds_nothing(policy, heard):
 
     with RedisServer() as store:
         asyncio.run(asyncio.wait_for(scenario(store), 60))
+
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_call_without_a_model_counts_in_its_keys_requests_and_slots_only(store):
+    """An administrative call (Limiter.ask_call) takes a request and a slot from the key's own
+    counters, those its model requests use; its account's limits do not apply, nor the key's
+    token limit (no tokens window) or a budget it has spent."""
+    prefix = redis_prefix()
+    key_b = Subject(KEY, "key_b")
+    account = Subject("account", "acct")
+    table = {KEY_A: Limits(rpm=3, tpm=10, concurrent=1), account: Limits(rpm=1),
+             key_b: Limits(rpm=5, budgets=(Budget(TOKENS, 1, "day"),))}
+
+    async def spent(claim, unseeded) -> None:  # the ledger says each budget is used up
+        for b in unseeded:
+            b.seed = 5
+
+    async def scenario():
+        counters = MemoryCounters() if store == "memory" else RedisCounters(redis_url(), prefix)
+        limited = limiter(table, counters)
+        limited._seed = spent
+        try:
+            model = await admit(limited, "cmpl-1", completion_tokens=1)  # the account's one request
+            assert model.refusal is None
+            model.settle({"total_tokens": 5})
+            await limited.drain()
+            call = await limited.ask_call(key_id=KEY_A.id, request_id="admin-1").grant()
+            assert call.refusal is None and list(call.windows) == [(KEY_A, "rpm")]  # the same bucket
+            assert call.windows[KEY_A, "rpm"].remaining == 1 and [s for s, _ in call.subjects] == [KEY_A]
+            held = await limited.ask_call(key_id=KEY_A.id, request_id="admin-2").grant()
+            assert held.refusal is not None and held.refusal.kind == "concurrent"  # the first holds the slot
+            call.settle(None)
+            await limited.drain()
+            after = await limited.ask_call(key_id=KEY_A.id, request_id="admin-3").grant()
+            assert after.refusal is None and after.windows[KEY_A, "rpm"].remaining == 0
+            after.settle(None)
+            await limited.drain()
+            last = await limited.ask_call(key_id=KEY_A.id, request_id="admin-4").grant()
+            assert last.refusal is not None and last.refusal.kind == "rpm"
+
+            broke = await limited.ask(key_id=key_b.id, account="other", model="fake/m", prompt_tokens=1,
+                                      completion_tokens=1, request_id="cmpl-2").grant()
+            assert broke.refusal is not None and broke.refusal.kind == "budget"
+            call = await limited.ask_call(key_id=key_b.id, request_id="admin-5").grant()
+            assert call.refusal is None and call.windows[key_b, "rpm"].remaining == 4
+            assert limited.ask_call(key_id="key_unlimited", request_id="admin-6") is NO_LIMITS
+        finally:
+            await limited.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        if store == "redis":
+            remove_redis_keys(prefix, redis_url())
