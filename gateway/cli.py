@@ -37,6 +37,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway import __version__, limits_cli
+from gateway.core import config
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
 from gateway.store import accounts, admin, database, usage
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 1 if args.command == "config" else 2
+    for var in config.stray_variables(os.environ if env is None else env):
+        print(f"gateway: {var} names no setting of the gateway, which leaves it alone (the settings: README.md, "
+              "\"Configuration\")", file=sys.stderr)
     if args.command == "config":
         return _check_config(settings)
     if args.command == "serve":

@@ -259,14 +259,44 @@ def _suggest(name: str, known: Sequence[str]) -> str:
 
 
 def _check_variables(env: Mapping[str, str]) -> None:
-    """A GATEWAY_ variable naming no setting (GATEWAY_PORTT) is refused rather than ignored."""
-    known = {ENV_PREFIX + name.upper() for name in SERVER_FIELDS} | set(OTHER_VARIABLES)
-    for var in sorted(env):
-        if (not var.startswith(ENV_PREFIX) or var in known or var.startswith(TEST_PREFIX)
-                or var.startswith(VENDOR_PREFIX)):  # a vendor's: load_vendors knows its fields
-            continue
-        raise ConfigError(f"{var}: no such setting{_suggest(var, sorted(known))} (the settings: README.md, "
-                          "\"Configuration\")")
+    """A GATEWAY_ variable a typo away from a setting (GATEWAY_PORTT) is refused: the setting it
+    meant would silently keep its default. The others are not the gateway's to refuse (a launcher
+    that exports GATEWAY_URL for itself, the links of a Kubernetes Service named `gateway`):
+    `stray_variables` names them, and the CLI warns of each."""
+    known = _known_variables()
+    for var in stray_variables(env):
+        near = [k for k in known if _typos(var, k) <= TYPOS]
+        if near:
+            raise ConfigError(f"{var}: no such setting (did you mean {near[0]}?) (the settings: README.md, "
+                              "\"Configuration\")")
+
+
+TYPOS = 2  # letters wrong, missing, extra or swapped that make a variable a misspelt setting
+
+
+def stray_variables(env: Mapping[str, str]) -> list[str]:
+    """The GATEWAY_ variables of `env` that name no setting (the tests' and vendors' aside)."""
+    known = _known_variables()
+    return [var for var in sorted(env) if var.startswith(ENV_PREFIX) and var not in known
+            and not var.startswith(TEST_PREFIX)
+            and not var.startswith(VENDOR_PREFIX)]  # a vendor's: load_vendors knows its fields
+
+
+def _known_variables() -> set[str]:
+    return {ENV_PREFIX + name.upper() for name in SERVER_FIELDS} | set(OTHER_VARIABLES)
+
+
+def _typos(a: str, b: str) -> int:
+    """Edits from `a` to `b`, a swap of two neighbours counting as one (optimal string alignment)."""
+    before: list[int] = []
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        earlier, before, row = before, row, [i] + [0] * len(b)
+        for j, y in enumerate(b, 1):
+            row[j] = min(before[j] + 1, row[j - 1] + 1, before[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                row[j] = min(row[j], earlier[j - 2] + 1)
+    return row[-1]
 
 
 def _check_tables(data: Mapping[str, Any]) -> None:

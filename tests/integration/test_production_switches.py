@@ -89,6 +89,22 @@ def test_config_check_names_what_is_wrong(env, why):
     assert line.startswith("gateway: configuration error: ") and why in line, line
 
 
+def test_a_launchers_own_gateway_variables_are_named_and_left_alone(db_url):
+    """The peer benchmark (../shared/peers/run_ours.sh) exports GATEWAY_URL, GATEWAY_CHAT_URL,
+    GATEWAY_CMD... for itself, and the gateway it starts inherits them: it serves, saying so."""
+    theirs = {"GATEWAY_CHAT_URL": "http://127.0.0.1:1/v5/chat/completions", "GATEWAY_NAME": "ours",
+              "GATEWAY_READY_URL": "http://127.0.0.1:1/readyz", "GATEWAY_HEADERS": "x-api-key: k"}
+    checked = run("config", "check", **theirs)
+    assert checked.returncode == 0, checked.stderr
+    assert [line.split()[1] for line in checked.stderr.splitlines()] == sorted(theirs)
+    assert "GATEWAY_CHAT_URL names no setting of the gateway" in checked.stderr
+    process = GatewayProcess({"GATEWAY_VENDOR_LOCAL_ENABLED": "0", "GATEWAY_DATABASE_URL": db_url, **theirs},
+                             ready_path="/healthz")
+    with process:
+        pass  # it served
+    assert "GATEWAY_NAME names no setting" in process.log()
+
+
 def test_serve_reads_the_config_file_given(tmp_path):
     config = tmp_path / "gateway.toml"
     config.write_text("[gateway]\nno_such_setting = 1\n")

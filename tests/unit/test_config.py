@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from gateway.core.config import SERVER_FIELDS, Settings
+from gateway.core.config import SERVER_FIELDS, Settings, stray_variables
 from gateway.core.errors import ConfigError
 from gateway.services import load_settings
 from gateway.vendors.registry import option_names
@@ -157,13 +157,31 @@ def test_a_config_file_mistake_is_a_one_line_error(tmp_path, toml, message):
     assert "\n" not in str(refused.value)
 
 
-def test_unknown_gateway_variables_are_refused_but_the_tests_and_vendors_own_are_not():
-    with pytest.raises(ConfigError, match="GATEWAY_PORTT: no such setting .*did you mean GATEWAY_PORT"):
-        load_settings(NO_LOCAL | {"GATEWAY_PORTT": "1"})
-    # Every variable the tests and tools set, and a vendor's option: the test suite's own gateways start.
-    load_settings(NO_LOCAL | {"GATEWAY_TEST_DATABASE_URL": "postgresql://x", "GATEWAY_TEST_LAUNCHER": "0",
-                              "GATEWAY_CONFIG": "", "GATEWAY_VENDOR_OTHER_PROTOCOL": "openai",
-                              "GATEWAY_VENDOR_OTHER_BASE_URL": "http://127.0.0.1:9/v1"})
+@pytest.mark.parametrize(("typo", "meant"), [("GATEWAY_PORTT", "GATEWAY_PORT"), ("GATEWAY_LOGLEVEL", "GATEWAY_LOG_LEVEL"),
+                                           ("GATEWAY_WOKRERS", "GATEWAY_WORKERS"),
+                                           ("GATEWAY_REDIS_UR", "GATEWAY_REDIS_URL")])
+def test_a_misspelt_setting_is_refused_naming_the_one_it_meant(typo, meant):
+    with pytest.raises(ConfigError, match=f"{typo}: no such setting \\(did you mean {meant}\\?\\)"):
+        load_settings(NO_LOCAL | {typo: "1"})
+
+
+def test_other_gateway_variables_are_named_but_not_refused():
+    """A launcher's own (the peer benchmark exports GATEWAY_URL, GATEWAY_CHAT_URL...) and the links
+    of a Kubernetes Service named `gateway` are not the gateway's: it starts, and they are named."""
+    theirs = {"GATEWAY_URL": "http://127.0.0.1:1/v5/completions", "GATEWAY_CHAT_URL": "x", "GATEWAY_READY_URL": "x",
+              "GATEWAY_NAME": "ours", "GATEWAY_CMD": "serve", "GATEWAY_HEADERS": "x-api-key: k", "GATEWAY_MODEL": "m",
+              "GATEWAY_SERVICE_HOST": "10.0.0.1", "GATEWAY_PORT_8000_TCP_ADDR": "10.0.0.1"}
+    settings = load_settings(NO_LOCAL | theirs)
+    assert settings.port == 8000
+    assert stray_variables(NO_LOCAL | theirs) == sorted(theirs)
+
+
+def test_the_tests_and_vendors_own_variables_are_not_stray():
+    ours = NO_LOCAL | {"GATEWAY_TEST_DATABASE_URL": "postgresql://x", "GATEWAY_TEST_LAUNCHER": "0",
+                       "GATEWAY_CONFIG": "", "GATEWAY_VENDOR_OTHER_PROTOCOL": "openai",
+                       "GATEWAY_VENDOR_OTHER_BASE_URL": "http://127.0.0.1:9/v1"}
+    load_settings(ours)
+    assert stray_variables(ours) == []
 
 
 def test_a_binary_config_file_is_a_one_line_error(tmp_path):
