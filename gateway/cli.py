@@ -202,8 +202,7 @@ def _instant(text: str) -> datetime:
 
 async def _administer(settings: Settings, args: argparse.Namespace) -> int:
     url = settings.database_url.get_secret_value()
-    # `migrate` is the one administrative command that may create the database it names
-    print(f"gateway: database {_described(url, must_exist=args.command != 'migrate')}", file=sys.stderr)
+    print(f"gateway: database {_described(url, _creates(args))}", file=sys.stderr)
     engine = database.connect(url)
     actor = admin.Actor.cli()
     try:
@@ -262,19 +261,34 @@ async def _nothing(connection: AsyncConnection) -> None:
     return None  # the CLI never creates the first-start account: an operator creates their own
 
 
-def _described(url: str, must_exist: bool = True) -> str:
+# Whether a command may create the SQLite file it names: `migrate`, anywhere; `accounts create`, the
+# first step of provisioning (the peer benchmark's, ../shared/peers/run_ours.sh, too), in a
+# directory that exists; no other (a report or a key on an empty database is a mistake).
+NEVER, IN_A_DIRECTORY, ANYWHERE = "never", "in a directory that exists", "anywhere"
+
+
+def _creates(args: argparse.Namespace) -> str:
+    if args.command == "migrate":
+        return ANYWHERE
+    return IN_A_DIRECTORY if (args.command, getattr(args, "action", None)) == ("accounts", "create") else NEVER
+
+
+def _described(url: str, creates: str = NEVER) -> str:
     """The database `url` names, as the operator should read it (a SQLite file's absolute path),
-    if it exists (or need not): an administrative command that created an empty database somewhere
-    (say, run from another directory than the gateway's) would report on nothing, or create keys no
-    gateway reads."""
+    if it exists or the command may create it (said): an administrative command that created an
+    empty database somewhere unsaid (say, run from another directory than the gateway's) would
+    report on nothing, or create keys no gateway reads."""
     parsed = database.engine_url(url)
     if parsed.get_backend_name() != "sqlite":
         return parsed.render_as_string(hide_password=True).replace("+asyncpg", "")
     path = Path(parsed.database).resolve()
-    if must_exist and not path.is_file():
-        raise ConfigError(f"no database at sqlite:///{path} (from {url!r}): `gateway serve` or `gateway migrate` creates it; check "
-                          "GATEWAY_DATABASE_URL (or the config file's database_url) and the directory you run in")
-    return f"sqlite:///{path}"
+    if path.is_file():
+        return f"sqlite:///{path}"
+    if creates == ANYWHERE or (creates == IN_A_DIRECTORY and path.parent.is_dir()):
+        return f"sqlite:///{path} (none was there: created)"
+    raise ConfigError(f"no database at sqlite:///{path} (from {url!r}): `gateway serve` or `gateway migrate` creates "
+                      "it (and `gateway accounts create`, in a directory that exists); check GATEWAY_DATABASE_URL (or "
+                      "the config file's database_url) and the directory you run in")
 
 
 async def _read(engine: AsyncEngine, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:

@@ -76,13 +76,26 @@ def test_every_command_names_its_database_and_none_creates_one(tmp_path, monkeyp
     missing = gateway_cli("sqlite:///var/gateway.db", "accounts", "list")
     assert missing.returncode == 1 and f"no database at sqlite:///{tmp_path}/var/gateway.db" in missing.stderr
     assert "`gateway serve` or `gateway migrate` creates it" in missing.stderr and "Traceback" not in missing.stderr
+    for command in (("keys", "create", "--account", "first"), ("usage",), ("audit",), ("accounts", "create", "first")):
+        refused = gateway_cli("sqlite:///var/gateway.db", *command)
+        assert refused.returncode == 1 and "no database at" in refused.stderr, command
     assert not (tmp_path / "var").exists()  # nothing was created on the way
-    (tmp_path / "var").mkdir()
     made = gateway_cli("sqlite:///var/gateway.db", "migrate")  # unless asked to
     assert made.returncode == 0 and "the database is ready" in made.stderr
     assert gateway_cli("sqlite:///var/gateway.db", "accounts", "create", "first").returncode == 0
     listed = gateway_cli("sqlite:///var/gateway.db", "accounts", "list", "--format", "json")
     assert [a["id"] for a in json.loads(listed.stdout)] == ["first"]  # no first-start account: an operator's own
+
+
+def test_the_first_account_may_create_the_database_in_a_directory_that_exists(tmp_path, monkeypatch):
+    """Provisioning from nothing, as the peer benchmark does it: `accounts create` on a SQLite file
+    that is not there yet makes the database (said), and the rest follows on it."""
+    monkeypatch.chdir(tmp_path)
+    made = gateway_cli("sqlite:///gw.db", "accounts", "create", "bench")
+    assert made.returncode == 0, made.stderr
+    assert f"gateway: database sqlite:///{tmp_path}/gw.db (none was there: created)" in made.stderr
+    key = json.loads(gateway_cli("sqlite:///gw.db", "keys", "create", "--account", "bench", "--format", "json").stdout)
+    assert key["accounts"] == ["bench"] and key["key"].startswith("sk-gw-")
 
 
 def test_the_audit_trail_has_every_change_the_cli_made(url):
