@@ -4,7 +4,7 @@ rollups. Also what keeping the rollups costs the ledger's writer, in CPU time pe
 
     python -m bench.usage_scale [--rows 10000000] [--backends sqlite,postgresql] [--repeat 15]
                                 [--reuse URL ... [--rebuild]] [--keep DIR]
-                                [--reports-only]
+                                [--reports-only | --writer-only]
 
 Loading ten million rows takes minutes of CPU: `--keep DIR` keeps what a run loads, the SQLite
 file in DIR and the PostgreSQL database on its server (its URL is printed, and written to
@@ -258,8 +258,10 @@ async def writer_cpu(url: str, rows: int = 20_000, rounds: int = 3) -> tuple[flo
         chunks = list(generate(rows * 2 * rounds, seed=5))
         now = datetime.now(UTC)
         unfilled = dict.fromkeys(set(COLUMNS) - set(FIELDS))
-        batch = [unfilled | dict(zip(FIELDS, r, strict=True)) | {"started_at": now, "ended_at": now}
-                 for chunk in chunks for r in chunk]
+        # A third of the requests through chat (the ledger's endpoint is required since 0009).
+        batch = [unfilled | dict(zip(FIELDS, r, strict=True)) | {"started_at": now, "ended_at": now,
+                                                                  "endpoint": "chat" if i % 3 == 0 else "completions"}
+                 for i, r in enumerate(r for chunk in chunks for r in chunk)]
         real_statements = rollups.statements  # what both writers (SQLite's, PostgreSQL's) run
         for round_ in range(rounds * 2):
             keep = round_ % 2 == 0
@@ -328,10 +330,13 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the databases loaded (SQLite in this folder, PostgreSQL"
                         " on its server, its URL in this folder) for --reuse")
     parser.add_argument("--reports-only", action="store_true", help="time the reports, not the ledger's writer")
+    parser.add_argument("--writer-only", action="store_true", help="time the ledger's writer, not the reports")
     args = parser.parse_args()
     os.environ.setdefault("GATEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     kinds = args.backends.split(",")
     runs = [("reused", url) for url in args.reuse] if args.reuse else [(kind, None) for kind in kinds]
+    if args.writer_only:
+        runs = []
     for kind, reuse in runs:
         with contextlib.ExitStack() as stack:
             url = reuse or stack.enter_context(a_database(kind, args.keep))
