@@ -1,5 +1,6 @@
 """The ledger's rollups (tables.ROLLUPS): the rows summed per hour, UTC day and UTC calendar month,
-per account and some of model, key, outcome and user, the finest (per hour) keeping them all. A
+per account and some of model, key, outcome, user and endpoint; the finest two (per hour) keep all
+but the endpoint, and model, outcome and endpoint. A
 report reads whole months, then whole days, then whole hours from the smallest rollup of each
 period that has the columns it needs, and only the partial hours at its edges from the ledger
 (store/usage.py): it reads about as much for a month of ten million rows as for a day.
@@ -46,7 +47,8 @@ from gateway.store.tables import ROLLUP_MEASURES, ROLLUPS, UTCDateTime, ledger, 
 
 GRAINS = ("month", "day", "hour")  # coarsest first
 # The dimensions a rollup may keep (besides account and period), and the columns each takes.
-COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user")}
+COLUMNS = {"model": ("model",), "key_id": ("key_id",), "outcome": ("outcome",), "user": ("has_user", "end_user"),
+           "endpoint": ("endpoint",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,21 @@ class Cube:
 
 
 CUBES = tuple(Cube(rollup_tables[name], grain, frozenset(kept)) for name, grain, kept in ROLLUPS)
-FINEST = next(cube for cube in CUBES if cube.grain == "hour" and cube.kept == frozenset(COLUMNS))
+# The rollups summed from the ledger's rows: the hourly ones no other rollup keeps more than (one
+# with `user`, one with the endpoint). Every other is summed from the first of them that keeps all
+# its dimensions (`source`).
+FINEST = tuple(cube for cube in CUBES if cube.grain == "hour" and not any(cube.kept < other.kept for other in CUBES))
+
+
+def source(cube: Cube) -> Cube:
+    return next(finest for finest in FINEST if cube.kept <= finest.kept)
+
+
+# A ledger row's value of each dimension column (`endpoint`: rows before it existed were completions).
+_ROW_VALUES: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "model": operator.itemgetter("model"), "key_id": operator.itemgetter("key_id"),
+    "outcome": operator.itemgetter("outcome"), "has_user": lambda row: row.get("end_user") is not None,
+    "end_user": lambda row: row.get("end_user") or "", "endpoint": lambda row: row.get("endpoint") or "completions"}
 
 
 def chain(needed: Iterable[str], by_day: bool = False) -> list[Cube]:
@@ -129,24 +145,27 @@ async def add(connection: AsyncConnection, rows: Iterable[dict[str, Any]]) -> No
 def statements(rows: Iterable[dict[str, Any]], dialect: str) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """What adds ledger rows to every rollup: per rollup, its upsert as the driver's SQL and one
     tuple of values per rollup row (none without rows)."""
-    # Each row is summed once, into the finest rollup; every other is summed from those sums.
-    finest: dict[tuple[Any, ...], tuple[int, ...]] = {}
+    # Each row is summed once into each of the finest rollups; every other is summed from those sums.
+    finest: dict[Cube, dict[tuple[Any, ...], tuple[int, ...]]] = {cube: {} for cube in FINEST}
+    values = [(finest[cube], [_ROW_VALUES[name] for name in cube.dimensions[2:]]) for cube in FINEST]
+    hours = set()  # a batch has a few: each is floored once per grain
     for row in rows:
-        user = row.get("end_user")
-        _add_to(finest, (row["account_id"], floor(row["started_at"], "hour"), row["model"], row["key_id"],
-                         row["outcome"], user is not None, user or ""), measures(row))
-    if not finest:
+        account, hour, summed = row["account_id"], floor(row["started_at"], "hour"), measures(row)
+        hours.add(hour)
+        for sums, getters in values:
+            _add_to(sums, (account, hour, *[get(row) for get in getters]), summed)
+    if not hours:
         return []
-    hours = {key[1] for key in finest}  # a batch has a few: each is floored once per grain
-    positions = {name: i for i, name in enumerate(FINEST.dimensions)}
     found = []
     for cube in CUBES:
         period = {hour: floor(hour, cube.grain) for hour in hours}
+        summed = source(cube)
+        positions = {name: i for i, name in enumerate(summed.dimensions)}
         kept = [positions[name] for name in cube.dimensions[2:]]
         # The cube's dimensions out of a finest key, as a tuple (itemgetter of one index gives the item).
         pick = operator.itemgetter(*kept) if len(kept) > 1 else lambda key, at=kept[0]: (key[at],)
         sums: dict[tuple[Any, ...], tuple[int, ...]] = {}
-        for key, values in finest.items():
+        for key, values in finest[summed].items():
             _add_to(sums, (key[0], period[key[1]], *pick(key)), values)
         sql, period_value = _upsert(cube, dialect)
         # In key order: concurrent writers then lock shared rollup rows in the same order.
@@ -237,18 +256,19 @@ def ledger_measures() -> list[ColumnElement[Any]]:
 
 async def rebuild(connection: AsyncConnection) -> None:
     """Every rollup recomputed from the ledger (after a bulk load); in the caller's transaction.
-    The finest rollup is summed from the ledger, the others from it."""
+    The finest rollups are summed from the ledger, the others from them."""
     name = connection.dialect.name
-    for cube in (FINEST, *(cube for cube in CUBES if cube is not FINEST)):
+    for cube in (*FINEST, *(cube for cube in CUBES if cube not in FINEST)):
         await connection.execute(delete(cube.table))
-        if cube is FINEST:
+        if cube in FINEST:
             c, sums, time = ledger.c, ledger_measures(), ledger.c.started_at
-            by = {"model": [c.model], "key_id": [c.key_id], "outcome": [c.outcome],
+            by = {"model": [c.model], "key_id": [c.key_id], "outcome": [c.outcome], "endpoint": [c.endpoint],
                   "user": [cast(c.end_user.is_not(None), Boolean), func.coalesce(c.end_user, literal_column("''"))]}
         else:
-            c, time = FINEST.table.c, FINEST.table.c.period
+            c, time = source(cube).table.c, source(cube).table.c.period
             sums = [total(c[m]) for m in ROLLUP_MEASURES]
-            by = {dimension: [c[column] for column in columns] for dimension, columns in COLUMNS.items()}
+            by = {dimension: [c[column] for column in columns] for dimension, columns in COLUMNS.items()
+                  if all(column in c for column in columns)}
         keys: list[ColumnElement[Any]] = [c.account_id, period_of(time, cube.grain, name)]
         for column in cube.dimensions[2:]:
             dimension = next(d for d, columns in COLUMNS.items() if column in columns)

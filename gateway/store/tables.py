@@ -157,9 +157,10 @@ limits = Table(
 )
 
 # Rollups: the ledger summed per period (an hour, a UTC day or a UTC calendar month) and per account
-# and some of model, key, outcome and the request's `user`, kept by the ledger's writer in the
-# transaction that writes the rows (store/rollups.py): a report reads whole periods from the
-# smallest rollup that has its columns, and only the partial hours at its edges from the ledger.
+# and some of model, key, outcome, the request's `user` and its endpoint, kept by the ledger's
+# writer in the transaction that writes the rows (store/rollups.py): a report reads whole periods
+# from the smallest rollup that has its columns, and only the partial hours at its edges from the
+# ledger.
 # `has_user` false is a request without `user` (`end_user` is then ''): part of the key, since
 # NULLs are never equal in a unique key.
 # `requests` reached a vendor; `refused_requests` were refused by a limit before any vendor call.
@@ -179,13 +180,18 @@ ROLLUPS = (
     ("usage_daily_users", "day", ("outcome", "user")),
     ("usage_hourly_models", "hour", ("model",)),
     ("usage_hourly", "hour", ("model", "key_id", "outcome")),
-    ("usage_hourly_users", "hour", ("model", "key_id", "outcome", "user")),  # every dimension: the finest
+    ("usage_hourly_users", "hour", ("model", "key_id", "outcome", "user")),  # every dimension but the endpoint
+    # The endpoint (completions or chat), with model and outcome.
+    ("usage_monthly_endpoints", "month", ("model", "outcome", "endpoint")),
+    ("usage_daily_endpoints", "day", ("model", "outcome", "endpoint")),
+    ("usage_hourly_endpoints", "hour", ("model", "outcome", "endpoint")),
 )
 _DIMENSION_COLUMNS = {
     "model": lambda: [Column("model", Text, primary_key=True)],
     "key_id": lambda: [Column("key_id", String(32), primary_key=True)],
     "outcome": lambda: [Column("outcome", String(32), primary_key=True)],
     "user": lambda: [Column("has_user", Boolean, primary_key=True), Column("end_user", Text, primary_key=True)],
+    "endpoint": lambda: [Column("endpoint", String(16), primary_key=True)],
 }
 
 

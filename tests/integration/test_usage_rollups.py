@@ -254,8 +254,7 @@ def test_reports_of_most_of_a_period_read_as_the_period_less_the_rest_equal_the_
         end = bound - rng.choice([timedelta(0), timedelta(hours=rng.randrange(0, 30)), rng.random() * length / 8])
         if rng.random() < 0.3:
             end += rng.choice([timedelta(days=1), timedelta(hours=5), length])  # into the next period
-        # (what the rollups keep: a report by endpoint reads the ledger)
-        group_by = tuple(rng.sample([d for d in usage.DIMENSIONS if d != "endpoint"], rng.randrange(1, 4)))
+        group_by = tuple(rng.sample(list(usage.DIMENSIONS), rng.randrange(1, 4)))
         cases.append((rng.choice([None, ACCOUNTS[1:]]), start, end, rng.choice([None, MODELS[0]]),
                       rng.choice([None, OUTCOMES[:2]]), group_by))
 
@@ -304,6 +303,10 @@ def test_a_report_reads_whole_months_days_and_hours_from_the_rollups_and_only_pa
     assert [c.table.name for c in rollups.chain({"user", "model"})] == ["usage_hourly_users"]
     assert [c.table.name for c in rollups.chain({"outcome"})] == ["usage_monthly", "usage_daily", "usage_hourly"]
     assert [c.table.name for c in rollups.chain({"key_id"}, by_day=True)] == ["usage_daily_keys", "usage_hourly"]
+    assert [c.table.name for c in rollups.chain({"endpoint", "model", "outcome"})] == [
+        "usage_monthly_endpoints", "usage_daily_endpoints", "usage_hourly_endpoints"]
+    # No rollup keeps the endpoint with the key or the user: such a report reads the ledger.
+    assert rollups.chain({"endpoint", "user"}) == rollups.chain({"endpoint", "key_id"}) == []
     year_end = datetime(2026, 12, 31, 12, tzinfo=UTC)
     assert rollups.ceil(year_end, "month") == datetime(2027, 1, 1, tzinfo=UTC)
     assert usage.segments(end, start, cubes) == []
@@ -322,19 +325,11 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
             row["outcome"] = "completed"
         row["model"] = row["model"].replace("\x00", "\ufffd")  # as the writer keeps it
 
-    def upgrade_to(revision: str):
-        def run(connection):
-            config = Config()
-            config.set_main_option("script_location", "gateway.store:migrations")
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
-        return run
-
     async def migrate(url: str):
         engine = database.connect(url)
         try:
             async with database.writing(engine) as connection:
-                await connection.run_sync(upgrade_to("0003"))
+                await connection.run_sync(_upgrade_to("0003"))
                 await connection.execute(insert(ledger.c.request_id.table).values(rows))
             await database.prepare(engine, bootstrap)
             async with engine.connect() as connection:
@@ -359,6 +354,54 @@ def test_the_migration_fills_the_rollups_from_the_rows_already_there_and_leaves_
     # Every row that reached a vendor is unpriced; refused ones cost nothing either way.
     assert all(line["unpriced_requests"] == line["requests"] for line in lines)
     assert all(line["cost_usd"] is None for line in lines if line["requests"])
+
+
+def test_the_endpoint_rollups_migration_fills_them_as_the_writer_would(backend_kind):
+    """0013 sums the rows already in the ledger (both endpoints, costs, coalesced refusals, cache
+    hits) into the rollups per endpoint exactly as `rebuild` does from the same rows."""
+    rng = random.Random(13)
+    rows = [random_row(rng, n) for n in range(400)]
+    for row in rows:
+        row["model"] = row["model"].replace("\x00", "\ufffd")  # as the writer keeps it
+        # Refusals alike that waited for the writer together share a row (one insert: every row has every key).
+        row["refusals"] = rng.randrange(1, 5) if row["outcome"] == "refused" else None
+        row.setdefault("saved_nanos", None)
+    endpoints = [cube for cube in rollups.CUBES if "endpoint" in cube.kept]
+
+    async def migrate(url: str):
+        engine = database.connect(url)
+        try:
+            async with database.writing(engine) as connection:
+                await connection.run_sync(_upgrade_to("0012"))
+                await connection.execute(insert(ledger).values(rows))
+            await database.prepare(engine, bootstrap)
+            async with engine.connect() as connection:
+                filled = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                          for cube in endpoints}
+                await connection.rollback()
+                async with connection.begin():
+                    await rollups.rebuild(connection)
+                    rebuilt = {cube.table.name: sorted(map(tuple, await connection.execute(select(cube.table))))
+                               for cube in endpoints}
+                lines = await usage.report(connection, accounts=None, group_by=("endpoint",))
+            return filled, rebuilt, lines
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url:
+        filled, rebuilt, lines = asyncio.run(migrate(url))
+    assert len(endpoints) == 3 and filled == rebuilt and all(filled.values())
+    assert as_tuples(lines, ("endpoint",)) == expected(rows, None, None, None, None, None, ("endpoint",))
+    assert {line["endpoint"] for line in lines} == {"chat", "completions"}
+
+
+def _upgrade_to(revision: str):
+    def run(connection):
+        config = Config()
+        config.set_main_option("script_location", "gateway.store:migrations")
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    return run
 
 
 def test_a_report_is_one_statement_its_lines_in_code_point_order_whatever_the_databases_collation(backend_kind):
