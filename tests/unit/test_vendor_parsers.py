@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from gateway.core.completion import MAX_USAGE_TOKENS, Choice, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import MAX_RETRY_AFTER, GatewayError, RateLimited, VendorFailed
-from gateway.vendors import anthropic, gemini, logprobs, openai, registry
+from gateway.vendors import anthropic, gemini, logprobs, openai, openai_chat, registry
 from gateway.vendors import untrusted as read
 from gateway.vendors.local import _Piece
 from gateway.vendors.local_engine import EngineError
@@ -153,6 +153,32 @@ def test_openai_stream_chunks_read_from_their_json_as_from_the_decoded_value(cal
             assert outcome_of(from_json.read_json, data)[0] == "failed"
             return
         assert outcome_of(from_json.read_json, data) == outcome_of(from_value.read, value)
+
+
+CHAT_DELTA = fields(content=st.one_of(st.none(), st.text(max_size=8)), role=st.just("assistant"),
+                    tool_calls=st.one_of(st.none(), st.lists(fields(index=st.integers(0, 1), id=st.text(max_size=4)),
+                                                             max_size=2)),
+                    refusal=st.one_of(st.none(), st.text(max_size=4)))
+CHAT_CHOICE = fields(index=st.integers(0, 2), delta=CHAT_DELTA,
+                     finish_reason=st.sampled_from(["stop", None, "tool_calls", "length", ""]),
+                     logprobs=st.one_of(st.none(), fields(content=st.lists(ENGINE_ENTRY, max_size=2))))
+
+
+@FAST
+@given(n=st.integers(1, 3), payloads=st.lists(maybe(fields(choices=st.lists(CHAT_CHOICE, max_size=3),
+                                                             usage=st.one_of(st.none(), OPENAI_USAGE))), max_size=4))
+def test_openai_chat_stream_chunks_read_from_their_json_as_from_the_decoded_value(n, payloads):
+    """read_chat_chunk_json reads a chunk of text in the usual shape on a path of its own: it must
+    give what read_chat_chunk gives for the same JSON, answer and refusal alike."""
+    for payload in payloads:
+        data = json.dumps(payload)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:  # a value JSON cannot carry (an integer too large for orjson)
+            assert outcome_of(openai_chat.read_chat_chunk_json, data, n)[0] == "failed"
+            continue
+        assert outcome_of(openai_chat.read_chat_chunk_json, data, n) == outcome_of(openai_chat.read_chat_chunk,
+                                                                                   value, n)
 
 
 @pytest.mark.parametrize("index", [2**64, -(2**63) - 1, 10**30, 1, -1])
