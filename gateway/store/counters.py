@@ -44,6 +44,9 @@ class BudgetClaim:
     # The ledger's rows of requests that ended since `seeded`, by request id: part of the seed
     # unless their settlement has counted them already (limiter._seed).
     recent: dict[str, int] = field(default_factory=dict)
+    # Where a shared store was given `recent` for this claim alone (counters_redis.py): another
+    # process seeding the same counter at the same time writes its own, and cannot touch it.
+    recent_tag: str | None = None
 
     @property
     def counter(self) -> str:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gateway.core.ids import ids
 from gateway.store.counters import (
     RPM,
     TPM,
@@ -42,6 +43,7 @@ from gateway.store.resp import Redis, Script, bulk
 __all__ = ["LEASE_SECONDS", "RedisCounters"]
 CONNECT_TIMEOUT = 1.0  # seconds; a request must not wait long for a store that is away
 COMMAND_TIMEOUT = 1.0
+RECENT_SECONDS = 60  # how long a seed's rows wait for the claim that reads them
 
 
 def _request(request_id: str, numbers: str) -> bytes:
@@ -158,10 +160,8 @@ class RedisCounters:
         process that has not heard Redis's clock yet asks for it first."""
         if self._offset is None and not self._callers_clock:
             return self._acquire_once_heard(claim, now)
-        recent = [(f"{self.base(charge.subject)}:budget:{b.counter}:recent", b.recent)
-                  for charge in claim.charges for b in charge.budgets if b.recent]
-        if recent:  # a counter's seed (rare): the rows it is told by id go first, on the same connection
-            return self._acquire_seeding(claim, now, recent)
+        if any(b.recent for charge in claim.charges for b in charge.budgets):
+            return self._acquire_seeding(claim, now)  # a counter's seed (rare)
         calls = self._calls_of(claim)
         deadline = "-"
         if not self._callers_clock:
@@ -170,19 +170,29 @@ class RedisCounters:
         for charge in claim.charges:
             for b in charge.budgets:
                 numbers += (f" {b.reserve} {'-' if b.seed is None else b.seed}"
-                            f" {'-' if b.seeded is None else round(b.seeded * 1e6)}")
+                            f" {'-' if b.seeded is None else round(b.seeded * 1e6)} {b.recent_tag or '-'}")
         return self._verdict(claim, self._acquire.ask(calls.acquire_head + _request(claim.request_id, numbers)
                                                       + calls.acquire_tail))
 
-    async def _acquire_seeding(self, claim: Claim, now: float, recent: list[tuple[str, dict[str, int]]]) -> Verdict:
-        for key, rows in recent:
-            await self.client.call("DEL", key)
-            await self.client.call("HSET", key, *(x for row in rows.items() for x in row))
-            await self.client.call("EXPIRE", key, 60)
+    async def _acquire_seeding(self, claim: Claim, now: float) -> Verdict:
+        await self.write_recent(claim)
+        return await self.acquire(claim, now)
+
+    async def write_recent(self, claim: Claim) -> None:
+        """The rows a seed is told by id, each budget's in a hash of this claim's own (its
+        `recent_tag`, named in the claim's numbers), which the claim's script reads and removes:
+        processes seeding one counter at once (every worker, once Redis is back empty) never
+        read or remove each other's. Unread (the claim refused before it), a hash lasts a minute."""
+        writes = []
         for charge in claim.charges:
             for b in charge.budgets:
-                b.recent = {}
-        return await self.acquire(claim, now)
+                if b.recent:
+                    b.recent_tag = ids.next()
+                    key = f"{self.base(charge.subject)}:budget:{b.counter}:recent:{b.recent_tag}"
+                    writes += [self.client.call("HSET", key, *(x for row in b.recent.items() for x in row)),
+                               self.client.call("EXPIRE", key, RECENT_SECONDS)]
+                    b.recent = {}
+        await asyncio.gather(*writes)  # written in this order, on one connection: one round trip
 
     async def _acquire_once_heard(self, claim: Claim, now: float) -> Verdict:
         await self.ping()

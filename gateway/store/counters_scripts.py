@@ -69,8 +69,9 @@ end
 # KEYS: per subject rate, leases, held, then one counter per budget.
 # ARGV: request id; what changes with every request, as one string of numbers (see `numbers`): now
 #       (epoch microseconds, "-": Redis's), tokens, deadline (epoch microseconds, "-": none), then
-#       per budget reserve, seed and the time the seed holds the ledger to (epoch microseconds;
-#       "-" when unknown); subjects; per subject rpm, tpm, concurrent,
+#       per budget reserve, seed, the time the seed holds the ledger to (epoch microseconds;
+#       "-" when unknown) and the tag of the hash of the seed's recent rows, this claim's own
+#       ("-": none); subjects; per subject rpm, tpm, concurrent,
 #       budgets, and per budget limit, period start and end (epoch seconds).
 ACQUIRE = _COMMON + """
 local v = numbers(ARGV[2])
@@ -93,8 +94,8 @@ for s = 1, S do
     local start, expire = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     if now < start or now >= expire then return 'clock ' .. nowtext end  -- the caller's period is not Redis's
     sub.budgets[b] = {key = KEYS[k], limit = tonumber(ARGV[a]), reserve = tonumber(v[vi]),
-                      seed = tonumber(v[vi + 1]), seeded = v[vi + 2], expire = expire, index = bi}
-    k, a, vi = k + 1, a + 3, vi + 3
+                      seed = tonumber(v[vi + 1]), seeded = v[vi + 2], recent = v[vi + 3], expire = expire, index = bi}
+    k, a, vi = k + 1, a + 3, vi + 4
   end
   sub.settles = sub.tpm or sub.conc or nb > 0
   subjects[s] = sub
@@ -136,15 +137,17 @@ for s, sub in ipairs(subjects) do
     local used, reserved = tonumber(v[1]), tonumber(v[2])
     if used == nil then
       if b.seed == nil then unseeded[#unseeded + 1] = tostring(b.index) else
-        -- the ledger's rows since `seeded`, by request id: each counts unless its settlement did
-        local recent, seed = redis.call('HGETALL', b.key .. ':recent'), b.seed
+        -- the ledger's rows since `seeded`, by request id, in this claim's own hash: each counts
+        -- unless its settlement did
+        local recent, seed = {}, b.seed
+        if b.recent ~= '-' then recent = redis.call('HGETALL', b.key .. ':recent:' .. b.recent) end
         for i = 1, #recent, 2 do
           if redis.call('EXISTS', SETTLED .. recent[i]) == 0 then
             redis.call('SET', SEEDED .. recent[i], '1', 'EX', SETTLED_TTL)
             seed = seed + tonumber(recent[i + 1])
           end
         end
-        if #recent > 0 then redis.call('DEL', b.key .. ':recent') end
+        if #recent > 0 then redis.call('DEL', b.key .. ':recent:' .. b.recent) end
         -- settlements that came before the seed (replayed to a Redis restarted empty): those of
         -- requests that ended after the moment the seed holds the ledger to count on top of it
         local early = redis.call('HGETALL', b.key)

@@ -248,7 +248,7 @@ class Limiter:
                     for charge in claim.charges:
                         for b in charge.budgets:
                             b.period, b.seed, b.seeded = b.budget.period_at(verdict.clock), None, None
-                            b.recent = {}
+                            b.recent, b.recent_tag = {}, None
                 elif verdict.unseeded:
                     await self._seed(claim, verdict.unseeded)
                 else:

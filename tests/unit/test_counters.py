@@ -10,6 +10,7 @@ import os
 import signal
 
 import pytest
+import redis
 
 from gateway.store import counters
 from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
@@ -339,6 +340,39 @@ def test_a_seed_counts_each_recent_row_once_whether_its_settlement_came_before_o
             assert (await store.read(KEY_A, limits, NOW + 8)).budgets == {counter: (121, 0)}
         finally:
             await store.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        remove_redis_keys(prefix)
+
+
+def test_processes_seeding_one_counter_at_once_keep_to_their_own_recent_rows():
+    """Redis back empty, and two processes seed one counter at the same moment, each with the
+    ledger as it read it (the later one's seed holds more rows, its recent rows fewer): both have
+    written their recent rows before either claim runs. The counter holds the first claim's
+    seed and its recent rows, each request once; the second's rows do not replace the first's."""
+    limits = Limits(budgets=(Budget(TOKENS, 1000, "month"),))
+    counter = f"tokens:{Period.at('month', NOW).id}"
+    prefix = redis_prefix()
+
+    async def scenario():
+        first, second = (RedisCounters(redis_url(), prefix, callers_clock=True) for _ in range(2))
+        try:
+            early = claim((KEY_A, limits), tokens=10, seed=100)  # read the ledger first: a, b recent
+            early.charges[0].budgets[0].recent = {"cmpl-a": 7, "cmpl-b": 11}
+            late = claim((KEY_A, limits), tokens=10, seed=107)  # a moment later: a in its seed
+            late.charges[0].budgets[0].recent = {"cmpl-b": 11}
+            await first.write_recent(early)
+            await second.write_recent(late)
+            assert (await acquire(first, early)).refusal is None
+            assert (await acquire(second, late)).refusal is None
+            assert (await first.read(KEY_A, limits, NOW)).budgets == {counter: (118, 20)}
+            keys = redis.Redis.from_url(redis_url()).keys(f"{prefix}*:recent:*")
+            assert len(keys) == 1  # the second's, unread (its counter was seeded): it expires
+        finally:
+            await first.close()
+            await second.close()
 
     try:
         asyncio.run(scenario())
