@@ -58,19 +58,32 @@ async def _done(work: Awaitable[T]) -> T:
                                         code="database_unavailable") from None
 
 
+ADMITTED = "gateway.admin_admitted"  # in a request's scope once its call is admitted
+
+
 def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callable[[HandlerRequest], Awaitable[Response]]:
     """An administrative operation under its key's request rate and concurrency, as any of the
-    key's requests is (a leaked or looping admin key cannot hammer the database): 429 past them,
-    with OpenAI's x-ratelimit-* headers on every answer while a limit applies."""
+    key's requests is (a looping client or script is slowed to its key's rate): 429 past them,
+    with OpenAI's x-ratelimit-* headers on its answer, an error's too, while a limit applies. Once
+    per call: an operation that answers with another's view (a change, then the object) is not
+    admitted twice."""
 
     @functools.wraps(handler)
     async def under_limits(request: HandlerRequest) -> Response:
+        if request.scope.get(ADMITTED):
+            return await handler(request)
         grant = await limiting.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
+        request.scope[ADMITTED] = True
+        rate = limiting.headers(grant)
         try:
             response = await handler(request)
+        except (errors.GatewayError, errors.ValidationFailed) as refusal:
+            if rate:
+                refusal.extra_headers = (refusal.extra_headers or {}) | rate
+            raise
         finally:
             grant.settle(None)
-        response.headers.update(limiting.headers(grant))
+        response.headers.update(rate)
         return response
 
     return under_limits
@@ -143,10 +156,6 @@ async def list_keys(request: HandlerRequest) -> Response:
 
 @limited
 async def get_key(request: HandlerRequest) -> Response:
-    return await _shown_key(request)
-
-
-async def _shown_key(request: HandlerRequest) -> Response:
     view = await _done(admin.get_key(request.services.database, request.scope["path_params"]["key_id"]))
     return _json(_key(view, datetime.now(UTC)))
 
@@ -156,7 +165,7 @@ async def revoke_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     await _done(admin.revoke_key(request.services.database, _actor(request), key_id))
     request.services.keys.forget(key_id)  # refused here at once; other gateways within their key cache
-    return await _shown_key(request)
+    return await get_key(request)
 
 
 @limited

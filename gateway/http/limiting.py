@@ -9,6 +9,7 @@ closes, with the row's real usage (also when it failed, was cut short or its cli
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 
 __all__ = ["NO_LIMITS", "Check", "Demand", "admit_call", "check", "demand", "headers"]
+log = logging.getLogger("gateway.limits")
 
 
 @dataclass(slots=True)
@@ -200,8 +202,17 @@ async def admit_call(limiter: Limiter, key_id: str, request_id: str) -> Grant:
             raise
     else:
         grant = await asked.grant()
-    if grant.refusal is not None:
-        observe.current().rate_limited(grant.refusal.kind)  # gateway_rate_limited_total{reason}
+    refusal = grant.refusal
+    if refusal is not None and refusal.kind in (limits_on_path.UNSHARED, limits_on_path.STORE_DOWN):
+        # The limits cannot be counted now (several workers without Redis, or Redis away under
+        # `closed`): an administrative call is not refused for it. Administration is how an
+        # operator mends such a state, and revokes a leaked key during it.
+        log.warning("administrative call of key %s served without counting its limits: %s", key_id,
+                    "several workers without GATEWAY_REDIS_URL" if refusal.kind == limits_on_path.UNSHARED
+                    else "the limits store is unavailable")
+        return NO_LIMITS
+    if refusal is not None:
+        observe.current().rate_limited(refusal.kind)  # gateway_rate_limited_total{reason}
         raise _error(grant, key_id, "")
     return grant
 

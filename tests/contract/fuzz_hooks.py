@@ -43,6 +43,7 @@ from gateway.core.config import VendorConfig
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict
 from gateway.planner.plan import completion_call
+from gateway.store import usage
 from gateway.vendors import registry
 from generated.models import CompletionRequest
 
@@ -238,7 +239,7 @@ def refusals_are_documented(ctx, response, case):
 # What a schema-valid administrative body may still be refused for (422 `invalid_value`, naming the
 # field: handlers/admin.py), what the schema cannot say, with how to tell that the body has it.
 UNUSABLE = {
-    "expires_at": lambda body: datetime.fromisoformat(body["expires_at"]) <= datetime.now(UTC),
+    "expires_at": lambda body: usage.parse_instant(body["expires_at"]) <= datetime.now(UTC),
     "models": lambda body: any(not p.strip() or ("/" not in p and not any(c in p for c in "*?["))
                                for p in body["models"]),
     "period": lambda body: not any(body.get(f) is not None for f in ("budget_tokens", "budget_usd")),  # (or stored)

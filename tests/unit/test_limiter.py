@@ -322,3 +322,40 @@ def test_a_call_without_a_model_counts_in_its_keys_requests_and_slots_only(store
     finally:
         if store == "redis":
             remove_redis_keys(prefix, redis_url())
+
+
+class Away:
+    """Counters whose store cannot be reached."""
+
+    remote = True
+
+    def time(self, now):
+        return now
+
+    def acquire(self, claim, now):
+        raise RedisUnavailable("cannot reach Redis")
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("counters", ["several workers without Redis", "Redis away, policy closed"])
+def test_an_administrative_call_is_served_when_the_limits_cannot_be_counted(counters):
+    """The state an operator mends with administration (and revokes keys during) does not refuse
+    it: the call goes through uncounted, where a model request of the same key is refused (503)."""
+    from gateway.core.errors import LimitsUnavailable
+    from gateway.http import limiting
+
+    limits = {KEY_A: Limits(rpm=5, concurrent=1)}
+
+    async def scenario():
+        if counters == "several workers without Redis":
+            limited = Limiter(Table(limits), None, engine=None, workers=2, clock=lambda: NOW)
+        else:
+            limited = Limiter(Table(limits), Away(), engine=None, policy="closed", clock=lambda: NOW)
+        model = await admit(limited, "cmpl-1")
+        assert model.refusal is not None and model.refusal.kind in ("unshared", "store_down")
+        assert isinstance(limiting._error(model, KEY_A.id, "fake/m"), LimitsUnavailable)  # the model's: a 503
+        assert await limiting.admit_call(limited, KEY_A.id, "admin-1") is NO_LIMITS
+
+    asyncio.run(scenario())
