@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 1 if args.command == "config" else 2
     for var in config.stray_variables(os.environ if env is None else env):
-        print(f"gateway: {var} names no setting of the gateway, which leaves it alone (the settings: README.md, "
-              "\"Configuration\")", file=sys.stderr)
+        print(f"gateway: {var} names no setting of the gateway, which leaves it alone{config.suggestion(var)} "
+              "(the settings: README.md, \"Configuration\")", file=sys.stderr)
     if args.command == "config":
         return _check_config(settings)
     if args.command == "serve":

@@ -253,25 +253,48 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
     return settings
 
 
+def suggestion(var: str) -> str:
+    """", if you meant GATEWAY_X" for a stray variable close to a setting, else ""."""
+    settings = {known.removeprefix(ENV_PREFIX): known for known in _known_variables()}
+    close = difflib.get_close_matches(var.removeprefix(ENV_PREFIX), sorted(settings), n=1, cutoff=0.7)
+    return f", if you meant {settings[close[0]]}" if close else ""
+
+
 def _suggest(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _check_variables(env: Mapping[str, str]) -> None:
-    """A GATEWAY_ variable a typo away from a setting (GATEWAY_PORTT) is refused: the setting it
+    """A GATEWAY_ variable that is a misspelt setting (`misspelt`) is refused: the setting it
     meant would silently keep its default. The others are not the gateway's to refuse (a launcher
     that exports GATEWAY_URL for itself, the links of a Kubernetes Service named `gateway`):
     `stray_variables` names them, and the CLI warns of each."""
-    known = _known_variables()
     for var in stray_variables(env):
-        near = [k for k in known if _typos(var, k) <= TYPOS]
-        if near:
-            raise ConfigError(f"{var}: no such setting (did you mean {near[0]}?) (the settings: README.md, "
+        meant = misspelt(var)
+        if meant is not None:
+            raise ConfigError(f"{var}: no such setting (did you mean {meant}?) (the settings: README.md, "
                               "\"Configuration\")")
 
 
-TYPOS = 2  # letters wrong, missing, extra or swapped that make a variable a misspelt setting
+def misspelt(var: str) -> str | None:
+    """The setting `var` misspells, if it is one: a letter or two wrong, missing, extra or swapped
+    (one in a name of five letters or fewer: GATEWAY_HOME is not GATEWAY_HOST), or some of a
+    setting's words in its order, two or more (GATEWAY_LIMITS_STORE_FAILURE)."""
+    name = var.removeprefix(ENV_PREFIX)
+    words = name.split("_")
+    for known in sorted(_known_variables()):
+        setting = known.removeprefix(ENV_PREFIX)
+        if _typos(name, setting) <= (1 if len(name) <= 5 else 2):
+            return known
+        if len(words) >= 2 and _in_order(words, setting.split("_")):
+            return known
+    return None
+
+
+def _in_order(words: list[str], of: list[str]) -> bool:
+    rest = iter(of)
+    return all(word in rest for word in words)
 
 
 def stray_variables(env: Mapping[str, str]) -> list[str]:

@@ -159,7 +159,9 @@ def test_a_config_file_mistake_is_a_one_line_error(tmp_path, toml, message):
 
 @pytest.mark.parametrize(("typo", "meant"), [("GATEWAY_PORTT", "GATEWAY_PORT"), ("GATEWAY_LOGLEVEL", "GATEWAY_LOG_LEVEL"),
                                            ("GATEWAY_WOKRERS", "GATEWAY_WORKERS"),
-                                           ("GATEWAY_REDIS_UR", "GATEWAY_REDIS_URL")])
+                                           ("GATEWAY_REDIS_UR", "GATEWAY_REDIS_URL"), ("GATEWAY_PROT", "GATEWAY_PORT"),
+                                           ("GATEWAY_LIMITS_STORE_FAILURE", "GATEWAY_LIMITS_ON_STORE_FAILURE"),
+                                           ("GATEWAY_KEY_CACHE", "GATEWAY_KEY_CACHE_SECONDS")])
 def test_a_misspelt_setting_is_refused_naming_the_one_it_meant(typo, meant):
     with pytest.raises(ConfigError, match=f"{typo}: no such setting \\(did you mean {meant}\\?\\)"):
         load_settings(NO_LOCAL | {typo: "1"})
@@ -170,7 +172,8 @@ def test_other_gateway_variables_are_named_but_not_refused():
     of a Kubernetes Service named `gateway` are not the gateway's: it starts, and they are named."""
     theirs = {"GATEWAY_URL": "http://127.0.0.1:1/v5/completions", "GATEWAY_CHAT_URL": "x", "GATEWAY_READY_URL": "x",
               "GATEWAY_NAME": "ours", "GATEWAY_CMD": "serve", "GATEWAY_HEADERS": "x-api-key: k", "GATEWAY_MODEL": "m",
-              "GATEWAY_SERVICE_HOST": "10.0.0.1", "GATEWAY_PORT_8000_TCP_ADDR": "10.0.0.1"}
+              "GATEWAY_SERVICE_HOST": "10.0.0.1", "GATEWAY_PORT_8000_TCP_ADDR": "10.0.0.1",
+              "GATEWAY_HOME": "/srv", "GATEWAY_LOGS": "/var/log"}  # short names: one letter off at most
     settings = load_settings(NO_LOCAL | theirs)
     assert settings.port == 8000
     assert stray_variables(NO_LOCAL | theirs) == sorted(theirs)
