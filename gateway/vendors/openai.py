@@ -278,7 +278,7 @@ class ChunkReader:
         (tests/unit/test_vendor_parsers.py holds the two to the same answers)."""
         try:
             usual = _decode_usual(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # (msgspec's depth limit is below orjson's)
             return self.read(orjson.loads(data))
         if usual.error:
             return self.read(orjson.loads(data))

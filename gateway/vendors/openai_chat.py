@@ -172,7 +172,7 @@ def read_chat_chunk_json(data: str | bytes, n: int) -> Chunk:
     from the JSON as it is, which reads the same chunk the same way (tests/unit/test_vendor_parsers.py)."""
     try:
         usual = _decode_usual(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # (msgspec's depth limit is below orjson's)
         return read_chat_chunk(orjson.loads(data), n)
     if usual.error:
         return read_chat_chunk(orjson.loads(data), n)

@@ -181,6 +181,20 @@ def test_openai_chat_stream_chunks_read_from_their_json_as_from_the_decoded_valu
                                                                                    value, n)
 
 
+@pytest.mark.parametrize("depth", [500, 1010, 1100])
+def test_a_deeply_nested_chunk_reads_on_both_paths_as_the_general_reader_reads_it(depth):
+    # msgspec stops nesting (RecursionError) below orjson's limit: the typed paths fall back.
+    nested = "[" * depth + "]" * depth
+    chat = '{"choices": [{"index": 0, "delta": {"content": "a", "x": %s}}]}' % nested
+    text = '{"choices": [{"index": 0, "text": "a", "x": %s}]}' % nested
+    call = CompletionCall(model="m", prompts=["p"], n=1, stream=True)
+    for fast, general in ((lambda: openai_chat.read_chat_chunk_json(chat, 1),
+                           lambda: openai_chat.read_chat_chunk(orjson.loads(chat), 1)),
+                          (lambda: openai.ChunkReader(call).read_json(text),
+                           lambda: openai.ChunkReader(call).read(orjson.loads(text)))):
+        assert outcome_of(fast) == outcome_of(general)
+
+
 @pytest.mark.parametrize("index", [2**64, -(2**63) - 1, 10**30, 1, -1])
 def test_an_index_out_of_range_is_refused_for_the_same_reason_on_both_paths(index):
     # Found by the property test above: orjson reads an integer past 64 bits as a float, msgspec
