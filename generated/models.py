@@ -1131,30 +1131,6 @@ class Models(RootModel[list[Model1]]):
     """
 
 
-class AdminKeyCreate(BaseModel):
-    """
-    A new API key.
-    """
-
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    accounts: Annotated[list[Account1], Field(max_length=100, min_length=1)]
-    """
-    The accounts it grants.
-    """
-    name: Annotated[str, Field(max_length=1000)]
-    """
-    A description for people, e.g. who holds the key.
-    """
-    scopes: Annotated[list[Literal['inference', 'usage', 'admin']], Field(min_length=1)]
-    """
-    What it may call: `inference` (completions, chat, model lists), `usage` (`/v5/usage`, `/v5/accounts`), `admin` (`/v5/admin/`).
-    """
-    expires_at: AwareDatetime | None | MISSING = MISSING
-    models: Models | None | MISSING = MISSING
-
-
 class AdminKey(BaseModel):
     """
     An API key as administration sees it (never the key itself).
@@ -1689,6 +1665,34 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChatCompletionChunkChoice]
     usage: CompletionUsage | None | MISSING = MISSING
     system_fingerprint: str | MISSING = MISSING
+
+
+class AdminKeyCreate(BaseModel):
+    """
+    A new API key.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    accounts: Annotated[list[Account1], Field(max_length=100, min_length=1)]
+    """
+    The accounts it grants.
+    """
+    name: Annotated[str, Field(max_length=1000)]
+    """
+    A description for people, e.g. who holds the key.
+    """
+    scopes: Annotated[list[Literal['inference', 'usage', 'admin']], Field(min_length=1)]
+    """
+    What it may call: `inference` (completions, chat, model lists), `usage` (`/v5/usage`, `/v5/accounts`), `admin` (`/v5/admin/`).
+    """
+    expires_at: AwareDatetime | None | MISSING = MISSING
+    models: Models | None | MISSING = MISSING
+    limits: AdminLimitsUpdate | None | MISSING = MISSING
+    """
+    Its limits, made with it in one transaction (so in force from its first request): the fields `PUT /v5/admin/limits/keys/{key_id}` takes; a null field is no such limit. The allow-list goes in `models` or here, not both.
+    """
 
 
 class Completion(BaseModel):

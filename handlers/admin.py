@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -36,8 +36,9 @@ _OVER_HTTP = {"budget_period": "period"}
 _FROM_HTTP = {http: column for column, http in _OVER_HTTP.items()}
 
 
-async def _done(work: Awaitable[T]) -> T:
-    """The service's answer, or its refusal as the contract's error."""
+async def _done(work: Awaitable[T], within: tuple[str, Mapping[str, Any]] | None = None) -> T:
+    """The service's answer, or its refusal as the contract's error. `within`: a member of the
+    body (its name and its value) whose fields a refusal may be about, located in it."""
     try:
         async with asyncio.timeout(QUERY_TIMEOUT):
             return await work
@@ -49,7 +50,10 @@ async def _done(work: Awaitable[T]) -> T:
         # A value the schema allows that cannot be used (an expiry in the past, a pattern that
         # matches no model...): a 422 in the contract's shape, as the schema's own problems are,
         # with its own code so that a client can tell the two apart.
-        where = ["body", _OVER_HTTP.get(exc.field, exc.field)] if exc.field else ["body"]
+        field = _OVER_HTTP.get(exc.field, exc.field) if exc.field else None
+        where = ["body"] if field is None else ["body", field]
+        if field is not None and within is not None and field in within[1]:
+            where = ["body", within[0], field]
         raise errors.ValidationFailed([{"loc": where, "msg": str(exc), "type": "value_error"}],
                                       code="invalid_value") from None
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
@@ -131,9 +135,11 @@ async def list_accounts(request: HandlerRequest) -> Response:
 async def create_key(request: HandlerRequest) -> Response:
     body = request.body
     expires = body.get("expires_at")
+    limits = body.get("limits") or {}
     new = await _done(admin.create_key(
         request.services.database, _actor(request), body["accounts"], body["name"], body["scopes"],
-        _instant("expires_at", expires) if expires is not None else None, body.get("models")))
+        _instant("expires_at", expires) if expires is not None else None, body.get("models"),
+        _limit_columns(limits)), within=("limits", limits))
     return await _new_key(request, new)
 
 
@@ -185,14 +191,21 @@ def _subject(request: HandlerRequest) -> Subject:
 
 @limited
 async def put_limits(request: HandlerRequest) -> Response:
+    await _done(admin.set_limits(request.services.database, _actor(request), _subject(request),
+                                 _limit_columns(request.body)))
+    return await get_limits(request)
+
+
+def _limit_columns(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A body's limits (AdminLimitsUpdate) as the limits table's columns: `period` is
+    `budget_period`, `budget_usd` in nano-dollars."""
     values: dict[str, Any] = {}
-    for name, value in request.body.items():
+    for name, value in body.items():
         column = _FROM_HTTP.get(name, name)
         if column == UNITS["usd"].limit_column and value is not None:
             value = _nanos(value)
         values[column] = value
-    await _done(admin.set_limits(request.services.database, _actor(request), _subject(request), values))
-    return await get_limits(request)
+    return values
 
 
 def _nanos(dollars: float | int) -> int:

@@ -113,19 +113,30 @@ class KeyView:
 
 async def create_key(engine: AsyncEngine, actor: Actor, account_ids: Sequence[str], name: str = "",
                      scopes: Sequence[str] = accounts.DEFAULT_SCOPES, expires_at: datetime | None = None,
-                     models: Sequence[str] | None = None) -> NewKey:
-    """A key, with its allow-list of models (its `models` limit) when given."""
-    allowed = checked({"models": list(models)})["models"] if models is not None else None
+                     models: Sequence[str] | None = None, with_limits: Mapping[str, Any] | None = None) -> NewKey:
+    """A key, with its allow-list of models (its `models` limit) and its other limits (the fields
+    `set_limits` takes; a None is no limit) when given: in force from its first request, since
+    they are made in the key's own transaction."""
+    wanted = {name: value for name, value in checked(with_limits or {}).items() if value is not None}
+    if models is not None:
+        if "models" in wanted:
+            raise AccountsError("give the allow-list once: `models`, or the limits' `models`", field="models")
+        wanted["models"] = checked({"models": list(models)})["models"]
 
     async def work(connection: AsyncConnection) -> NewKey:
         new = await accounts.create_key(connection, account_ids, name, scopes, expires_at)
-        if allowed is not None:
-            await limits.set_limits(connection, Subject(KEY, new.info.id), {"models": allowed})
+        if wanted:
+            await limits.set_limits(connection, Subject(KEY, new.info.id), wanted)
         return new
 
-    return await _change(engine, actor, "key.create", "key", work, lambda new: (new.info.id, {
-        "accounts": new.info.accounts, "name": new.info.name, "scopes": new.info.scopes,
-        "expires_at": new.info.expires_at, "models": allowed}))
+    def described(new: NewKey) -> tuple[str, dict[str, Any]]:
+        detail = {"accounts": new.info.accounts, "name": new.info.name, "scopes": new.info.scopes,
+                  "expires_at": new.info.expires_at, "models": wanted.get("models")}
+        if others := {name: value for name, value in wanted.items() if name != "models"}:
+            detail["limits"] = others
+        return new.info.id, detail
+
+    return await _change(engine, actor, "key.create", "key", work, described)
 
 
 async def list_keys(engine: AsyncEngine, account_id: str | None = None) -> list[KeyView]:

@@ -238,12 +238,29 @@ def refusals_are_documented(ctx, response, case):
 
 # What a schema-valid administrative body may still be refused for (422 `invalid_value`, naming the
 # field: handlers/admin.py), what the schema cannot say, with how to tell that the body has it.
+def _no_model(patterns: list[str]) -> bool:
+    return any(not p.strip() or ("/" not in p and not any(c in p for c in "*?[")) for p in patterns)
+
+
+def _no_budget(limits: dict[str, Any]) -> bool:  # (nor one stored, for a PUT)
+    return not any(limits.get(f) is not None for f in ("budget_tokens", "budget_usd"))
+
+
 UNUSABLE = {
     "expires_at": lambda body: usage.parse_instant(body["expires_at"]) <= datetime.now(UTC),
-    "models": lambda body: any(not p.strip() or ("/" not in p and not any(c in p for c in "*?["))
-                               for p in body["models"]),
-    "period": lambda body: not any(body.get(f) is not None for f in ("budget_tokens", "budget_usd")),  # (or stored)
+    "models": lambda body: _no_model(body["models"]),
+    "period": _no_budget,
+    # A key made with its limits (POST /v5/admin/keys `limits`): the same faults, and the
+    # allow-list given twice.
+    "limits.models": lambda body: _no_model(body["limits"]["models"]) or body.get("models") is not None,
+    "limits.period": lambda body: _no_budget(body["limits"]),
 }
+
+
+def _given(body: dict[str, Any], param: str) -> Any:
+    for step in param.split("."):
+        body = body.get(step) if isinstance(body, dict) else None
+    return body
 
 
 @schemathesis.check
@@ -259,7 +276,7 @@ def unusable_values_are_named(ctx, response, case):
     param, code = error.get("param"), error.get("code")
     fault = UNUSABLE.get(param)
     if (not case.operation.path.startswith("/v5/admin/") or code != "invalid_value" or fault is None
-            or body.get(param) is None or not fault(body)):
+            or _given(body, param) is None or not fault(body)):
         raise AssertionError(f"a valid request was refused with 422 {code} (param {param!r}: {error.get('message')})")
     return None
 

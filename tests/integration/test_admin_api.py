@@ -260,3 +260,33 @@ def test_admin_calls_are_rate_limited_like_the_keys_other_requests(gateways, api
             held.join(30)
         assert answers[0].status_code == 200
         assert admin.get("/v5/admin/keys", params={"account": account}).status_code == 200  # the slot is free
+
+
+def test_a_key_is_made_with_its_limits_in_one_call(gateways, api):
+    """POST /v5/admin/keys with `limits`: the key and its limits in one transaction, so the key is
+    never unlimited, not even for its first request; a refusal of any of it leaves no key."""
+    gateway, _ = gateways
+    account = new_account(api)
+    body = {"accounts": [account], "name": "limited from birth", "scopes": ["inference"],
+            "limits": {"rpm": 2, "budget_tokens": 1000, "period": "day", "models": ["fake/*"], "tpm": None}}
+    made = api.post("/v5/admin/keys", json=body)
+    assert made.status_code == 201, made.text
+    key, info = made.json()["key"], made.json()["api_key"]
+    assert info["models"] == ["fake/*"]
+    shown = api.get(f"/v5/admin/limits/keys/{info['id']}").json()["limits"]
+    assert (shown["rpm"], shown["budget_tokens"], shown["period"], shown["tpm"]) == (2, 1000, "day", None)
+    first = complete(gateway.url, key)
+    assert first.status_code == 200 and first.headers["x-ratelimit-limit-requests"] == "2"
+    line = next(e for e in api.get("/v5/admin/audit").json()["data"] if e["object_id"] == info["id"])
+    assert line["detail"]["limits"] == {"rpm": 2, "budget_tokens": 1000, "budget_period": "day"}
+
+    listed = lambda: [k["id"] for k in api.get("/v5/admin/keys", params={"account": account}).json()["data"]]  # noqa: E731
+    before = listed()
+    no_budget = api.post("/v5/admin/keys", json=body | {"limits": {"rpm": 2, "period": "day"}})
+    assert no_budget.status_code == 422 and no_budget.json()["error"]["code"] == "invalid_value"
+    assert no_budget.json()["detail"][0]["loc"] == ["body", "limits", "period"]
+    twice = api.post("/v5/admin/keys", json=body | {"models": ["fake/*"]})
+    assert twice.status_code == 422 and twice.json()["detail"][0]["loc"] == ["body", "limits", "models"]
+    unknown = api.post("/v5/admin/keys", json=body | {"limits": {"rpm": 2, "bogus": 1}})
+    assert unknown.status_code == 422 and ["body", "limits", "bogus"] in [d["loc"] for d in unknown.json()["detail"]]
+    assert listed() == before  # nothing half-made
