@@ -60,12 +60,16 @@ def test_an_admin_creates_rotates_and_revokes_a_key_and_sets_its_limits(page, si
     page.select_option("#create-accounts", ["acct-a"])
     page.uncheck("input[name=scope][value=usage]")
     page.fill("#create-models", "fake/*")
+    page.fill("#create-rpm", "30")
     wait_ready(page, lambda: page.click("#create-form button[type=submit]"))
     created = page.text_content("#new-key-value")
     assert created.startswith("sk-gw-") and page.is_visible("#new-key")
     (row, *_) = [r for r in key_rows(page) if r[0] == "ci bot"]
     key_id = row[1]
     assert row[2:] == ["acct-a", "inference", "active"]
+    made = httpx.get(f"{gateway.url}/v5/admin/limits/keys/{key_id}", headers={"x-api-key": site["admin"]["key"]},
+                     verify=SHARED_TLS).json()["limits"]
+    assert (made["rpm"], made["models"]) == (30, ["fake/*"])  # made with the key
     assert complete(gateway.url, created) == 200
     page.click("#copy-key")
     page.wait_for_function("() => document.getElementById('copied').textContent !== ''")

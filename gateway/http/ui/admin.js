@@ -90,6 +90,8 @@ async function create(event) {
   if ($("create-expires").value) body.expires_at = $("create-expires").value + "T00:00:00Z";
   const models = $("create-models").value.trim();
   if (models) body.models = models.split(/\s+/);
+  // Made with the key, in its transaction: the key is never without it.
+  if ($("create-rpm").value) body.limits = { rpm: Number($("create-rpm").value) };
   await act(async () => showNewKey("New key", await admin("/v5/admin/keys", "POST", body)));
 }
 
