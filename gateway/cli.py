@@ -110,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="what the key may call (repeat for several; default: "
                              f"{' and '.join(accounts.DEFAULT_SCOPES)}; admin: everything under /v5/admin/)")
     create.add_argument("--expires-at", type=_instant, help="when the key stops working (e.g. 2027-01-01)")
+    limits_cli.limit_options(create.add_argument_group("its limits, made with it (as `limits set` sets them)"))
     create.add_argument("--format", choices=("text", "json"), default="text")
     listing = key_commands.add_parser("list", help="list keys (never the keys themselves)")
     listing.add_argument("--account", help="only keys that grant this account")
@@ -224,7 +225,8 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 _emit([dataclasses.asdict(a) for a in found], ("id", "name", "created_at"), args.format)
             case "keys", "create":
                 new = await admin.create_key(engine, actor, args.accounts, args.name,
-                                             args.scopes or accounts.DEFAULT_SCOPES, args.expires_at)
+                                             args.scopes or accounts.DEFAULT_SCOPES, args.expires_at,
+                                             with_limits=limits_cli.limit_values(args))
                 _print_new_key(new, args.format)
             case "keys", "list":
                 now = datetime.now(UTC)

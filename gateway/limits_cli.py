@@ -35,18 +35,7 @@ def add_commands(commands: Any) -> None:
                                  "models").add_subparsers(dest="action", required=True)
     put = limits.add_parser("set", help="set limits (the others stay as they are)")
     _subject(put, required=True)
-    put.add_argument("--rpm", type=_positive, metavar="N", help="requests per minute")
-    put.add_argument("--tpm", type=_positive, metavar="N", help="tokens (prompt + completion) per minute")
-    put.add_argument("--concurrent", type=_positive, metavar="N", help="requests in flight")
-    for unit in UNITS.values():
-        put.add_argument(f"--budget-{unit.name}", type=_amount(unit.parse), dest=unit.limit_column,
-                         metavar=unit.metavar, help=f"{unit.noun or unit.name} per budget period")
-    put.add_argument("--period", choices=PERIODS, dest="budget_period",
-                     help="the budget's period, a UTC calendar day or month (default month)")
-    put.add_argument("--models", nargs="+", metavar="PATTERN", type=_pattern,
-                     help="the only models it may call: glob patterns such as openai/* local/smollm2-135m")
-    put.add_argument("--cache", choices=("on", "off"), type=str.lower,
-                     help="whether the response cache serves it (docs/cache.md; the key's wins over its account's)")
+    limit_options(put)
     show = limits.add_parser("show", help="limits, with what is being consumed")
     _subject(show, required=False)
     show.add_argument("--format", choices=("table", "json"), default="table")
@@ -56,6 +45,30 @@ def add_commands(commands: Any) -> None:
     for name in _CLEARABLE:
         clear.add_argument(f"--{name.replace('_', '-')}", dest="clear", action="append_const", const=name,
                            help="this limit (several may be given)")
+
+
+def limit_options(parser: Any) -> None:  # a parser, or a group of its options
+    """The options of the limits `limits set` sets (and `keys create` makes with a key)."""
+    parser.add_argument("--rpm", type=_positive, metavar="N", help="requests per minute")
+    parser.add_argument("--tpm", type=_positive, metavar="N", help="tokens (prompt + completion) per minute")
+    parser.add_argument("--concurrent", type=_positive, metavar="N", help="requests in flight")
+    for unit in UNITS.values():
+        parser.add_argument(f"--budget-{unit.name}", type=_amount(unit.parse), dest=unit.limit_column,
+                            metavar=unit.metavar, help=f"{unit.noun or unit.name} per budget period")
+    parser.add_argument("--period", choices=PERIODS, dest="budget_period",
+                        help="the budget's period, a UTC calendar day or month (default month)")
+    parser.add_argument("--models", nargs="+", metavar="PATTERN", type=_pattern,
+                        help="the only models it may call: glob patterns such as openai/* local/smollm2-135m")
+    parser.add_argument("--cache", choices=("on", "off"), type=str.lower,
+                        help="whether the response cache serves it (docs/cache.md; the key's wins over its account's)")
+
+
+def limit_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The limits `limit_options` gave, as the limits table's columns."""
+    values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period") if getattr(args, name) is not None}
+    if "cache" in values:
+        values["cache"] = values["cache"] == "on"
+    return values
 
 
 def _subject(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -105,10 +118,7 @@ async def run(engine: AsyncEngine, settings: Settings, args: argparse.Namespace,
     subject = subject_of(args)
     interval = f"running gateways apply it within {settings.limits_cache_seconds:g}s"
     if args.action == "set":
-        values = {name: getattr(args, name) for name in (*_CLEARABLE, "budget_period")
-                  if getattr(args, name) is not None}
-        if "cache" in values:
-            values["cache"] = values["cache"] == "on"
+        values = limit_values(args)
         if not values:
             raise AccountsError("say which limits to set: --rpm, --tpm, --concurrent, "
                                 + ", ".join(f"--budget-{unit.name}" for unit in UNITS.values()) + ", --models, --cache")

@@ -178,3 +178,18 @@ def test_limits_show_never_reads_a_bucket_fuller_than_its_limit(url):
     finally:
         remove_redis_keys(prefix)
         client.close()
+
+
+def test_a_key_is_made_with_its_limits(url):
+    gateway_cli(url, "accounts", "create", "born-limited")
+    made = gateway_cli(url, "keys", "create", "--account", "born-limited", "--rpm", "7", "--budget-usd", "2.5",
+                       "--period", "day", "--models", "fake/*", "--format", "json")
+    assert made.returncode == 0, made.stderr
+    key_id = json.loads(made.stdout)["id"]
+    shown = json.loads(gateway_cli(url, "limits", "show", "--key", key_id, "--format", "json").stdout)
+    assert {row["limit"]: row["value"] for row in shown} == {"rpm": 7, "budget_usd": "$2.50 per day", "models": "fake/*"}
+    (line,) = [e for e in json.loads(gateway_cli(url, "audit", "--format", "json").stdout) if e["object_id"] == key_id]
+    assert line["action"] == "key.create" and line["detail"]["limits"]["rpm"] == 7
+    refused = gateway_cli(url, "keys", "create", "--account", "born-limited", "--period", "day")
+    assert refused.returncode == 1 and "period of a budget" in refused.stderr  # and no key was made
+    assert len(json.loads(gateway_cli(url, "keys", "list", "--account", "born-limited", "--format", "json").stdout)) == 1
