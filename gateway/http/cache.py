@@ -19,8 +19,9 @@ and `x-gateway-cache-ttl: <seconds>` keeps the answer that long instead of GATEW
 Every answer says what the cache did: `x-gateway-cache: hit`, `miss` or `bypass`.
 
 An entry is kept only of a complete, successful answer whose usage the vendor reported (never an
-error, a cut stream, an estimate), served by the model asked for (not a fallback's), with no tool
-calls (a stream's pieces of them are not reassembled).
+error, a cut stream, an estimate), served by the model asked for (not a fallback's). A chat
+answer's tool calls are kept whole (a stream's pieces joined by index, as OpenAI's SDKs join them),
+and a hit streams each in one piece.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from gateway.http.context import HandlerRequest
 from gateway.store.limits import ACCOUNT, KEY, LimitsTable, Subject
 from gateway.store.response_cache import Store
 
-VERSION = 1  # of the key's canonical form and of the entry's shape: a change makes every old entry unreachable
+# Of the key's canonical form and of the entry's shape: a change makes every old entry unreachable
+# (2: a chat choice's tool calls; a gateway of version 1 beside it would serve them without).
+VERSION = 2
 HEADER = "x-gateway-cache"
 TTL_HEADER = "x-gateway-cache-ttl"
 HIT, MISS, BYPASS = "hit", "miss", "bypass"  # what an answer's x-gateway-cache says
@@ -144,10 +147,18 @@ class Entry:
 
 
 def storable(choices: Iterable[Choice], usage: Usage | None) -> bool:
-    """Whether an answer may be kept: its usage reported by the vendor, and no tool calls."""
+    """Whether an answer may be kept: its usage reported by the vendor, and its tool calls whole
+    (each with its id and function name)."""
     if usage is None or usage.estimated:
         return False
-    return not any(isinstance(c, ChatChoice) and (c.tool_calls or c.function_call) for c in choices)
+    return all(_whole(c) for c in choices if isinstance(c, ChatChoice))
+
+
+def _whole(choice: ChatChoice) -> bool:
+    calls = choice.tool_calls or []
+    function = choice.function_call
+    return (all(call.get("id") and "index" not in call and (call.get("function") or {}).get("name") for call in calls)
+            and (function is None or bool(function.get("name"))))
 
 
 def encode(entry: Entry) -> bytes:
@@ -155,7 +166,8 @@ def encode(entry: Entry) -> bytes:
     return orjson.dumps({
         "v": VERSION,
         "choices": [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": c.logprobs,
-                     **({"refusal": c.refusal} if isinstance(c, ChatChoice) else {})} for c in entry.choices],
+                     **({"refusal": c.refusal, "tool_calls": c.tool_calls, "function_call": c.function_call}
+                        if isinstance(c, ChatChoice) else {})} for c in entry.choices],
         "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                   "prompt_tokens_details": usage.prompt_tokens_details,
                   "completion_tokens_details": usage.completion_tokens_details},
@@ -172,7 +184,8 @@ def decode(raw: bytes, chat: bool) -> Entry | None:
             return None
         kind = ChatChoice if chat else Choice
         choices = [kind(c["index"], c["text"], c["finish_reason"], c["logprobs"],
-                        **({"refusal": c.get("refusal")} if chat else {})) for c in data["choices"]]
+                        **({"refusal": c.get("refusal"), "tool_calls": c.get("tool_calls"),
+                            "function_call": c.get("function_call")} if chat else {})) for c in data["choices"]]
         u = data["usage"]
         usage = Usage(u["prompt_tokens"], u["completion_tokens"], u["prompt_tokens_details"],
                       u["completion_tokens_details"])
@@ -183,11 +196,14 @@ def decode(raw: bytes, chat: bool) -> Entry | None:
 
 def chunks(entry: Entry) -> list[Chunk]:
     """A hit as a stream's chunks, the sequence a vendor's stream makes: each choice begun (a chat
-    choice's role), its whole text (and logprobs, refusal), its finish reason, then the usage."""
+    choice's role), its whole text (and logprobs, refusal, each tool call in one piece with its
+    index), its finish reason, then the usage."""
     chat = any(isinstance(c, ChatChoice) for c in entry.choices)
     kind = ChatChoice if chat else Choice
     begun = [kind(c.index, "") for c in entry.choices]
-    text = [dataclasses.replace(c, finish_reason=None) for c in entry.choices]
+    text = [dataclasses.replace(c, finish_reason=None, **({"tool_calls": [
+        {"index": i, **call} for i, call in enumerate(c.tool_calls)]} if isinstance(c, ChatChoice) and c.tool_calls
+        else {})) for c in entry.choices]
     finished = [kind(c.index, "", c.finish_reason or "stop") for c in entry.choices]
     return [Chunk(begun), Chunk(text), Chunk(finished), Chunk([], usage=entry.usage, billed=entry.usage)]
 
@@ -215,16 +231,48 @@ class Collected:
                 found.logprobs = _joined(found.logprobs, piece.logprobs)
                 if isinstance(found, ChatChoice) and isinstance(piece, ChatChoice):
                     found.tool_calls = (found.tool_calls or []) + (piece.tool_calls or []) or None
-                    found.function_call = found.function_call or piece.function_call
+                    found.function_call = _joined_function(found.function_call, piece.function_call)
                     if piece.refusal:
                         found.refusal = (found.refusal or "") + piece.refusal
 
     def entry(self) -> Entry | None:
         choices = [self._choices[i] for i in sorted(self._choices)]
+        for choice in choices:
+            if isinstance(choice, ChatChoice) and choice.tool_calls:
+                whole = _whole_calls(choice.tool_calls)
+                if whole is None:
+                    return None
+                choice.tool_calls = whole
         if not self.complete or not choices or not storable(choices, self.usage):
             return None
         assert self.usage is not None
         return Entry(choices, self.usage)
+
+
+def _whole_calls(pieces: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """A stream's pieces of tool calls (OpenAI's deltas: each with its call's index; the id and the
+    function's name in its first piece, the arguments in pieces) as whole calls in index order;
+    None when they do not make whole calls (an answer not to keep)."""
+    calls: dict[int, dict[str, Any]] = {}
+    for piece in pieces:
+        index, function = piece.get("index"), piece.get("function") or {}
+        call = calls.get(index) if isinstance(index, int) else None
+        if call is None:
+            if not isinstance(index, int) or not piece.get("id") or not function.get("name"):
+                return None
+            call = calls[index] = {"id": piece["id"], "type": "function",
+                                   "function": {"name": function["name"], "arguments": ""}}
+        call["function"]["arguments"] += function.get("arguments") or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+def _joined_function(found: dict[str, Any] | None, piece: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The deprecated `function_call` of a stream: its name in the first piece, its arguments in pieces."""
+    if piece is None:
+        return found
+    if found is None:
+        return dict(piece)
+    return found | {"arguments": (found.get("arguments") or "") + (piece.get("arguments") or "")}
 
 
 class Relay:

@@ -161,6 +161,47 @@ def test_a_streamed_chat_answer_serves_a_plain_request(cached, database, upstrea
     assert hit.parse().choices[0].message.content == streamed and hit.parse().choices[0].message.role == "assistant"
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"said": {"type": "string"}}}}}]
+
+
+def _streamed_calls(pieces) -> list[dict]:
+    """A stream's tool calls put together as the SDK's users do (by index)."""
+    calls: dict[int, dict] = {}
+    for piece in pieces:
+        for delta in (piece.choices[0].delta.tool_calls or []) if piece.choices else []:
+            call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+            call["id"] = delta.id or call["id"]
+            call["name"] += (delta.function.name or "") if delta.function else ""
+            call["arguments"] += (delta.function.arguments or "") if delta.function else ""
+    return [calls[i] for i in sorted(calls)]
+
+
+@pytest.mark.parametrize("first_streamed", [False, True])
+def test_a_tool_call_answer_is_a_hit_streamed_or_not(cached, database, upstream, first_streamed):
+    client = openai.OpenAI(api_key=database.key, base_url=f"{cached.url}/v5", max_retries=0)
+    body = {"model": "fake/m", "messages": [{"role": "user", "content": prompt()}], "temperature": 0,
+            "tools": TOOLS}
+    if first_streamed:
+        fresh = _streamed_calls(client.chat.completions.create(**body, stream=True))
+    else:
+        answer = client.chat.completions.create(**body).choices[0]
+        assert answer.finish_reason == "tool_calls"
+        fresh = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                 for c in answer.message.tool_calls]
+    made = calls(upstream)
+    assert fresh and fresh[0]["name"] == "get_weather" and json.loads(fresh[0]["arguments"])["said"]
+    hit = client.chat.completions.with_raw_response.create(**body)
+    assert hit.headers["x-gateway-cache"] == "hit" and calls(upstream) == made
+    choice = hit.parse().choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+            for c in choice.message.tool_calls] == fresh
+    pieces = list(client.chat.completions.create(**body, stream=True))
+    assert calls(upstream) == made and _streamed_calls(pieces) == fresh
+    assert [p.choices[0].finish_reason for p in pieces if p.choices and p.choices[0].finish_reason] == ["tool_calls"]
+
+
 def test_refresh_calls_the_vendor_and_replaces_the_entry(http, upstream):
     body = {"prompt": prompt()}
     completion(http, body)

@@ -85,15 +85,42 @@ def test_an_entry_reads_back_as_it_was_kept_and_an_other_version_not_at_all():
     assert again == entry and again.choices[0] is not entry.choices[0]
     chat = cache.Entry([ChatChoice(0, "Hello", "stop", None, refusal=None)], Usage(5, 1))
     assert cache.decode(cache.encode(chat), chat=True) == chat
-    assert cache.decode(cache.encode(entry).replace(b'"v":1', b'"v":0'), chat=False) is None
+    assert cache.decode(cache.encode(entry).replace(b'"v":2', b'"v":1'), chat=False) is None  # another version's
     assert cache.decode(b"not json", chat=False) is None
 
 
-def test_what_is_not_kept_an_estimate_no_usage_a_tool_call():
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+
+
+def test_what_is_not_kept_an_estimate_no_usage_a_tool_call_not_whole():
     assert cache.storable([Choice(0, "x")], Usage(1, 1))
     assert not cache.storable([Choice(0, "x")], None)
     assert not cache.storable([Choice(0, "x")], Usage(1, 1, estimated=True))
-    assert not cache.storable([ChatChoice(0, "", tool_calls=[{"id": "t"}])], Usage(1, 1))
+    assert cache.storable([ChatChoice(0, "", "tool_calls", tool_calls=[CALL])], Usage(1, 1))
+    assert not cache.storable([ChatChoice(0, "", tool_calls=[{"id": "t"}])], Usage(1, 1))  # no function name
+    assert not cache.storable([ChatChoice(0, "", tool_calls=[CALL | {"index": 0}])], Usage(1, 1))  # a piece
+    entry = cache.Entry([ChatChoice(0, "", "tool_calls", tool_calls=[CALL], function_call=None)], Usage(5, 1))
+    assert cache.decode(cache.encode(entry), chat=True) == entry
+
+
+def test_a_streamed_tool_call_is_kept_whole_and_streams_in_one_piece():
+    collected = cache.Collected()
+    collected.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "id": "call_1", "type": "function",
+                                                         "function": {"name": "get_weather", "arguments": ""}}])])])
+    collected.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "function": {"arguments": '{"city": '}}])])])
+    collected.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "function": {"arguments": '"Oslo"}'}}])])])
+    collected.add([Chunk([ChatChoice(0, "", "tool_calls")]), Chunk([], usage=Usage(3, 4))])
+    collected.complete = True
+    entry = collected.entry()
+    assert entry is not None and entry.choices[0].tool_calls == [CALL]
+    assert entry.choices[0].finish_reason == "tool_calls"
+    (text,) = [chunk for chunk in cache.chunks(entry) if any(c.tool_calls for c in chunk.choices)]
+    assert text.choices[0].tool_calls == [{"index": 0} | CALL]
+    broken = cache.Collected()  # a piece before its call's first (no id, no name): not kept
+    broken.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])]),
+                Chunk([], usage=Usage(1, 1))])
+    broken.complete = True
+    assert broken.entry() is None
 
 
 def test_a_stream_put_back_together_is_its_whole_answer():
