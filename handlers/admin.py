@@ -62,22 +62,16 @@ async def _done(work: Awaitable[T], within: tuple[str, Mapping[str, Any]] | None
                                         code="database_unavailable") from None
 
 
-ADMITTED = "gateway.admin_admitted"  # in a request's scope once its call is admitted
-
-
 def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callable[[HandlerRequest], Awaitable[Response]]:
     """An administrative operation under its key's request rate and concurrency, as any of the
     key's requests is (a looping client or script is slowed to its key's rate): 429 past them,
-    with OpenAI's x-ratelimit-* headers on its answer, an error's too, while a limit applies. Once
-    per call: an operation that answers with another's view (a change, then the object) is not
-    admitted twice."""
+    with OpenAI's x-ratelimit-* headers on its answer, an error's too, while a limit applies.
+    handlers/__init__.py wraps each admin operation once, where it is routed: an operation that
+    answers with another's view (a change, then the object) calls it unwrapped."""
 
     @functools.wraps(handler)
     async def under_limits(request: HandlerRequest) -> Response:
-        if request.scope.get(ADMITTED):
-            return await handler(request)
         grant = await limiting.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
-        request.scope[ADMITTED] = True
         rate = limiting.headers(grant)
         try:
             response = await handler(request)
@@ -116,7 +110,6 @@ def _account(account: Account) -> dict[str, Any]:
 
 
 # -- accounts -----------------------------------------------------------------------------------
-@limited
 async def create_account(request: HandlerRequest) -> Response:
     body = request.body
     account = await _done(admin.create_account(request.services.database, _actor(request), body["id"],
@@ -124,14 +117,12 @@ async def create_account(request: HandlerRequest) -> Response:
     return _json(_account(account), 201)
 
 
-@limited
 async def list_accounts(request: HandlerRequest) -> Response:
     found = await _done(admin.list_accounts(request.services.database))
     return _json({"object": "list", "data": [_account(a) for a in found]})
 
 
 # -- keys ---------------------------------------------------------------------------------------
-@limited
 async def create_key(request: HandlerRequest) -> Response:
     body = request.body
     expires = body.get("expires_at")
@@ -152,7 +143,6 @@ async def _new_key(request: HandlerRequest, new: Any, replaces: Any = None) -> R
     return _json(body, 201)
 
 
-@limited
 async def list_keys(request: HandlerRequest) -> Response:
     account = QueryParams(request.scope["query_string"]).get("account")
     found = await _done(admin.list_keys(request.services.database, account))
@@ -160,13 +150,11 @@ async def list_keys(request: HandlerRequest) -> Response:
     return _json({"object": "list", "data": [_key(view, now) for view in found]})
 
 
-@limited
 async def get_key(request: HandlerRequest) -> Response:
     view = await _done(admin.get_key(request.services.database, request.scope["path_params"]["key_id"]))
     return _json(_key(view, datetime.now(UTC)))
 
 
-@limited
 async def revoke_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     await _done(admin.revoke_key(request.services.database, _actor(request), key_id))
@@ -174,7 +162,6 @@ async def revoke_key(request: HandlerRequest) -> Response:
     return await get_key(request)
 
 
-@limited
 async def rotate_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
@@ -189,7 +176,6 @@ def _subject(request: HandlerRequest) -> Subject:
     return Subject(KEY, params["key_id"]) if "key_id" in params else Subject(ACCOUNT, params["account_id"])
 
 
-@limited
 async def put_limits(request: HandlerRequest) -> Response:
     await _done(admin.set_limits(request.services.database, _actor(request), _subject(request),
                                  _limit_columns(request.body)))
@@ -214,7 +200,6 @@ def _nanos(dollars: float | int) -> int:
     return int((Decimal(str(dollars)) * NANOS_PER_USD).to_integral_value())
 
 
-@limited
 async def get_limits(request: HandlerRequest) -> Response:
     subject = _subject(request)
     engine = request.services.database
@@ -248,7 +233,6 @@ def _use(row: Any) -> dict[str, Any]:
 
 
 # -- prices -------------------------------------------------------------------------------------
-@limited
 async def put_price(request: HandlerRequest) -> Response:
     body = request.body
     rates = {name: body.get(name) for name in stored_prices.RATES}
@@ -257,7 +241,6 @@ async def put_price(request: HandlerRequest) -> Response:
     return _json(_price(body["model"], price))
 
 
-@limited
 async def list_prices(request: HandlerRequest) -> Response:
     prices = request.services.ledger.prices
     await _done(_reread(request))
@@ -280,7 +263,6 @@ def _price(model: str, price: Price) -> dict[str, Any]:
 
 
 # -- the audit trail ----------------------------------------------------------------------------
-@limited
 async def audit(request: HandlerRequest) -> Response:
     since = QueryParams(request.scope["query_string"]).get("since")
     entries = await _done(admin.audit(request.services.database, _instant("since", since, "query") if since else None))
