@@ -236,14 +236,18 @@ class Collected:
                         found.refusal = (found.refusal or "") + piece.refusal
 
     def entry(self) -> Entry | None:
-        choices = [self._choices[i] for i in sorted(self._choices)]
-        for choice in choices:
+        if not self.complete:
+            return None
+        choices = []
+        for i in sorted(self._choices):
+            choice = self._choices[i]
             if isinstance(choice, ChatChoice) and choice.tool_calls:
                 whole = _whole_calls(choice.tool_calls)
                 if whole is None:
                     return None
-                choice.tool_calls = whole
-        if not self.complete or not choices or not storable(choices, self.usage):
+                choice = dataclasses.replace(choice, tool_calls=whole)
+            choices.append(choice)
+        if not choices or not storable(choices, self.usage):
             return None
         assert self.usage is not None
         return Entry(choices, self.usage)

@@ -1,9 +1,9 @@
 """The ledger's rollups (tables.ROLLUPS): the rows summed per hour, UTC day and UTC calendar month,
-per account and some of model, key, outcome, user and endpoint; the finest two (per hour) keep all
-but the endpoint, and model, outcome and endpoint. A
-report reads whole months, then whole days, then whole hours from the smallest rollup of each
-period that has the columns it needs, and only the partial hours at its edges from the ledger
-(store/usage.py): it reads about as much for a month of ten million rows as for a day.
+per account and some of model, key, outcome, user and endpoint; the two finest (per hour) keep
+every dimension but the endpoint, and model, outcome and endpoint. A report reads whole months,
+then whole days, then whole hours from the smallest rollup of each period that has the columns it
+needs, and only the partial hours at its edges from the ledger (store/usage.py): it reads about as
+much for a month of ten million rows as for a day.
 
 Exactness, in the order things can go wrong:
 - The ledger's writer adds a batch's rows to every rollup in the transaction that inserts them, and
