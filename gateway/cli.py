@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import dataclasses
 import functools
 import json
@@ -36,7 +35,8 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway import __version__, limits_cli
+from gateway import __version__, cli_output, limits_cli
+from gateway.cli_output import as_json, as_text, emit
 from gateway.core import config
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
@@ -49,8 +49,19 @@ T = TypeVar("T")
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """`env` stands in for the environment (tests provision databases in-process with it)."""
-    args = _parser().parse_args(argv)
+    """`env` stands in for the environment (tests provision databases in-process with it).
+
+    What a command prints holds names others chose (accounts, keys, the audit's actors, clients'
+    `user`): it is all written through cli_output's escaping writers, argparse's messages and
+    every error included. The server's lines are its logs' (gateway/http/logs.py)."""
+    with cli_output.escaping_output():
+        args = _parser().parse_args(argv)
+        if args.command != "serve":
+            return _run(args, env)
+    return _run(args, env)
+
+
+def _run(args: argparse.Namespace, env: Mapping[str, str] | None) -> int:
     if getattr(args, "config", None):  # --config FILE is GATEWAY_CONFIG=FILE, for this command
         env = {**(os.environ if env is None else env), "GATEWAY_CONFIG": args.config}
     try:
@@ -216,13 +227,13 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 if isinstance(out, str):
                     print(out)
                 else:
-                    _emit(out, limits_cli.COLUMNS, args.format)
+                    emit(out, limits_cli.COLUMNS, args.format)
             case "accounts", "create":
                 account = await admin.create_account(engine, actor, args.id, args.name)
                 print(f"created account {account.id}")
             case "accounts", "list":
                 found = await admin.list_accounts(engine)
-                _emit([dataclasses.asdict(a) for a in found], ("id", "name", "created_at"), args.format)
+                emit([dataclasses.asdict(a) for a in found], ("id", "name", "created_at"), args.format)
             case "keys", "create":
                 new = await admin.create_key(engine, actor, args.accounts, args.name,
                                              args.scopes or accounts.DEFAULT_SCOPES, args.expires_at,
@@ -234,26 +245,26 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                                                          "scopes": " ".join(view.info.scopes),
                                                          "state": view.info.state(now)}
                         for view in await admin.list_keys(engine, args.account)]
-                _emit(rows, ("id", "name", "accounts", "scopes", "state", "created_at", "expires_at", "revoked_at"),
-                      args.format)
+                emit(rows, ("id", "name", "accounts", "scopes", "state", "created_at", "expires_at", "revoked_at"),
+                     args.format)
             case "keys", "revoke":
                 await admin.revoke_key(engine, actor, args.key_id)
                 print(f"revoked key {args.key_id}; running gateways refuse it within "
                       f"{settings.key_cache_seconds:g}s")
             case "keys", "rotate":
                 old, new = await admin.rotate_key(engine, actor, args.key_id, args.grace)
-                print(f"key {old.id} works until {_text(old.revoked_at)}, then is revoked", file=sys.stderr)
+                print(f"key {old.id} works until {as_text(old.revoked_at)}, then is revoked", file=sys.stderr)
                 _print_new_key(new, args.format)
             case "audit", _:
                 entries = await admin.audit(engine, args.since)
                 rows = [dataclasses.asdict(e) | ({} if args.format == "json" else
                                                  {"detail": json.dumps(e.detail, sort_keys=True)}) for e in entries]
-                _emit(rows, ("at", "actor", "address", "action", "object_kind", "object_id", "detail"), args.format)
+                emit(rows, ("at", "actor", "address", "action", "object_kind", "object_id", "detail"), args.format)
             case "usage", _:
                 lines = await _read(engine, lambda c: usage.report(
                     c, accounts=args.accounts, start=args.since, end=args.until, model=args.model,
                     outcomes=args.outcomes, group_by=args.group_by))
-                _emit(lines, usage.columns(args.group_by), args.format)
+                emit(lines, usage.columns(args.group_by), args.format)
         return 0
     finally:
         await engine.dispose()
@@ -302,47 +313,13 @@ def _print_new_key(new: NewKey, fmt: str) -> None:
     info = new.info
     if fmt == "json":
         print(json.dumps({"id": info.id, "name": info.name, "accounts": list(info.accounts),
-                          "scopes": list(info.scopes), "expires_at": _json(info.expires_at),
-                          "created_at": _text(info.created_at), "key": new.key}))
+                          "scopes": list(info.scopes), "expires_at": as_json(info.expires_at),
+                          "created_at": as_text(info.created_at), "key": new.key}))
     else:
         print(f"created key {info.id} for account(s) {', '.join(info.accounts)} with scope(s) "
               f"{', '.join(info.scopes)}")
         print(new.key)
     print("The key is shown only this once: store it now (the gateway keeps only its hash).", file=sys.stderr)
-
-
-def _emit(rows: list[dict[str, Any]], columns: Sequence[str], fmt: str) -> None:
-    if fmt == "json":
-        print(json.dumps([{c: _json(row[c]) for c in columns} for row in rows], indent=2))
-        return
-    if fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([[_text(row[c]) for c in columns] for row in rows])
-        return
-    cells = [list(columns)] + [[_text(row[c]) for c in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    numeric = [bool(rows) and all(_is_number(row[c]) or row[c] is None for row in rows)
-               and any(_is_number(row[c]) for row in rows) for c in columns]
-    for line in cells:
-        print("  ".join(cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(line, widths, numeric))
-              .rstrip())
-
-
-def _json(value: Any) -> Any:
-    return value.isoformat().replace("+00:00", "Z") if isinstance(value, datetime) else value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):  # dollars, to the nano-dollar, without an exponent
-        return f"{value:.9f}".rstrip("0").rstrip(".")
-    return str(_json(value))
 
 
 def _serve(settings: Settings, host: str | None, port: int | None, workers: int | None) -> int:

@@ -86,6 +86,12 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     return app
 
 
+def request_methods(spec: dict) -> list[str]:
+    """Every method the contract has an operation of (what a browser page may send, CORS)."""
+    return sorted({method.upper() for path in spec["paths"].values() for method, operation in path.items()
+                   if isinstance(operation, dict)})
+
+
 def response_headers(spec: dict) -> list[str]:
     """Every header the contract documents on an answer (what a browser page may read, CORS)."""
     return sorted({name.lower() for path in spec["paths"].values() for operation in path.values()
@@ -116,7 +122,7 @@ def _middlewares(settings: Settings, observed: observability.Observability, spec
         # Outermost: a preflight is answered before anything else, and every answer (errors
         # too) carries the grant, so a page can read why it failed.
         stack.insert(0, functools.partial(
-            CORSMiddleware, allow_origins=sorted(settings.cors_origins), allow_methods=["GET", "POST"],
+            CORSMiddleware, allow_origins=sorted(settings.cors_origins), allow_methods=request_methods(spec),
             allow_headers=list(CORS_REQUEST_HEADERS), expose_headers=response_headers(spec),
             max_age=CORS_MAX_AGE))
     return stack

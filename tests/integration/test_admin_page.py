@@ -91,7 +91,8 @@ def test_an_admin_creates_rotates_and_revokes_a_key_and_sets_its_limits(page, si
     wait_ready(page, lambda: page.click(revoke))
     assert {r[1]: r[4] for r in key_rows(page)}[key_id] == "revoked"
 
-    page.select_option("#limits-key", new_id)
+    wait_ready(page, lambda: page.select_option("#limits-key", new_id))
+    assert page.input_value("#limit-rpm") == "30"  # its limits as they are, copied by the rotation
     page.fill("#limit-rpm", "5")
     wait_ready(page, lambda: page.click("#limits-form button[type=submit]"))
     limits = page.eval_on_selector_all("#limits tr:not(:first-child)",
@@ -103,6 +104,60 @@ def test_an_admin_creates_rotates_and_revokes_a_key_and_sets_its_limits(page, si
                       verify=SHARED_TLS).json()["data"]
     assert [e["action"] for e in trail if e["object_id"] in (key_id, new_id)] == [
         "key.create", "key.rotate", "key.revoke", "limits.set"]
+
+
+EVERY_LIMIT = {"rpm": 30, "tpm": 5000, "concurrent": 3, "budget_tokens": 100000, "budget_usd": 2.5, "period": "day",
+               "models": ["fake/*", "local/*"], "cache": False}
+
+
+def limits_form(page) -> dict[str, str]:
+    return page.evaluate("() => Object.fromEntries([...document.querySelectorAll('[id^=limit-]')]"
+                         ".filter(f => f.id !== 'limits-key').map(f => [f.id.slice(6), f.value]))")
+
+
+def test_the_limits_form_shows_a_keys_limits_and_sends_only_what_changed(page, site):
+    gateway, admin = site["gateway"], site["admin"]
+    with httpx.Client(base_url=gateway.url, headers={"x-api-key": admin["key"]}, verify=SHARED_TLS, timeout=30) as api:
+        made = api.post("/v5/admin/keys", json={"name": "fully limited", "accounts": ["acct-a"],
+                                                "scopes": ["inference"]})
+        key_id = made.json()["api_key"]["id"]
+        assert api.put(f"/v5/admin/limits/keys/{key_id}", json=EVERY_LIMIT).status_code == 200
+        sent: list[dict] = []
+        page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.method == "PUT" else None)
+        sign_in(page, gateway.url, admin["key"])
+        wait_ready(page, lambda: page.select_option("#limits-key", key_id))
+        assert limits_form(page) == {"rpm": "30", "tpm": "5000", "concurrent": "3", "budget_tokens": "100000",
+                                     "budget_usd": "2.5", "period": "day", "models": "fake/* local/*", "cache": "off"}
+        assert page.is_disabled("#limits-form button[type=submit]")  # nothing changed: nothing to send
+        page.locator("#limits-form").scroll_into_view_if_needed()
+        screenshot(page, "admin-limits-shown")
+
+        page.fill("#limit-rpm", "45")
+        assert page.eval_on_selector("#limit-rpm", "f => f.classList.contains('changed')")
+        wait_ready(page, lambda: page.click("#limits-form button[type=submit]"))
+        assert sent == [{"rpm": 45}]
+        assert api.get(f"/v5/admin/limits/keys/{key_id}").json()["limits"] == EVERY_LIMIT | {"rpm": 45}
+
+        # Limits removed on purpose: their fields emptied, each sent as null, and nothing else.
+        page.fill("#limit-tpm", "")
+        page.fill("#limit-models", "")
+        page.select_option("#limit-cache", "")
+        screenshot(page, "admin-limits-changing")
+        wait_ready(page, lambda: page.click("#limits-form button[type=submit]"))
+        assert sent[1:] == [{"tpm": None, "models": None, "cache": None}]
+        left = EVERY_LIMIT | {"rpm": 45, "tpm": None, "models": None, "cache": None}
+        assert api.get(f"/v5/admin/limits/keys/{key_id}").json()["limits"] == left
+        assert limits_form(page) == {"rpm": "45", "tpm": "", "concurrent": "3", "budget_tokens": "100000",
+                                     "budget_usd": "2.5", "period": "day", "models": "", "cache": ""}
+
+        # The budgets removed: their period goes with them, unsent.
+        page.fill("#limit-budget_tokens", "")
+        page.fill("#limit-budget_usd", "")
+        wait_ready(page, lambda: page.click("#limits-form button[type=submit]"))
+        assert sent[2:] == [{"budget_tokens": None, "budget_usd": None}]
+        assert api.get(f"/v5/admin/limits/keys/{key_id}").json()["limits"] == left | {
+            "budget_tokens": None, "budget_usd": None, "period": None}
+        screenshot(page, "admin-limits-saved")
 
 
 def test_the_pages_fit_a_phone_and_name_the_keys(page, site):

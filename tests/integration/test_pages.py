@@ -1,6 +1,6 @@
 """The pages a browser meets, in real headless Chromium: the interactive docs at /docs/ (its "Try it
 out" against the fake vendor, and as shipped, with the body it fills in, against the embedded model), and a page of another origin calling /v5/completions with fetch,
-streams included, allowed or not by GATEWAY_CORS_ORIGINS.
+streams included, and the admin API's PUT and DELETE, allowed or not by GATEWAY_CORS_ORIGINS.
 
 Tests name the databases and gateways they use before `page`: Playwright's browser runs an event
 loop in this thread, and provisioning a database (the gateway's CLI, asyncio.run) must come first."""
@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.browser import screenshot
+from tests.support.cli import console_script, fresh_account
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.server import ServerThread
 from tests.support.gateway_process import GatewayProcess
@@ -52,6 +53,19 @@ window.complete = async (gateway, key, body) => {
     return {error: String(error)};
   }
 };
+window.call = async (url, method, key, body) => {  // an admin call of another method than GET and POST
+  document.getElementById("gateway").textContent = new URL(url).origin;
+  try {
+    const r = await fetch(url, {method, body: body === undefined ? undefined : JSON.stringify(body),
+      headers: {"content-type": "application/json", "x-api-key": key}});
+    const answer = await r.json();
+    show(`${method} ${new URL(url).pathname}: ${r.status} ${JSON.stringify(answer)}`);
+    return {status: r.status, answer};
+  } catch (error) {
+    show(`${method} refused: ${error}`);
+    return {error: String(error)};
+  }
+};
 </script></body></html>"""
 
 
@@ -72,6 +86,23 @@ def cors_gateway(upstream, database, origins):
     allowed, _ = origins
     with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_CORS_ORIGINS=allowed)) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="module")
+def admin_keys(database):
+    """(an admin key, the id of a key it may change and revoke), made by the CLI in a process of its
+    own: the browser's event loop may run in this thread already."""
+    account = fresh_account()
+    assert console_script(database.url, "accounts", "create", account).returncode == 0
+    made = [json.loads(console_script(database.url, "keys", "create", "--account", account, *scopes,
+                                      "--format", "json").stdout) for scopes in (("--scope", "admin"), ())]
+    return made[0]["key"], made[1]["id"]
+
+
+def contract_methods() -> set[str]:
+    with open("openapi.json", "rb") as contract:
+        paths = json.load(contract)["paths"].values()
+    return {method.upper() for path in paths for method, operation in path.items() if isinstance(operation, dict)}
 
 
 def test_a_page_of_an_allowed_origin_calls_and_streams(database, upstream, cors_gateway, origins, page):
@@ -120,6 +151,30 @@ def test_preflights_grant_the_headers_clients_send_only_to_allowed_origins(cors_
     unauthorized = httpx.post(f"{cors_gateway.url}/v5/completions", json={}, headers={"origin": allowed},
                               verify=SHARED_TLS)
     assert unauthorized.status_code == 401 and unauthorized.headers["access-control-allow-origin"] == allowed
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE"])
+def test_preflights_grant_every_method_of_the_contract(cors_gateway, origins, method):
+    allowed, _ = origins
+    granted = httpx.options(f"{cors_gateway.url}/v5/admin/limits/keys/key_0", verify=SHARED_TLS, headers={
+        "origin": allowed, "access-control-request-method": method,
+        "access-control-request-headers": "x-api-key, content-type"})
+    assert granted.status_code == 200 and granted.headers["access-control-allow-origin"] == allowed, granted.text
+    assert {m.strip() for m in granted.headers["access-control-allow-methods"].split(",")} == contract_methods()
+    assert contract_methods() >= {"GET", "POST", "PUT", "DELETE"}
+
+
+def test_a_page_of_an_allowed_origin_sets_limits_and_revokes_a_key(cors_gateway, origins, admin_keys, page):
+    allowed, _ = origins
+    admin_key, key_id = admin_keys
+    page.goto(allowed)
+    limits = page.evaluate("([url, key]) => call(url, 'PUT', key, {rpm: 7})",
+                           [f"{cors_gateway.url}/v5/admin/limits/keys/{key_id}", admin_key])
+    assert limits.get("status") == 200 and limits["answer"]["limits"]["rpm"] == 7, limits
+    revoked = page.evaluate("([url, key]) => call(url, 'DELETE', key)", [f"{cors_gateway.url}/v5/admin/keys/{key_id}",
+                                                                        admin_key])
+    assert revoked.get("status") == 200 and revoked["answer"]["state"] == "revoked", revoked
+    screenshot(page, "cors-put-delete")
 
 
 def test_without_cors_origins_no_origin_is_granted(gateway, origins):

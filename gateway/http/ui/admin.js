@@ -3,9 +3,19 @@
 // with lives in this tab's sessionStorage only). A new key is shown once, to be copied.
 "use strict";
 
-const LIMITS = ["rpm", "tpm", "concurrent", "budget_tokens", "budget_usd"];
+// Each field of the limits form, by the API's name: how a limit is shown in it, and how its text is
+// sent (null removes the limit: PUT /v5/admin/limits/... sets the fields it is given, and only them).
+const count = { show: (value) => (value === null ? "" : String(value)), send: (text) => (text === "" ? null : Number(text)) };
+const LIMIT_FIELDS = {
+  rpm: count, tpm: count, concurrent: count, budget_tokens: count, budget_usd: count,
+  period: { show: (value) => value || "month", send: (text) => text }, // month: the gateway's default
+  models: { show: (value) => (value ? value.join(" ") : ""), send: (text) => (text.trim() ? text.trim().split(/\s+/) : null) },
+  cache: { show: (value) => (value === null ? "" : value ? "on" : "off"), send: (text) => (text === "" ? null : text === "on") },
+};
+const BUDGETS = ["budget_tokens", "budget_usd"];
 let key = null;
 let generation = 0;
+let shown = null; // the limits the form was filled with, as the gateway answered them ({id, limits})
 
 function ready() {
   document.body.dataset.state = "ready";
@@ -65,8 +75,16 @@ async function load() {
     option.selected = k.id === chosen;
     return option;
   }));
+  // The form keeps what is being typed into it unless another key is now chosen.
+  if ($("limits-key").value !== (shown && shown.id)) await loadLimits($("limits-key").value);
   showError("error", "");
   ready();
+}
+
+function failed(error) {
+  if (error instanceof ApiError && error.status === 401) return signOut("The key is no longer valid: sign in again.");
+  showError("error", error.message);
+  document.body.dataset.state = "error";
 }
 
 async function act(work) {
@@ -74,9 +92,7 @@ async function act(work) {
     await work();
     await load();
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) return signOut("The key is no longer valid: sign in again.");
-    showError("error", error.message);
-    document.body.dataset.state = "error";
+    failed(error);
   }
 }
 
@@ -117,24 +133,73 @@ function showLimits(answer) {
   for (const name of ["Limit", "Value", "Used", "Remaining", "Source"]) head.append(cell("th", name));
   const rows = answer.consumption.map((use) => {
     const row = document.createElement("tr");
-    const value = Array.isArray(use.value) ? use.value.join(" ") : String(use.value);
+    const value = Array.isArray(use.value) ? use.value.join(" ") : use.value === true ? "on"
+      : use.value === false ? "off" : String(use.value);
     for (const text of [use.limit, value, use.used ?? "", use.remaining ?? "", use.source]) row.append(cell("td", String(text)));
     return row;
   });
+  if (!rows.length) {
+    const none = cell("td", "No limits of its own (its account's apply).", "none");
+    none.colSpan = 5;
+    rows.push(document.createElement("tr"));
+    rows[0].append(none);
+  }
   $("limits").replaceChildren(head, ...rows);
+}
+
+// The limits of key `id` into the form: the gateway's, never a blank form whose empty fields would
+// read as "no limit".
+async function loadLimits(id) {
+  if (!id) return fillLimits(null);
+  const answer = await admin(`/v5/admin/limits/keys/${encodeURIComponent(id)}`);
+  if ($("limits-key").value === id) fillLimits(answer); // else another key was chosen meanwhile
+}
+
+function fillLimits(answer) {
+  shown = answer && { id: answer.id, limits: answer.limits };
+  for (const [name, field] of Object.entries(LIMIT_FIELDS)) {
+    $(`limit-${name}`).value = answer ? field.show(answer.limits[name]) : "";
+  }
+  if (answer) showLimits(answer);
+  else $("limits").replaceChildren();
+  markChanges();
+}
+
+// What to send: the fields whose value differs from the one shown (a field emptied sends null, which
+// removes that limit); the period only while a budget is left for it to be the period of.
+function changes() {
+  if (!shown) return {};
+  const body = {};
+  for (const [name, field] of Object.entries(LIMIT_FIELDS)) {
+    const now = field.send($(`limit-${name}`).value);
+    if (JSON.stringify(now) !== JSON.stringify(field.send(field.show(shown.limits[name])))) body[name] = now;
+  }
+  if (!BUDGETS.some((name) => (name in body ? body[name] : shown.limits[name]) !== null)) delete body.period;
+  return body;
+}
+
+function markChanges() {
+  const body = changes();
+  for (const name of Object.keys(LIMIT_FIELDS)) $(`limit-${name}`).classList.toggle("changed", name in body);
+  $("limits-form").querySelector("button[type=submit]").disabled = Object.keys(body).length === 0;
 }
 
 async function setLimits(event) {
   event.preventDefault();
-  const body = {};
-  for (const name of LIMITS) {
-    const text = $(`limit-${name}`).value;
-    body[name] = text === "" ? null : Number(text);
+  const body = changes();
+  if (!shown || Object.keys(body).length === 0) return;
+  const id = shown.id;
+  await act(async () => fillLimits(await admin(`/v5/admin/limits/keys/${encodeURIComponent(id)}`, "PUT", body)));
+}
+
+async function chooseKey() {
+  try {
+    await loadLimits($("limits-key").value);
+    showError("error", "");
+    ready();
+  } catch (error) {
+    failed(error);
   }
-  const hasBudget = body.budget_tokens !== null || body.budget_usd !== null;
-  body.period = hasBudget ? ($("limit-period").value || "month") : null;
-  const id = $("limits-key").value;
-  await act(async () => showLimits(await admin(`/v5/admin/limits/keys/${encodeURIComponent(id)}`, "PUT", body)));
 }
 
 async function signIn(candidate) {
@@ -157,6 +222,7 @@ function signOut(message = "") {
   $("sign-in").hidden = false;
   $("new-key").hidden = true;
   $("api-key").value = "";
+  fillLimits(null);
   showError("sign-in-error", message);
   document.body.dataset.state = "signed-out";
 }
@@ -174,6 +240,8 @@ function start() {
   $("sign-out").addEventListener("click", () => signOut());
   $("create-form").addEventListener("submit", create);
   $("limits-form").addEventListener("submit", setLimits);
+  $("limits-form").addEventListener("input", (event) => { if (event.target.id !== "limits-key") markChanges(); });
+  $("limits-key").addEventListener("change", chooseKey);
   $("keys").addEventListener("click", clicked);
   $("dismiss-key").addEventListener("click", () => { $("new-key").hidden = true; $("new-key-value").textContent = ""; });
   $("copy-key").addEventListener("click", async () => {
