@@ -1,5 +1,6 @@
-"""GET /v5/chat/completions/models (EGP's shape) and GET /v5/models (OpenAI's): the models the
-configured vendors are known to serve, from one list (`known`)."""
+"""GET /v5/chat/completions/models (EGP's shape), GET /v5/models (OpenAI's) and GET
+/v5/models/{model} (one of OpenAI's): the models the configured vendors are known to serve, from
+one list (`known`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import orjson
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
-from gateway.core.errors import ValidationFailed
+from gateway.core.errors import NotFound, ValidationFailed, clip
 from gateway.http.context import HandlerRequest, Services
 
 
@@ -50,10 +51,26 @@ async def chat_models(request: HandlerRequest) -> Response:
     return _json({"object": "list", "items": items})
 
 
+def openai_entries(services: Services) -> list[dict[str, Any]]:
+    """The models as OpenAI lists them, sorted by id."""
+    return [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
+            for vendor, name in known(services)]
+
+
 async def openai_models(request: HandlerRequest) -> Response:
-    data = [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
-            for vendor, name in known(request.services)]
-    return _json({"object": "list", "data": data})
+    return _json({"object": "list", "data": openai_entries(request.services)})
+
+
+async def openai_model(request: HandlerRequest) -> Response:
+    """The one entry of GET /v5/models whose id is the path's rest: the id holds a `/`, which the
+    contract's `format: path` lets the route take (as it is, or percent-encoded, as the openai SDK
+    sends it)."""
+    model = request.scope["path_params"]["model"]
+    for entry in openai_entries(request.services):
+        if entry["id"] == model:
+            return _json(entry)
+    raise NotFound(f"no model '{clip(model)}' among the models of GET /v5/models", code="model_not_found",
+                   param="model")
 
 
 def _limit(value: str | None) -> int:
