@@ -37,6 +37,7 @@ from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
 from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
 from gateway.http.connexion_overrides.spec_loading import accept_openapi_31
 from gateway.http.dashboard import DashboardMiddleware
+from gateway.http.path_hints import PathHints
 from gateway.http.security import SECURITY_MAP
 
 log = logging.getLogger("gateway")
@@ -156,6 +157,7 @@ class _ErrorRenderer:
     def __init__(self, redact: Redactor, spec: dict) -> None:
         self._redact = redact
         self._allowed = _allowed_methods(spec)
+        self._hints = PathHints(spec["paths"])
 
     def gateway_error(self, request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
         if exc.status >= 500:
@@ -164,6 +166,8 @@ class _ErrorRenderer:
 
     def http_error(self, request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
         error = from_http_status(exc.status_code, getattr(exc, "detail", None))
+        if exc.status_code == 404 and (hint := self._hints.message(request.url.path)):
+            error.message = hint  # a client set up for another base URL: the path it meant
         response = self.gateway_error(request, error)
         response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
         if exc.status_code == 405:
