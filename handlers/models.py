@@ -1,6 +1,6 @@
 """GET /v5/chat/completions/models (EGP's shape), GET /v5/models (OpenAI's) and GET
 /v5/models/{model} (one of OpenAI's): the models the configured vendors are known to serve, from
-one list (`known`)."""
+one list (`known`), and the configuration's aliases of them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gateway.http.context import HandlerRequest, Services
 def known(services: Services) -> list[tuple[str, str]]:
     """(vendor, model name) of every model a configured vendor is known to serve: the embedded
     model's own, the models the price table names for a configured vendor, and those of the
-    fallback chains; sorted."""
+    fallback chains and aliases; sorted."""
     vendors = set(services.registry.names())
     found: set[tuple[str, str]] = set()
     for adapter in services.registry:
@@ -29,14 +29,20 @@ def known(services: Services) -> list[tuple[str, str]]:
     for model, chain in services.settings.fallbacks.items():
         for name in (model, *chain):
             found.add(tuple(name.split("/", 1)))  # type: ignore[arg-type]
+    for name in services.settings.aliases.values():
+        found.add(tuple(name.split("/", 1)))  # type: ignore[arg-type]
     return sorted(pair for pair in found if len(pair) == 2 and pair[0] in vendors)
 
 
 async def chat_models(request: HandlerRequest) -> Response:
     query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
     not_ready = request.services.registry.not_ready()
+    aliases: dict[str, list[str]] = {}
+    for alias, model in sorted(request.services.settings.aliases.items()):
+        aliases.setdefault(model, []).append(alias)
     items = [{"model_name": name, "model_type": "chat_completion", "model_vendor": vendor,
-              "model_availability": "unavailable" if vendor in not_ready else "available"}
+              "model_availability": "unavailable" if vendor in not_ready else "available",
+              **({"model_aliases": aliases[f"{vendor}/{name}"]} if f"{vendor}/{name}" in aliases else {})}
              for vendor, name in known(request.services)
              if query.get("model_vendor") in (None, vendor)]
     by_name = query.get("sort_by") == "model_name"
@@ -52,9 +58,12 @@ async def chat_models(request: HandlerRequest) -> Response:
 
 
 def openai_entries(services: Services) -> list[dict[str, Any]]:
-    """The models as OpenAI lists them, sorted by id."""
-    return [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
-            for vendor, name in known(services)]
+    """The models as OpenAI lists them, and the aliases beside them (each naming its model), sorted by id."""
+    entries = [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
+               for vendor, name in known(services)]
+    entries += [{"id": alias, "object": "model", "created": 0, "owned_by": model.partition("/")[0], "alias_for": model}
+                for alias, model in services.settings.aliases.items()]
+    return sorted(entries, key=lambda entry: entry["id"])
 
 
 async def openai_models(request: HandlerRequest) -> Response:
