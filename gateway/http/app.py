@@ -124,13 +124,15 @@ def _middlewares(settings: Settings, observed: observability.Observability, spec
 
 
 def _allowed_methods(spec: dict) -> list[tuple[re.Pattern[str], str]]:
-    """Each path of the contract (its parameters as one path segment each) and its methods, as an
-    Allow header writes them."""
+    """Each path of the contract (its parameters as one path segment each, or several for one of
+    `format: path`, a model's id) and its methods, as an Allow header writes them."""
     found = []
     for path, item in spec["paths"].items():
         methods = {method.upper() for method, operation in item.items() if isinstance(operation, dict)}
         methods |= {"HEAD"} if "GET" in methods else set()
-        pattern = re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
+        spans = {f"{{{p['name']}}}" for operation in item.values() if isinstance(operation, dict)
+                 for p in operation.get("parameters", ()) if p.get("schema", {}).get("format") == "path"}
+        pattern = re.compile("".join((".+" if part in spans else "[^/]+") if part.startswith("{") else re.escape(part)
                                      for part in re.split(r"(\{[^}]+\})", path)))
         found.append((pattern, ", ".join(sorted(methods))))
     return found

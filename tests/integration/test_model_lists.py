@@ -45,3 +45,9 @@ def test_retrieving_needs_a_key(gateway, client):
 def test_an_id_longer_than_a_models_is_a_422(client):
     answer = client.get("/v5/models/fake/" + "m" * 300)
     assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["path", "model"]
+
+
+def test_another_method_is_a_405_naming_get(client):
+    answer = client.post("/v5/models/fake/backup", json={})
+    assert answer.status_code == 405 and answer.headers["allow"] == "GET, HEAD"
+    assert answer.json()["error"]["type"] == "invalid_request_error"
