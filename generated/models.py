@@ -63,13 +63,12 @@ class CompletionRequest(BaseModel):
         Field(
             examples=['local/smollm2-135m', 'openai/gpt-3.5-turbo-instruct'],
             max_length=256,
-            min_length=3,
-            pattern='^[A-Za-z0-9][A-Za-z0-9_.-]*/.+$',
+            min_length=1,
             title='Model',
         ),
     ]
     """
-    model specified as `model_vendor/model`, for example `openai/gpt-4o`. The vendor part names a configured vendor (see the gateway's configuration); the rest is that vendor's model name.
+    The model: `vendor/name`, for example `openai/gpt-4o`, where the vendor part names a configured vendor (see the gateway's configuration) and the rest is that vendor's model name; or an alias the configuration defines (a name without `/`, e.g. `gpt-4o`), which stands for the `vendor/name` it is configured to. A name without a vendor that is no alias is a 422 naming the configured vendors and aliases.
     """
     prompt: Annotated[str | Prompt, Field(title='Prompt')]
     """
@@ -774,17 +773,10 @@ class ChatCompletionRequest(BaseModel):
         extra='forbid',
     )
     model: Annotated[
-        str,
-        Field(
-            examples=['local/smollm2-135m', 'openai/gpt-4o'],
-            max_length=256,
-            min_length=3,
-            pattern='^[A-Za-z0-9][A-Za-z0-9_.-]*/.+$',
-            title='Model',
-        ),
+        str, Field(examples=['local/smollm2-135m', 'openai/gpt-4o'], max_length=256, min_length=1, title='Model')
     ]
     """
-    model specified as `model_vendor/model`, for example `openai/gpt-4o`. The vendor part names a configured vendor (see the gateway's configuration); the rest is that vendor's model name.
+    The model: `vendor/name`, for example `openai/gpt-4o`, where the vendor part names a configured vendor (see the gateway's configuration) and the rest is that vendor's model name; or an alias the configuration defines (a name without `/`, e.g. `gpt-4o`), which stands for the `vendor/name` it is configured to. A name without a vendor that is no alias is a 422 naming the configured vendors and aliases.
     """
     messages: Annotated[
         list[Annotated[SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage, Field(discriminator='role')]],
@@ -1044,6 +1036,10 @@ class ModelDefinition(BaseModel):
     """
     `unavailable` while the vendor is not ready (/readyz).
     """
+    model_aliases: list[str] | MISSING = MISSING
+    """
+    The aliases of the configuration that stand for this model (each may be written as a request's `model`); absent when it has none.
+    """
 
 
 class ModelDefinitionList(BaseModel):
@@ -1053,10 +1049,13 @@ class ModelDefinitionList(BaseModel):
 
 class Model(BaseModel):
     """
-    A model as OpenAI lists it: `id` is the request's `model` (`vendor/name`).
+    A model as OpenAI lists it: `id` is what a request's `model` may say (`vendor/name`, or an alias of the configuration).
     """
 
     id: str
+    """
+    `vendor/name`, or an alias (then `alias_for` names the model it stands for).
+    """
     object: Literal['model']
     created: int
     """
@@ -1064,7 +1063,11 @@ class Model(BaseModel):
     """
     owned_by: str
     """
-    The configured vendor's name.
+    The configured vendor's name (an alias's: its model's vendor).
+    """
+    alias_for: str | MISSING = MISSING
+    """
+    Only on an alias: the `vendor/name` it stands for, which serves its requests and is what the ledger records.
     """
 
 

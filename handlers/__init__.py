@@ -13,6 +13,7 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/chat/completions": chat.create,
     "GET-V5-/v5/chat/completions/models": models.chat_models,
     "GET-V5-/v5/models": models.openai_models,
+    "GET-V5-/v5/models/{model}": models.openai_model,
     "GET-V5-/v5/usage": usage.report,
     "GET-V5-/v5/accounts": accounts.list_accounts,
     "GET-V5-/v5/vendors": vendors.list_vendors,

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
+from gateway.core.model_names import resolved
 from gateway.http import cache, limiting
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
@@ -24,6 +25,9 @@ from generated.models import CompletionRequest
 async def create(request: HandlerRequest) -> Response:
     services = request.services
     account = request.caller.account(request.headers.get("x-selected-account-id"))
+    settings = services.settings
+    # An alias is its model from here on: limits, cache, plan, answer and ledger (core/model_names.py).
+    request.body["model"] = resolved(request.body["model"], settings.aliases, settings.vendors)
     completion_request = parsed(CompletionRequest, request.body)
     request_id = f"cmpl-{ids.next()}"  # 128 random bits (core/ids.py), without a UUID object
     # Admission, the meter (the request's one ledger row) and the limits' check, held until the

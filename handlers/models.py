@@ -1,5 +1,6 @@
-"""GET /v5/chat/completions/models (EGP's shape) and GET /v5/models (OpenAI's): the models the
-configured vendors are known to serve, from one list (`known`)."""
+"""GET /v5/chat/completions/models (EGP's shape), GET /v5/models (OpenAI's) and GET
+/v5/models/{model} (one of OpenAI's): the models the configured vendors are known to serve, from
+one list (`known`), and the configuration's aliases of them."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import orjson
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
-from gateway.core.errors import ValidationFailed
+from gateway.core.errors import NotFound, ValidationFailed, clip
 from gateway.http.context import HandlerRequest, Services
 
 
 def known(services: Services) -> list[tuple[str, str]]:
     """(vendor, model name) of every model a configured vendor is known to serve: the embedded
     model's own, the models the price table names for a configured vendor, and those of the
-    fallback chains; sorted."""
+    fallback chains and aliases; sorted."""
     vendors = set(services.registry.names())
     found: set[tuple[str, str]] = set()
     for adapter in services.registry:
@@ -28,14 +29,20 @@ def known(services: Services) -> list[tuple[str, str]]:
     for model, chain in services.settings.fallbacks.items():
         for name in (model, *chain):
             found.add(tuple(name.split("/", 1)))  # type: ignore[arg-type]
+    for name in services.settings.aliases.values():
+        found.add(tuple(name.split("/", 1)))  # type: ignore[arg-type]
     return sorted(pair for pair in found if len(pair) == 2 and pair[0] in vendors)
 
 
 async def chat_models(request: HandlerRequest) -> Response:
     query = QueryParams(request.scope["query_string"])  # validated against openapi.json already
     not_ready = request.services.registry.not_ready()
+    aliases: dict[str, list[str]] = {}
+    for alias, model in sorted(request.services.settings.aliases.items()):
+        aliases.setdefault(model, []).append(alias)
     items = [{"model_name": name, "model_type": "chat_completion", "model_vendor": vendor,
-              "model_availability": "unavailable" if vendor in not_ready else "available"}
+              "model_availability": "unavailable" if vendor in not_ready else "available",
+              **({"model_aliases": aliases[f"{vendor}/{name}"]} if f"{vendor}/{name}" in aliases else {})}
              for vendor, name in known(request.services)
              if query.get("model_vendor") in (None, vendor)]
     by_name = query.get("sort_by") == "model_name"
@@ -50,10 +57,29 @@ async def chat_models(request: HandlerRequest) -> Response:
     return _json({"object": "list", "items": items})
 
 
+def openai_entries(services: Services) -> list[dict[str, Any]]:
+    """The models as OpenAI lists them, and the aliases beside them (each naming its model), sorted by id."""
+    entries = [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
+               for vendor, name in known(services)]
+    entries += [{"id": alias, "object": "model", "created": 0, "owned_by": model.partition("/")[0], "alias_for": model}
+                for alias, model in services.settings.aliases.items()]
+    return sorted(entries, key=lambda entry: entry["id"])
+
+
 async def openai_models(request: HandlerRequest) -> Response:
-    data = [{"id": f"{vendor}/{name}", "object": "model", "created": 0, "owned_by": vendor}
-            for vendor, name in known(request.services)]
-    return _json({"object": "list", "data": data})
+    return _json({"object": "list", "data": openai_entries(request.services)})
+
+
+async def openai_model(request: HandlerRequest) -> Response:
+    """The one entry of GET /v5/models whose id is the path's rest: the id holds a `/`, which the
+    contract's `format: path` lets the route take (as it is, or percent-encoded, as the openai SDK
+    sends it)."""
+    model = request.scope["path_params"]["model"]
+    for entry in openai_entries(request.services):
+        if entry["id"] == model:
+            return _json(entry)
+    raise NotFound(f"no model '{clip(model)}' among the models of GET /v5/models", code="model_not_found",
+                   param="model")
 
 
 def _limit(value: str | None) -> int:

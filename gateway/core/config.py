@@ -10,6 +10,7 @@ variable that holds its key (`api_key_env`), so the file can be committed and sh
     GATEWAY_VENDOR_<NAME>_<FIELD>        one vendor field, e.g. GATEWAY_VENDOR_VLLM_BASE_URL
                                          (DEPLOYMENTS takes the TOML array as JSON)
     GATEWAY_FALLBACKS                    "vendor/model=vendor/other,vendor/third;..." ([fallbacks])
+    GATEWAY_ALIASES                      "name=vendor/model;..." ([aliases]: bare names clients may use)
     GATEWAY_PRICES                       '{"vendor/model": {"input": 0.1, "output": 0.2}}' ([prices."vendor/model"])
     <PROTOCOL>_API_KEY [+ <PROTOCOL>_BASE_URL]
                                          for a protocol named after a hosted service (its adapter
@@ -46,6 +47,7 @@ from pydantic import (
 )
 
 from gateway.core.errors import ConfigError
+from gateway.core.model_names import check_aliases, check_fallbacks, read_aliases, read_fallbacks
 
 # The vendors' part of the settings has its own module; these names are part of this one's surface.
 from gateway.core.vendor_config import (  # noqa: F401
@@ -129,6 +131,8 @@ class Settings(Frozen):
     vendors: Mapping[str, VendorConfig] = Field(default_factory=dict)
     # model -> models to try, in order, when it fails in a way a retry could help (429, 5xx, timeout)
     fallbacks: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+    # alias -> the "vendor/model" it stands for (core/model_names.py)
+    aliases: Mapping[str, str] = Field(default_factory=dict)
     # "vendor/model" -> its price(s), adding to or overriding the packaged table (store/prices.toml)
     prices: Prices = Field(default_factory=dict)
     max_body_bytes: PositiveInt = 1 << 20
@@ -198,15 +202,16 @@ class Settings(Frozen):
     docs: bool = True  # the interactive API page at /docs/
 
 
-# Settings read from GATEWAY_<NAME> and the [gateway] table; vendors and fallbacks have their own forms.
-SERVER_FIELDS = tuple(name for name in Settings.model_fields if name not in ("vendors", "fallbacks", "prices"))
+# Settings read from GATEWAY_<NAME> and the [gateway] table; vendors, fallbacks... have their own forms.
+SERVER_FIELDS = tuple(name for name in Settings.model_fields
+                      if name not in ("vendors", "fallbacks", "aliases", "prices"))
 
 
 # The file's tables; any other is a startup error (a misspelled table would be ignored silently).
-TABLES = ("gateway", "vendors", "fallbacks", "prices")
+TABLES = ("gateway", "vendors", "fallbacks", "aliases", "prices")
 # Variables of the gateway's name that are read elsewhere: besides these, a GATEWAY_ variable that
 # names no setting is a startup error. GATEWAY_TEST_* belong to the tests and tools (tests/, bench/).
-OTHER_VARIABLES = ("GATEWAY_CONFIG", "GATEWAY_FALLBACKS", "GATEWAY_PRICES")
+OTHER_VARIABLES = ("GATEWAY_CONFIG", "GATEWAY_FALLBACKS", "GATEWAY_ALIASES", "GATEWAY_PRICES")
 TEST_PREFIX = "GATEWAY_TEST_"
 
 # Settings that were removed, and why: set, they are a startup error rather than ignored.
@@ -239,11 +244,13 @@ def load(env: Mapping[str, str] | None = None, protocols: Mapping[str, Protocol]
         if (var := ENV_PREFIX + name.upper()) in env:
             server[name] = env[var]
     vendors = {} if protocols is None else load_vendors(data.get("vendors", {}), env, protocols)
-    fallbacks = _fallbacks(data, env)
+    fallbacks, aliases = read_fallbacks(data, env), read_aliases(data, env)
     if protocols is not None:
         check_fallbacks(fallbacks, vendors)
+        check_aliases(aliases, vendors)
     try:
         settings = Settings.model_validate({**server, "vendors": vendors, "fallbacks": fallbacks,
+                                            "aliases": aliases,
                                             "prices": env.get("GATEWAY_PRICES") or data.get("prices", {})})
     except ValidationError as exc:
         raise ConfigError(describe(exc, _setting_name)) from None
@@ -331,21 +338,6 @@ def _check_tables(data: Mapping[str, Any]) -> None:
             raise ConfigError(f"{table}: a table ([{table}]), not a {type(data[table]).__name__}")
 
 
-def check_fallbacks(fallbacks: Mapping[str, Sequence[str]], vendors: Mapping[str, Any]) -> None:
-    """Every model of a chain on a configured vendor, and no chain that leads back to its model."""
-    for model, chain in fallbacks.items():
-        for name in (model, *chain):
-            if (vendor := name.partition("/")[0]) not in vendors:
-                raise ConfigError(f"fallbacks: {model!r} -> {list(chain)!r}: {name!r} is on no configured vendor "
-                                  f"({vendor!r}; configured: {', '.join(sorted(vendors)) or 'none'})")
-        if model in chain:
-            raise ConfigError(f"fallbacks: {model!r} falls back to itself")
-        # A chain is not followed further (planner/fallbacks.py), but one that leads back is a mistake.
-        for other in chain:
-            if model in fallbacks.get(other, ()):
-                raise ConfigError(f"fallbacks: a cycle: {model!r} -> {other!r} -> {model!r}")
-
-
 def _setting_name(loc: tuple[str, ...]) -> str:
     if loc[0] == "vendors" and len(loc) > 1:
         return f"vendor {loc[1]!r} {'.'.join(loc[2:])}"
@@ -364,20 +356,3 @@ def _read_toml(path: Path) -> dict[str, Any]:
                           "is expected") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
-
-
-def _fallbacks(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """`[fallbacks]` table ("vendor/model" = ["vendor/other", ...]) and/or
-    GATEWAY_FALLBACKS="vendor/model=vendor/other,vendor/third;vendor/x=vendor/y"."""
-    chains = {}
-    for model, chain in data.get("fallbacks", {}).items():
-        if not isinstance(chain, list) or not all(isinstance(m, str) for m in chain):
-            raise ConfigError(f"fallbacks: {model!r}: give an array of models, e.g. [\"vendor/other\"]")
-        chains[model] = tuple(chain)
-    for entry in filter(None, (part.strip() for part in env.get("GATEWAY_FALLBACKS", "").split(";"))):
-        model, _, chain = entry.partition("=")
-        chains[model.strip()] = tuple(m.strip() for m in chain.split(",") if m.strip())
-    for model, chain in chains.items():
-        if "/" not in model or not chain or any("/" not in m for m in chain):
-            raise ConfigError(f"fallbacks: {model!r} -> {list(chain)!r}: models are written vendor/name")
-    return chains

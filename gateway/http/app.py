@@ -37,6 +37,7 @@ from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
 from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
 from gateway.http.connexion_overrides.spec_loading import accept_openapi_31
 from gateway.http.dashboard import DashboardMiddleware
+from gateway.http.path_hints import PathHints
 from gateway.http.security import SECURITY_MAP
 
 log = logging.getLogger("gateway")
@@ -129,13 +130,15 @@ def _middlewares(settings: Settings, observed: observability.Observability, spec
 
 
 def _allowed_methods(spec: dict) -> list[tuple[re.Pattern[str], str]]:
-    """Each path of the contract (its parameters as one path segment each) and its methods, as an
-    Allow header writes them."""
+    """Each path of the contract (its parameters as one path segment each, or several for one of
+    `format: path`, a model's id) and its methods, as an Allow header writes them."""
     found = []
     for path, item in spec["paths"].items():
         methods = {method.upper() for method, operation in item.items() if isinstance(operation, dict)}
         methods |= {"HEAD"} if "GET" in methods else set()
-        pattern = re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
+        spans = {f"{{{p['name']}}}" for operation in item.values() if isinstance(operation, dict)
+                 for p in operation.get("parameters", ()) if p.get("schema", {}).get("format") == "path"}
+        pattern = re.compile("".join((".+" if part in spans else "[^/]+") if part.startswith("{") else re.escape(part)
                                      for part in re.split(r"(\{[^}]+\})", path)))
         found.append((pattern, ", ".join(sorted(methods))))
     return found
@@ -162,6 +165,7 @@ class _ErrorRenderer:
     def __init__(self, redact: Redactor, spec: dict) -> None:
         self._redact = redact
         self._allowed = _allowed_methods(spec)
+        self._hints = PathHints(spec["paths"])
 
     def gateway_error(self, request: ConnexionRequest, exc: GatewayError) -> ConnexionResponse:
         if exc.status >= 500:
@@ -170,6 +174,8 @@ class _ErrorRenderer:
 
     def http_error(self, request: ConnexionRequest, exc: HTTPException) -> ConnexionResponse:
         error = from_http_status(exc.status_code, getattr(exc, "detail", None))
+        if exc.status_code == 404 and (hint := self._hints.message(request.url.path)):
+            error.message = hint  # a client set up for another base URL: the path it meant
         response = self.gateway_error(request, error)
         response.headers.update(exc.headers or {})  # e.g. the Allow header of a 405
         if exc.status_code == 405:

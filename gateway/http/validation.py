@@ -59,6 +59,12 @@ _ERROR_TYPES = {
     "propertyNames": "key_error",
 }
 
+# Fields whose pattern, were its mismatch told as the regular expression, would not say what is
+# wanted: the words said instead (after the value).
+_PATTERN_WORDS = {
+    "model": "is not written vendor/name: a vendor, a slash and that vendor's name for the model (e.g. openai/gpt-4o)",
+}
+
 # Rules that span fields: the schema expresses them, but the keyword's own message would not say why.
 _CROSS_FIELD = {
     "dependentSchemas": (("stream_options",), "stream_options is only allowed when stream is true"),
@@ -115,7 +121,10 @@ def _entries(error: jsonschema_rs.ValidationError, root: Any, where: tuple[str, 
         meant = [branch for branch in kind.context if not any(e.schema_path[-1] == "type" for e in branch)]
         if len(meant) == 1:
             return [entry for e in meant[0] for entry in _entries(e, root, where)]
-    entry: dict[str, Any] = {"loc": loc, "msg": _message(error), "type": _ERROR_TYPES.get(keyword, keyword)}
+    message = _message(error)
+    if keyword == "pattern" and isinstance(error.instance, str) and loc[-1] in _PATTERN_WORDS:
+        message = f"'{clip(error.instance)}' {_PATTERN_WORDS[loc[-1]]}"
+    entry: dict[str, Any] = {"loc": loc, "msg": message, "type": _ERROR_TYPES.get(keyword, keyword)}
     entry["input"] = clip(error.instance) if isinstance(error.instance, str) else error.instance
     limit = getattr(kind, "limit", None)
     if limit is not None:

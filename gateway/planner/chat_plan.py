@@ -171,7 +171,7 @@ def plan_chat(body: Mapping[str, Any], registry: Registry, max_vendor_calls: int
     """The vendor calls that serve the chat request `body` (validated by the contract); at most
     `max_vendor_calls` of them (settings)."""
     vendor, _, model = body["model"].partition("/")
-    adapter = registry.get(vendor)
+    adapter = registry.serving(vendor, model)
     parameters = {name: value for name, value in body.items()
                   if name not in GATEWAY_FIELDS and name != "messages" and value is not None}
     call = ChatCall(model=model, messages=body["messages"], parameters=parameters, stream=bool(body.get("stream")))

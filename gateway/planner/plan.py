@@ -107,7 +107,7 @@ class Plan:
 def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
     """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
     vendor, _, model = request.model.partition("/")
-    adapter = registry.get(vendor)
+    adapter = registry.serving(vendor, model)
     call = completion_call(request, model)
     if call.best_of is not None and call.best_of < call.n:
         raise invalid_field(("best_of",), f"best_of ({call.best_of}) must be at least n ({call.n})", "value_error",

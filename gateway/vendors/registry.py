@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gateway.core import config
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import ConfigError, NotFound
+from gateway.core.errors import ConfigError, NotFound, clip
 from gateway.vendors.anthropic import AnthropicAdapter
 from gateway.vendors.base import Adapter
 from gateway.vendors.gemini import GeminiAdapter
@@ -86,6 +86,18 @@ class Registry:
                 param="model",
                 vendor=vendor,
             )
+        return adapter
+
+    def serving(self, vendor: str, model: str) -> Adapter:
+        """The adapter of `vendor` for its `model`: a 404 for a vendor not configured, and for a
+        model the vendor is known not to serve (the embedded vendor names its one model), both
+        before any vendor call, so neither is a ledger row (docs/usage.md). Any other vendor's
+        models are its to say: its 404 is a row, `rejected`."""
+        adapter = self.get(vendor)
+        own = getattr(adapter, "model", None)
+        if isinstance(own, str) and model != own:
+            raise NotFound(f"vendor '{vendor}' has no model '{clip(model)}'; its models: {own}", code="unknown_model",
+                           param="model", vendor=vendor)
         return adapter
 
     async def start(self) -> None:

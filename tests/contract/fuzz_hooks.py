@@ -19,7 +19,9 @@ Two checks of our own run beside schemathesis's:
   data fails (positive_data_acceptance lets 400 through to this check: tests/contract/fuzz.toml).
 - `unusable_values_are_named`: a schema-valid request answered 422 passes only as an administrative
   value the schema cannot rule out (an `expires_at` past, a model pattern naming no vendor, a
-  `period` without a budget), answered `invalid_value` naming that field.
+  `period` without a budget), answered `invalid_value` naming that field, or as a request's `model`
+  that is neither `vendor/name` nor an alias (which the configuration, not the schema, defines: the
+  fuzzed gateways have none), answered `invalid_request_body` naming `model`.
 - `answers_keep_openais_contract`: what the schema cannot say of a 200: one choice per prompt and n,
   indexed prompt-major; `logprobs` null unless asked for, and each top_logprobs entry holding its
   token with its token_logprobs value and at most logprobs + 1 entries; usage present (in a stream:
@@ -49,6 +51,7 @@ from generated.models import CompletionRequest
 
 BEST_OF_MAX = 20  # openapi.json: best_of maximum
 COMPLETIONS = "/v5/completions"
+INFERENCE = (COMPLETIONS, "/v5/chat/completions")  # where `model` names what serves the request
 # A stream is read whole (tests/contract/fuzz.toml: max-stream-events) to be checked, so it is kept short.
 DEFAULT_LIMITS = {"prompts": 8, "choices": 16, "stream_max_tokens": 16}
 
@@ -242,6 +245,12 @@ def _no_model(patterns: list[str]) -> bool:
     return any(not p.strip() or ("/" not in p and not any(c in p for c in "*?[")) for p in patterns)
 
 
+def _unnamed(model: Any) -> bool:
+    """A request's `model` that is neither `vendor/name` nor an alias (the fuzzed gateways configure none)."""
+    vendor, _, name = str(model).partition("/")
+    return not vendor or not name
+
+
 def _no_budget(limits: dict[str, Any]) -> bool:  # (nor one stored, for a PUT)
     return not any(limits.get(f) is not None for f in ("budget_tokens", "budget_usd"))
 
@@ -274,6 +283,9 @@ def unusable_values_are_named(ctx, response, case):
     error = json.loads(response.content).get("error") or {}
     body = json.loads(response.request.body) if response.request.body else {}
     param, code = error.get("param"), error.get("code")
+    if case.operation.path in INFERENCE and (param, code) == ("model", "invalid_request_body") and \
+            _unnamed(body.get("model")):
+        return None
     fault = UNUSABLE.get(param)
     if (not case.operation.path.startswith("/v5/admin/") or code != "invalid_value" or fault is None
             or _given(body, param) is None or not fault(body)):

@@ -11,13 +11,16 @@ import pytest
 
 from tests.contract.fuzz import short_fuzz
 from tests.support.bodies import chunks_of
+from tests.support.cli import fresh_account
 from tests.support.environments import LOCAL_CONTEXT, LOCAL_MODEL, LOCAL_PARALLEL, LOCAL_TIMEOUT, NO_EOS, SHARED_TLS
 from tests.support.gateway_process import ROOT, GatewayProcess
 from tests.support.processes import wait_until
+from tests.support.provision import create_key, wait_for_rows
 
 pytestmark = pytest.mark.slow
 
 PROMPT = "The capital of France is"
+CHAT = [{"role": "user", "content": PROMPT}]
 # The request examples of the contract, which the docs page (Swagger UI) offers and fills in.
 EXAMPLES = json.loads((ROOT / "openapi.json").read_text())["paths"]["/v5/completions"]["post"]["requestBody"][
     "content"]["application/json"]["examples"]
@@ -286,6 +289,27 @@ def test_bad_requests_are_4xx_naming_parameter_and_vendor(local, body, status, p
         assert param in error["message"]
     if code == "unknown_model":
         assert "smollm2-135m" in error["message"]
+
+
+def test_a_model_the_embedded_vendor_lacks_writes_no_row_as_an_unknown_vendor_writes_none(local_gateway, database):
+    """Neither reached a vendor: both are refused as the request is planned, and neither is a ledger
+    row or a request in the report (docs/usage.md). The row of a request served after them is the
+    account's only one: the writer commits rows in the order they came."""
+    account = fresh_account()
+    key = create_key(database.url, account)
+    with httpx.Client(base_url=local_gateway.url, headers={"x-api-key": key}, timeout=LOCAL_TIMEOUT,
+                      verify=SHARED_TLS) as client:
+        for model, code in (("local/gpt-4", "unknown_model"), ("nowhere/gpt-4", "unknown_vendor")):
+            for path, body in (("/v5/completions", {"prompt": PROMPT}), ("/v5/chat/completions", {"messages": CHAT})):
+                for stream in (False, True):
+                    r = client.post(path, json={"model": model, "max_tokens": 1, "stream": stream, **body})
+                    assert r.status_code == 404 and r.json()["error"]["code"] == code, r.text
+        served = client.post("/v5/completions", json={"model": LOCAL_MODEL, "prompt": PROMPT, "max_tokens": 1})
+        assert served.status_code == 200, served.text
+        (row,) = wait_for_rows(database.url, account, 1)
+        assert row["request_id"] == served.headers["x-request-id"]
+        report = client.get("/v5/usage", params={"group_by": "outcome"}).json()["data"]
+        assert [(line["outcome"], line["requests"]) for line in report] == [("completed", 1)]
 
 
 def test_concurrent_requests_finish_while_the_event_loop_stays_responsive(local_gateway, database):

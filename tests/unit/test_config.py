@@ -67,6 +67,9 @@ def test_the_environment_overrides_the_toml_file(tmp_path):
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_ENABLED": "perhaps"}, "vendor 'x' enabled"),
         ({"GATEWAY_VENDOR_X_PROTOCOL": "openai", "GATEWAY_VENDOR_X_API_KEY_ENV": "UNSET_KEY"}, "UNSET_KEY"),
         ({"GATEWAY_FALLBACKS": "gpt-4o=claude"}, "vendor/name"),
+        ({"GATEWAY_ALIASES": "gpt-4o=gpt-4o"}, "an alias stands for a model written vendor/name"),
+        ({"GATEWAY_ALIASES": "openai/gpt-4o=local/smollm2-135m"}, "an alias is a name without '/'"),
+        ({"GATEWAY_ALIASES": "gpt-4o=openai/gpt-4o"}, "'openai' is no configured vendor"),
         ({"GATEWAY_LOG_FORMAT": "xml"}, "GATEWAY_LOG_FORMAT"),
         ({"GATEWAY_CORS_ORIGINS": "https://app.example.com/"}, "GATEWAY_CORS_ORIGINS.*not an origin"),
     ],
@@ -74,6 +77,14 @@ def test_the_environment_overrides_the_toml_file(tmp_path):
 def test_a_bad_setting_is_a_clear_error_naming_it(env, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(NO_LOCAL | env)
+
+
+def test_aliases_from_the_file_and_the_environment(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text(VENDOR_X + '[aliases]\n"gpt-4o" = "x/gpt-4o"\n"llama3:8b" = "x/meta/llama-3-8b"\n')
+    settings = load_settings(NO_LOCAL | {"GATEWAY_CONFIG": str(config), "GATEWAY_ALIASES": " o1 = x/o1 ; gpt-4o=x/m "})
+    assert settings.aliases == {"gpt-4o": "x/m", "llama3:8b": "x/meta/llama-3-8b", "o1": "x/o1"}
+    assert "GATEWAY_ALIASES" not in stray_variables({"GATEWAY_ALIASES": "a=x/b"})
 
 
 def test_unknown_toml_settings_are_refused(tmp_path):
@@ -140,6 +151,9 @@ VENDOR_X = '[vendors.x]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"
         (VENDOR_X + '[fallbacks]\n"x/m" = ["x/n"]\n"x/n" = ["x/m"]\n', "a cycle: 'x/m' -> 'x/n' -> 'x/m'"),
         (VENDOR_X + '[fallbacks]\n"x/m" = ["x/m"]\n', "falls back to itself"),
         (VENDOR_X + '[fallbacks]\n"x/m" = "x/n"\n', "give an array of models"),
+        (VENDOR_X + '[aliases]\n"m" = ["x/m"]\n', "an alias stands for a model written vendor/name"),
+        (VENDOR_X + '[aliases]\n"m" = "nope/m"\n', "'nope' is no configured vendor"),
+        (VENDOR_X + '[alias]\n"m" = "x/m"\n', r"^\[alias\]: no such table .*did you mean aliases\?"),
         ('[vendors."a/b"]\nprotocol = "openai"\nbase_url = "http://h/v1"\n', "vendor 'a/b': a vendor's name"),
         ('[vendors.x]\nprotocol = "openai"\nbase_url = "ftp://h/v1"\n', "not an http:// or https:// URL"),
         ('[vendors.x]\nprotocol = "openai"\ndeployments = [{base_url = "ftp://h"}]\n', "deployments.0.base_url"),

@@ -14,6 +14,7 @@ from gateway import services
 from gateway.http import observability, validation
 from tests.support.environments import gateway_env
 from tests.support.fakes.server import free_port
+from tests.support.gateway_process import ROOT
 from tests.support.processes import served_in_process, wait_until
 
 
@@ -62,3 +63,12 @@ def test_a_body_that_came_with_its_head_is_read_without_a_timer_and_one_in_piece
             assert answer_of(sock).startswith(b"HTTP/1.1 200") and timers.armed == 1
     finally:
         observability.uninstall()
+
+
+def test_a_model_not_written_vendor_name_is_told_in_words_not_as_its_pattern():
+    spec = orjson.loads((ROOT / "openapi.json").read_bytes())
+    schema = spec["components"]["schemas"]["AdminPriceUpdate"]
+    found = validation.problems(validation.SchemaValidators().get(schema), {"model": "gpt-4o", "input": 1, "output": 2})
+    assert [(p["loc"], p["type"]) for p in found] == [(["body", "model"], "string_pattern_mismatch")]
+    assert found[0]["msg"] == ("'gpt-4o' is not written vendor/name: a vendor, a slash and that vendor's name for the "
+                               "model (e.g. openai/gpt-4o)")
