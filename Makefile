@@ -17,7 +17,8 @@ CODEGEN_FLAGS := --input openapi.json --input-file-type openapi --output generat
 	--use-union-operator --use-standard-collections --enum-field-as-literal all \
 	--use-missing-sentinel --use-schema-description --use-field-description --collapse-root-models
 
-.PHONY: install install-runtime generate check-generated docs serve test test-unit fuzz bench image clean
+.PHONY: install install-runtime generate check-generated check-contract release-contract docs serve test test-unit \
+	fuzz bench image clean
 
 # Each step says what it installs before pip starts: pip stays quiet (-q), and a first install
 # takes a while.
@@ -61,6 +62,17 @@ generate: $(STAMP)
 # CI: generated/ must be exactly what openapi.json produces.
 check-generated: generate
 	git diff --exit-code -- generated/
+
+# The contract's gate (docs/contract.md): openapi.json against the released contract
+# (contract/released.json), each change named with its level, the version it needs and the entry
+# contract/CHANGELOG.md owes it. CI runs it (.ci/run, and tests/contract/test_contract_gate.py).
+check-contract: $(STAMP)
+	$(BIN)/python -m contract check
+
+# Marks openapi.json released once check-contract passes: contract/released.json becomes it, and
+# contract/CHANGELOG.md's [Unreleased] its version, dated today. Commit both.
+release-contract: generate
+	$(BIN)/python -m contract release
 
 # docs/capabilities.md (the README's parameter table) from the adapters' support records.
 docs: install

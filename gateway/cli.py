@@ -28,6 +28,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,9 +88,15 @@ def _run(args: argparse.Namespace, env: Mapping[str, str] | None) -> int:
         return 1
 
 
+def _contract_version() -> str:
+    """The served contract's `info.version` (generated/openapi.json, as installed)."""
+    return json.loads((files("generated") / "openapi.json").read_text())["info"]["version"]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="LLM completions gateway (EGP API v5)")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} (API contract {_contract_version()})")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP server")

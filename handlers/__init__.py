@@ -3,7 +3,7 @@ paths, and a missing entry must fail at start-up rather than as a 500 later."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from handlers import accounts, admin, chat, completions, contract, health, metrics, models, usage, vendors
@@ -46,3 +46,14 @@ def resolve(operation_id: str) -> Callable[..., Any]:
         return OPERATIONS[operation_id]
     except KeyError:
         raise LookupError(f"openapi.json has operation {operation_id!r} but handlers/ has no handler for it") from None
+
+
+def unmatched(operation_ids: Collection[str]) -> list[str]:
+    """How the table differs from the contract's operations, which it must be exactly: an operation
+    without a handler fails the start (`resolve`), and a handler whose operation the contract no
+    longer has would otherwise stay behind unnoticed (tests/unit/test_handlers.py holds both)."""
+    missing = sorted(set(operation_ids) - set(OPERATIONS))
+    left = sorted(set(OPERATIONS) - set(operation_ids))
+    return ([f"openapi.json has operation {operation!r} but handlers/ has no handler for it" for operation in missing]
+            + [f"handlers/ has a handler for {operation!r}, an operation openapi.json does not have: remove it "
+               "with its operation" for operation in left])

@@ -65,7 +65,8 @@ def test_the_installed_wheel_serves_from_any_directory(wheel, tmp_path):
            "GATEWAY_DATABASE_URL": f"sqlite:///{elsewhere / 'gateway.db'}"}
     version = subprocess.run([sys.executable, "-m", "gateway", "--version"], env=os.environ | env, cwd=elsewhere,
                              check=True, capture_output=True, text=True)
-    assert version.stdout.startswith("gateway ")
+    contract = json.loads((ROOT / "openapi.json").read_text())["info"]["version"]
+    assert version.stdout.startswith("gateway ") and f"(API contract {contract})" in version.stdout
     with GatewayProcess(env, port=free_port(), cwd=elsewhere) as gateway:
         where = subprocess.run([sys.executable, "-c", "import gateway, generated; print(gateway.__file__)"],
                                env=os.environ | env, cwd=elsewhere, check=True, capture_output=True, text=True)
