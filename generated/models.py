@@ -607,7 +607,7 @@ class FunctionDefinition(BaseModel):
     description: Annotated[str | MISSING, Field(title='Description')] = MISSING
     parameters: Annotated[dict[str, Any] | MISSING, Field(title='Parameters')] = MISSING
     """
-    The arguments' JSON Schema (an object schema; checked: an invalid schema is a 422).
+    The arguments' JSON Schema (an object schema; checked: an invalid schema is a 422). Self-contained: a `$schema` names a known draft and every `$ref` is local (`#...`); the gateway fetches nothing a schema names. A request's schemas together hold at most 256 KiB, 5,000 objects and 24 levels of nesting (a 422 names the bound).
     """
     strict: Annotated[bool | None | MISSING, Field(title='Strict')] = MISSING
     """
@@ -678,7 +678,7 @@ class JsonSchemaFormat(BaseModel):
     description: Annotated[str | MISSING, Field(title='Description')] = MISSING
     schema_: Annotated[dict[str, Any] | MISSING, Field(alias='schema', title='Schema')] = MISSING
     """
-    The content's JSON Schema (checked: an invalid schema is a 422).
+    The content's JSON Schema (checked: an invalid schema is a 422), self-contained and bounded as a function's `parameters`; a strict one, which the answer is held to, has at most 8 patterns.
     """
     strict: Annotated[bool | None | MISSING, Field(title='Strict')] = MISSING
 

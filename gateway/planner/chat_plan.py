@@ -25,6 +25,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema_rs
+
 from gateway.core import observe
 from gateway.core.chat import ChatCall, prompt_text
 from gateway.core.completion import Attempt, Chunk, Result, Usage, candidates_usage, choice_seed, summed_usage
@@ -32,7 +34,7 @@ from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedPara
 from gateway.core.parameters import EMULATED, GATEWAY_FIELDS, NATIVE, UNSUPPORTED
 from gateway.core.streams import all_of, merged
 from gateway.planner.capabilities import verdict
-from gateway.planner.chat_verify import ChatExpected
+from gateway.planner.chat_verify import ChatExpected, answer_schema
 from gateway.planner.plan import FANOUT_CONCURRENCY
 from gateway.vendors.base import Adapter
 from gateway.vendors.registry import Registry
@@ -60,6 +62,8 @@ class ChatPlan:
     prompts: list[str]  # the conversation as text, for an estimate of its tokens (one "prompt")
     # The vendor calls, when `n` is fanned out: (the first choice's index, the call); else only `call`.
     legs: list[tuple[int, ChatCall]] = field(default_factory=list)
+    # What every call's answer must match (a strict json_schema), compiled once for all of them.
+    answer_schema: jsonschema_rs.Validator | None = None
 
     @property
     def stream(self) -> bool:
@@ -113,7 +117,7 @@ class ChatPlan:
             with span.current():
                 result = await self.adapter.chat_complete(call)
             span.result(result)
-            ChatExpected(call, self.adapter.name).result(result)
+            ChatExpected(call, self.adapter.name, self.answer_schema).result(result)
             return result
         except BaseException as exc:
             span.failed(exc)
@@ -152,7 +156,7 @@ class ChatPlan:
     async def _chunks(self, call: ChatCall, usages: list[Usage | None], number: int = 0) -> AsyncIterator[list[Chunk]]:
         """One vendor call's chunks with choices, held to what it was asked; its usage into `usages`."""
         span = observe.current().vendor_call(self.adapter.name, call)
-        expected = ChatExpected(call, self.adapter.name)
+        expected = ChatExpected(call, self.adapter.name, self.answer_schema)
         async with aclosing(observe.observed_stream(span, self.adapter.chat_stream(call))) as batches:
             async for batch in batches:
                 relayed = []
@@ -181,7 +185,8 @@ def plan_chat(body: Mapping[str, Any], registry: Registry, max_vendor_calls: int
     options = body.get("stream_options") or {}
     return ChatPlan(adapter=adapter, model=body["model"], call=call, include_usage=bool(options.get("include_usage")),
                     user=parameters.get("user"), prompts=[prompt_text(call.messages)],
-                    legs=_fan_out(adapter, call, parameters.get("n") or 1, max_vendor_calls))
+                    legs=_fan_out(adapter, call, parameters.get("n") or 1, max_vendor_calls),
+                    answer_schema=answer_schema(call))
 
 
 def check(adapter: Adapter, call: ChatCall) -> set[str]:

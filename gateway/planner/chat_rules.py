@@ -1,17 +1,19 @@
 """The rules of a chat request that its schema cannot say, each a 422 naming the field (as OpenAI
 answers them): an assistant message says something or calls something; `tool_choice` and
 `function_call` name tools the request defines, and need some; the JSON Schemas a request carries
-(a tool's `parameters`, `response_format.json_schema.schema`) are valid and self-contained (a
-remote `$ref` would make the gateway fetch whatever it names)."""
+(a tool's or function's `parameters`, `response_format.json_schema.schema`) are valid,
+self-contained and within the gateway's bounds (core/client_schemas.py: the gateway fetches
+nothing a schema names). A strict schema, which answers are held to, is compiled by the plan
+(planner/chat_verify.py `answer_schema`), once for all its vendor calls."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import jsonschema_rs
-
+from gateway.core import client_schemas
 from gateway.core.errors import ValidationFailed
+from gateway.planner.chat_verify import STRICT_SCHEMA, strict_schema
 
 
 def check(body: Mapping[str, Any]) -> None:
@@ -48,33 +50,18 @@ def _problems(body: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], 
             if function["name"] in seen:
                 yield (where, i, "name"), f"a second function named {function['name']}"
             seen.add(function["name"])
-            if "parameters" in function:
-                yield from _schema_problems(function["parameters"], (where, i, "parameters"))
+    yield from client_schemas.problems(_schemas(body, tools, functions))
+
+
+def _schemas(body: Mapping[str, Any], tools: list[Any], functions: list[Any]) -> Iterator[client_schemas.Checked]:
+    """The request's JSON Schemas: where each stands, the schema, and whether the gateway compiles it
+    (a strict one: answers are held to it)."""
+    for i, tool in enumerate(tools):
+        if "parameters" in tool["function"]:
+            yield ("tools", i, "function", "parameters"), tool["function"]["parameters"], False
+    for i, function in enumerate(functions):
+        if "parameters" in function:
+            yield ("functions", i, "parameters"), function["parameters"], False
     format_ = body.get("response_format") or {}
     if format_.get("type") == "json_schema" and "schema" in format_["json_schema"]:
-        yield from _schema_problems(format_["json_schema"]["schema"], ("response_format", "json_schema", "schema"))
-
-
-def _schema_problems(schema: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    if not jsonschema_rs.meta.is_valid(schema):
-        try:
-            jsonschema_rs.meta.validate(schema)
-        except jsonschema_rs.ValidationError as exc:
-            yield loc, f"not a valid JSON Schema: {exc.message}"
-            return
-        yield loc, "not a valid JSON Schema"
-        return
-    remote = next(_remote_refs(schema), None)
-    if remote is not None:
-        yield loc, f"a $ref outside the schema ({remote[:100]}): only references within it (#...) are allowed"
-
-
-def _remote_refs(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in ("$ref", "$dynamicRef") and isinstance(item, str) and not item.startswith("#"):
-                yield item
-            yield from _remote_refs(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _remote_refs(item)
+        yield STRICT_SCHEMA[1:], format_["json_schema"]["schema"], strict_schema(format_) is not None

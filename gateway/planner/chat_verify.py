@@ -8,29 +8,45 @@ says it is (`finish_reason: length`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema_rs
 import orjson
 
+from gateway.core import client_schemas
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result
 from gateway.core.errors import VendorFailed
+
+STRICT_SCHEMA = ("body", "response_format", "json_schema", "schema")  # where a request's strict schema stands
+
+
+def strict_schema(response_format: Mapping[str, Any]) -> Any | None:
+    """The schema an answer must match: a strict json_schema's only (OpenAI holds only those to it)."""
+    described = (response_format.get("json_schema") or {}) if response_format.get("type") == "json_schema" else {}
+    return described["schema"] if described.get("strict") and "schema" in described else None
+
+
+def answer_schema(call: ChatCall) -> jsonschema_rs.Validator | None:
+    """The validator of `call`'s strict schema, if it has one, compiled once for all of a plan's
+    vendor calls, before any (a client's schema, checked by planner/chat_rules.py; a 422 when it
+    cannot be compiled; it fetches nothing)."""
+    schema = strict_schema(call.parameters.get("response_format") or {})
+    return None if schema is None else client_schemas.compiled(schema, STRICT_SCHEMA)
 
 
 class ChatExpected:
     __slots__ = ("_call", "_vendor", "_finished", "_json", "_schema", "_contents", "_arguments")
 
-    def __init__(self, call: ChatCall, vendor: str) -> None:
+    def __init__(self, call: ChatCall, vendor: str, schema: jsonschema_rs.Validator | None) -> None:
+        """`schema`: `answer_schema(call)`."""
         self._call = call
         self._vendor = vendor
         self._finished: dict[int, str] = {}
         format_ = call.parameters.get("response_format") or {}
         self._json = format_.get("type") in ("json_object", "json_schema")
-        schema = (format_.get("json_schema") or {}) if format_.get("type") == "json_schema" else {}
-        # The schema an answer must match: a strict one only (OpenAI holds only those to it).
-        self._schema = jsonschema_rs.validator_for(schema["schema"]) if schema.get("strict") and "schema" in schema \
-            else None
+        self._schema = schema
         self._contents: dict[int, list[str]] = {}  # a stream's content per choice, when it must parse
         self._arguments: dict[tuple[int, int], list[str]] = {}  # a stream's tool call arguments
 

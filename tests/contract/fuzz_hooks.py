@@ -38,10 +38,11 @@ from datetime import UTC, datetime
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema_rs
 import schemathesis
 
+from gateway.core import client_schemas
 from gateway.core.config import VendorConfig
+from gateway.core.errors import ValidationFailed
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict
 from gateway.planner.plan import completion_call
@@ -97,6 +98,16 @@ def map_case(context, case):
     return case
 
 
+def _fine(schema: Any, compiled: bool = False) -> bool:
+    """Whether the gateway takes `schema` (gateway/core/client_schemas.py), and compiles it when it is strict."""
+    if list(client_schemas.problems([((), schema, compiled)])):
+        return False
+    try:
+        return not compiled or client_schemas.compiled(schema, ()) is not None
+    except ValidationFailed:
+        return False
+
+
 def keep_chat_rules(body: dict[str, Any]) -> None:
     """A positive chat case made to keep the rules its schema cannot say (gateway/planner/chat_rules.py)."""
     if body.get("top_logprobs") is not None:
@@ -111,14 +122,14 @@ def keep_chat_rules(body: dict[str, Any]) -> None:
         if len(set(names)) != len(names):
             body[tools] = [d for i, d in enumerate(defined) if names.index(names[i]) == i]
         for function in functions:
-            if "parameters" in function and not jsonschema_rs.meta.is_valid(function["parameters"]):
+            if "parameters" in function and not _fine(function["parameters"]):
                 del function["parameters"]
         picked = body.get(choice)
         if picked not in (None, "none") and (not defined or isinstance(picked, dict) and name_of(picked) not in names):
             body.pop(choice)
     format_ = body.get("response_format")
     if isinstance(format_, dict) and format_.get("type") == "json_schema" and \
-            not jsonschema_rs.meta.is_valid(format_["json_schema"].get("schema", {})):
+            not _fine(format_["json_schema"].get("schema", {}), format_["json_schema"].get("strict") is True):
         format_["json_schema"]["schema"] = {"type": "object"}
     for message in body["messages"]:
         if message.get("role") == "assistant" and message.get("content") is None and not message.get("tool_calls") \
