@@ -12,7 +12,7 @@ from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
 from gateway.http import cache, limiting
-from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
+from gateway.http.answer_stream import EventStream, no_echo, parsed_body, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
 from gateway.http.serving import serve
@@ -24,8 +24,7 @@ from generated.models import ChatCompletionRequest
 async def create(request: HandlerRequest) -> Response:
     services = request.services
     account = request.caller.account(request.headers.get("x-selected-account-id"))
-    body = request.body
-    parsed(ChatCompletionRequest, body)  # the contract's types (a 422 when pydantic disagrees)
+    body = parsed_body(ChatCompletionRequest, request.body)  # the contract's types (a 422 when pydantic disagrees)
     chat_rules.check(body)
     request_id = f"chatcmpl-{ids.next()}"
     looked = await cache.look_up(request, account, "chat", body["model"], lambda: cache.chat_form(body))

@@ -46,7 +46,7 @@ async def create(request: HandlerRequest) -> Response:
                              falls_back=completion_request.model in services.settings.fallbacks)
     # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
     looked = await cache.look_up(request, account, "completions", completion_request.model,
-                                 lambda: cache.completion_form(request.body))
+                                 lambda: cache.completion_form(completion_request.model_dump(by_alias=True)))
     life = Lifecycle(request, request_id, account, looked.demand(demand))
 
     def planned_for(model: str) -> Plan:

@@ -1,0 +1,62 @@
+"""A client's mistakes on chat and completions are a 4xx naming what is wrong, never a 500 and never
+accepted and ignored: integers written as floats, an image where it cannot go, the caller's own
+OpenAI key in a header, both maximums of tokens at once. Against the gateway in front of the fake
+vendors (tests/support/fakes/: each checks the wire shape it is sent), with the real SDKs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.chat import USER
+
+# JSON that validates as integers (JSON Schema counts 2.0 and 1e0 as integers), as schemathesis
+# and hand-written clients send them.
+CHAT_INTEGERS = [
+    b'"n": 2.0, "max_completion_tokens": 3.0',
+    b'"n": 2e0, "max_tokens": 3E0, "seed": 7.0',
+    b'"n": 1.0, "max_tokens": 30e-1, "logprobs": true, "top_logprobs": 2.0',
+]
+COMPLETION_INTEGERS = [
+    b'"n": 2.0, "max_tokens": 3.0, "logprobs": 1.0',
+    b'"n": 2e0, "best_of": 2.0, "max_tokens": 3E0, "seed": 7.0',
+]
+
+
+def _raw(client, path: str, fields: bytes, model: str, stream: bool):
+    head = b'{"model": "%s", "messages": %s, ' % (model.encode(), json.dumps(USER).encode()) \
+        if path.endswith("chat/completions") else b'{"model": "%s", "prompt": "hi", ' % model.encode()
+    tail = b', "stream": true}' if stream else b"}"
+    return client.post(path, content=head + fields + tail, headers={"content-type": "application/json"})
+
+
+def _sent_integers(upstream, path: str) -> dict:
+    bodies = [r["body"] for r in upstream.requests if r["path"] == path]
+    assert bodies
+    return {name: value for body in bodies for name, value in body.items() if isinstance(value, int | float)
+            and not isinstance(value, bool)}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("fields", CHAT_INTEGERS)
+def test_chat_integers_written_as_floats_are_integers(vclient, upstream, fields, stream):
+    answer = _raw(vclient, "/v5/chat/completions", fields, "fake/m", stream)
+    assert answer.status_code == 200, answer.text
+    asked = json.loads(b"{" + fields + b"}")
+    if not stream:
+        choices = answer.json()["choices"]
+        assert [c["index"] for c in choices] == list(range(int(asked["n"])))
+        assert all(len(c["message"]["content"].split()) == 3 for c in choices)
+    sent = _sent_integers(upstream, "/v1/chat/completions")
+    assert all(type(sent[name]) is int and sent[name] == asked[name] for name in asked if name != "logprobs"), sent
+
+
+@pytest.mark.parametrize("fields", COMPLETION_INTEGERS)
+def test_completion_integers_written_as_floats_are_integers(vclient, upstream, fields):
+    answer = _raw(vclient, "/v5/completions", fields, "fake/m", stream=False)
+    assert answer.status_code == 200, answer.text
+    asked = json.loads(b"{" + fields + b"}")
+    assert len(answer.json()["choices"]) == asked["n"]
+    sent = _sent_integers(upstream, "/v1/completions")
+    assert sent and all(type(value) is int for value in sent.values()), sent
