@@ -2,7 +2,8 @@
 answers them): an assistant message says something or calls something; `tool_choice` and
 `function_call` name tools the request defines, and need some; the JSON Schemas a request carries
 (a tool's `parameters`, `response_format.json_schema.schema`) are valid and self-contained (a
-remote `$ref` would make the gateway fetch whatever it names)."""
+remote `$ref` would make the gateway fetch whatever it names). Parameters valid alone but not
+together are a 400, as OpenAI answers them (`max_tokens` with `max_completion_tokens`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,23 @@ from typing import Any
 
 import jsonschema_rs
 
-from gateway.core.errors import ValidationFailed
+from gateway.core.errors import BadRequest, ValidationFailed
 
 
 def check(body: Mapping[str, Any]) -> None:
     problems = list(_problems(body))
     if problems:
         raise ValidationFailed([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in problems])
+    _refuse_combinations(body)
+
+
+def _refuse_combinations(body: Mapping[str, Any]) -> None:
+    """Parameters that are each valid but not together: a 400 as OpenAI answers it (its type, code
+    and `param`), never one of them silently taken."""
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        raise BadRequest("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported: "
+                         "give max_completion_tokens alone (max_tokens is its deprecated name)",
+                         code="invalid_parameter_combination", param="max_tokens")
 
 
 def _problems(body: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:

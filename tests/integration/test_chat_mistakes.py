@@ -60,3 +60,20 @@ def test_completion_integers_written_as_floats_are_integers(vclient, upstream, f
     assert len(answer.json()["choices"]) == asked["n"]
     sent = _sent_integers(upstream, "/v1/completions")
     assert sent and all(type(value) is int for value in sent.values()), sent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("model", ["fake/m", "gemini/gem-x", "anthropic/claude-x"])
+def test_max_tokens_with_max_completion_tokens_is_refused_naming_both(vclient, upstream, gemini_upstream,
+                                                                      anthropic_upstream, model, stream):
+    answer = vclient.post("/v5/chat/completions", json={"model": model, "messages": USER, "max_tokens": 3,
+                                                         "max_completion_tokens": 5, "stream": stream})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "invalid_parameter_combination",
+                                                              "max_tokens")
+    assert "'max_tokens' and 'max_completion_tokens'" in error["message"]
+    assert not upstream.requests and not gemini_upstream.requests and not anthropic_upstream.requests
+    for alone in ({"max_tokens": 3, "max_completion_tokens": None}, {"max_tokens": None, "max_completion_tokens": 3}):
+        answer = vclient.post("/v5/chat/completions", json={"model": model, "messages": USER, **alone})
+        assert answer.status_code == 200, answer.text
