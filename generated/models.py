@@ -932,7 +932,7 @@ class ChatCompletionRequest(BaseModel):
         MISSING
     )
     """
-    The caller's own OpenAI key, in EGP. The gateway refuses it (400 naming it) on every vendor: requests are served with the gateway's vendor keys, limited and billed to the account, and a key in a body would travel through logs and traces.
+    The caller's own OpenAI key, in EGP. The gateway refuses it (400 naming it) on every vendor, and as a header (scale-gp-beta sends it so) on every inference endpoint: requests are served with the gateway's vendor keys, limited and billed to the account, and a key in a body would travel through logs and traces.
     """
 
 

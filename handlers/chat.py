@@ -11,7 +11,7 @@ from starlette.responses import Response
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
-from gateway.http import cache, limiting
+from gateway.http import cache, limiting, security
 from gateway.http.answer_stream import EventStream, no_echo, parsed_body, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
@@ -23,6 +23,7 @@ from generated.models import ChatCompletionRequest
 
 async def create(request: HandlerRequest) -> Response:
     services = request.services
+    security.refuse_callers_vendor_key(request.headers)
     account = request.caller.account(request.headers.get("x-selected-account-id"))
     body = parsed_body(ChatCompletionRequest, request.body)  # the contract's types (a 422 when pydantic disagrees)
     chat_rules.check(body)

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
-from gateway.http import cache, limiting
+from gateway.http import cache, limiting, security
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
@@ -23,6 +23,7 @@ from generated.models import CompletionRequest
 
 async def create(request: HandlerRequest) -> Response:
     services = request.services
+    security.refuse_callers_vendor_key(request.headers)
     account = request.caller.account(request.headers.get("x-selected-account-id"))
     completion_request = parsed(CompletionRequest, request.body)
     request_id = f"cmpl-{ids.next()}"  # 128 random bits (core/ids.py), without a UUID object

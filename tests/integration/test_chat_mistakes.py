@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import scale_gp_beta
+from scale_gp_beta import SGPClient
 
-from tests.support.chat import USER
+from tests.support.chat import USER, row
+from tests.support.provision import ledger_rows
 
 # JSON that validates as integers (JSON Schema counts 2.0 and 1e0 as integers), as schemathesis
 # and hand-written clients send them.
@@ -77,3 +80,34 @@ def test_max_tokens_with_max_completion_tokens_is_refused_naming_both(vclient, u
     for alone in ({"max_tokens": 3, "max_completion_tokens": None}, {"max_tokens": None, "max_completion_tokens": 3}):
         answer = vclient.post("/v5/chat/completions", json={"model": model, "messages": USER, **alone})
         assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_the_callers_openai_key_as_scale_gp_beta_sends_it_is_refused(vendors_gateway, vclient, upstream, database,
+                                                                     stream):
+    sgp = SGPClient(api_key=database.key, account_id="acct-a", base_url=vendors_gateway.url, max_retries=0)
+    before = len(ledger_rows(database.url, "acct-a"))
+    with pytest.raises(scale_gp_beta.BadRequestError) as refused:
+        answer = sgp.chat.completions.create(model="fake/m", messages=USER, max_tokens=2, stream=stream,
+                                             x_openai_api_key="sk-callers-own")
+        list(answer) if stream else answer
+    assert refused.value.request.headers["x-openai-api-key"] == "sk-callers-own"  # the SDK's way: a header
+    error = refused.value.body["error"]
+    assert (error["code"], error["param"]) == ("unsupported_parameter", "x-openai-api-key")
+    assert "header 'x-openai-api-key'" in error["message"] and "sk-callers-own" not in error["message"]
+    assert not upstream.requests
+    served = sgp.chat.completions.create(model="fake/m", messages=USER, max_tokens=2).id
+    row(database.url, served)  # (written once the answer went out)
+    assert len(ledger_rows(database.url, "acct-a")) == before + 1  # the refusal: nothing served, nothing billed
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v5/completions", {"model": "fake/m", "prompt": "hi", "max_tokens": 2}),
+    ("/v5/chat/completions", {"model": "gemini/gem-x", "messages": USER, "max_tokens": 2}),
+])
+def test_the_callers_openai_key_header_is_refused_on_every_inference_endpoint(vclient, upstream, gemini_upstream,
+                                                                              path, body):
+    answer = vclient.post(path, json=body, headers={"X-OpenAI-API-Key": "sk-callers-own"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == "x-openai-api-key"
+    assert not upstream.requests and not gemini_upstream.requests
