@@ -4,7 +4,8 @@ ships one; llama.cpp's engine applies it), `response_format` by the engine's con
 
 The engine is asked once per choice, each with `seed + i`, as the completions side does: its own
 `n` reports one choice's usage only. Tools are refused: SmolLM2's template has no tool calling,
-and a tool call forced by grammar would be the gateway's invention, not the model's.
+and a tool call forced by grammar would be the gateway's invention, not the model's. So is an
+image part, by where it stands: the model reads text only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choi
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.core.streams import merged
+from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import EngineError
 from gateway.vendors.openai_chat import CALLER_KEY, read_chat_chunk
@@ -52,6 +54,13 @@ CHAT = _capabilities()
 
 class LocalChat:
     """The chat methods of the LocalAdapter (vendors/local.py mixes it in)."""
+
+    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+        """An image part, by where it stands: the model reads text only (the engine would fail on it)."""
+        where = conversation.first_image(call.messages)
+        if where is not None:
+            return where, f"an image part, and model '{call.model}' reads text only"
+        return None
 
     async def chat_complete(self, call: ChatCall) -> Result:
         self._ready(call.model)  # type: ignore[attr-defined]

@@ -63,3 +63,17 @@ def test_tools_are_refused_by_name(local):
     answer = local.post("/v5/chat/completions", json={"model": MODEL, "messages": ASK, "tools": [
         {"type": "function", "function": {"name": "f"}}]})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_image_part_is_refused_naming_it_and_the_model(local, stream):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [*ASK, {"role": "assistant", "content": "Paris, France."},
+                {"role": "user", "content": [{"type": "text", "text": "And this one?"}, image]}]
+    answer = local.post("/v5/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 2,
+                                                      "stream": stream})
+    assert answer.status_code == 400, answer.text  # a stream's too: refused before it starts
+    error = answer.json()["error"]
+    assert (error["param"], error["vendor"], error["code"]) == ("messages[3].content[1]", "local",
+                                                                 "unsupported_parameter")
+    assert "smollm2-135m" in error["message"] and "image" in error["message"]
