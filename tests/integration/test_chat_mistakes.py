@@ -111,3 +111,25 @@ def test_the_callers_openai_key_header_is_refused_on_every_inference_endpoint(vc
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == "x-openai-api-key"
     assert not upstream.requests and not gemini_upstream.requests
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("model", ["fake/m", "gemini/gem-x", "anthropic/claude-x"])
+@pytest.mark.parametrize("url, why", [
+    ("data:image/png;base64,iVBORw0KGgo=@", "not valid base64"),
+    ("data:image/png;base64,iVBORw0KGgo", "not valid base64"),  # (its padding cut)
+    ("data:image/png;base64,", "holds no data"),
+    ("data:image/png,iVBORw0KGgo=", "is not one"),
+])
+def test_an_image_whose_data_url_is_not_base64_is_a_400_on_every_vendor(vclient, upstream, gemini_upstream,
+                                                                        anthropic_upstream, model, url, why, stream):
+    image = {"type": "image_url", "image_url": {"url": url}}
+    messages = [*USER, {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": [{"type": "text", "text": "this?"}, image]}]
+    answer = vclient.post("/v5/chat/completions", json={"model": model, "messages": messages, "max_tokens": 2,
+                                                         "stream": stream})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_image", "messages[2].content[1].image_url")
+    assert why in error["message"]
+    assert not upstream.requests and not gemini_upstream.requests and not anthropic_upstream.requests
