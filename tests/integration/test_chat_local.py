@@ -77,3 +77,20 @@ def test_an_image_part_is_refused_naming_it_and_the_model(local, stream):
     assert (error["param"], error["vendor"], error["code"]) == ("messages[3].content[1]", "local",
                                                                  "unsupported_parameter")
     assert "smollm2-135m" in error["message"] and "image" in error["message"]
+
+
+@pytest.mark.parametrize("top", [None, 0, 1], ids=["absent", "zero", "one"])
+def test_logprobs_give_each_token_its_entry_and_the_alternatives_asked(oai, top):
+    """As OpenAI gives them: an entry per token, with `top_logprobs` alternatives (none when absent or 0)."""
+    asked = {} if top is None else {"top_logprobs": top}
+    answer = oai.chat.completions.create(model=MODEL, messages=ASK, max_tokens=3, temperature=0, logprobs=True,
+                                         **asked)
+    content = answer.choices[0].logprobs.content
+    assert len(content) == answer.usage.completion_tokens == 3
+    assert "".join(token.token for token in content) == answer.choices[0].message.content
+    assert all(len(token.top_logprobs) == (top or 0) for token in content)
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=ASK, max_tokens=3, temperature=0, logprobs=True,
+                                              stream=True, **asked))
+    streamed = [token for c in chunks for ch in c.choices if ch.logprobs for token in ch.logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert all(len(token.top_logprobs) == (top or 0) for token in streamed)
