@@ -94,3 +94,13 @@ def test_logprobs_give_each_token_its_entry_and_the_alternatives_asked(oai, top)
     streamed = [token for c in chunks for ch in c.choices if ch.logprobs for token in ch.logprobs.content]
     assert [t.token for t in streamed] == [t.token for t in content]
     assert all(len(token.top_logprobs) == (top or 0) for token in streamed)
+
+
+def test_integers_written_as_floats_are_integers(local):
+    """JSON Schema's integers (2.0, 1e0) are the model's integers too: they were a 500."""
+    body = b'{"model": "%s", "messages": %s, "n": 2.0, "max_tokens": 2e0, "seed": 7.0, "temperature": 0}' % (
+        MODEL.encode(), json.dumps(ASK).encode())
+    answer = local.post("/v5/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert [c["index"] for c in answer.json()["choices"]] == [0, 1]
+    assert answer.json()["usage"]["completion_tokens"] <= 4
