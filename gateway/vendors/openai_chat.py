@@ -3,7 +3,8 @@ of chat answers for every engine that speaks it (the embedded model's too, vendo
 
 The contract is this protocol, so a request goes on as the client wrote it, less what the gateway
 keeps for itself (the caller's OpenAI key, refused; `user` on a server that has no use for it,
-recorded by the gateway) and with usage always asked for in a stream. Every answer is read as
+recorded by the gateway) and with usage always asked for in a stream; logprobs are asked of a
+server as it can give OpenAI's, and cut back to them (vendors/logprobs.py). Every answer is read as
 untrusted: choices within `n`, finish reasons from the contract's list, tool calls with ids and
 names, logprobs bounded and rebuilt from checked values, so nothing unexpected passes through.
 """
@@ -111,7 +112,8 @@ class OpenAIChat:
         """The payload; logprobs asked of a server that reads `top_logprobs: 0` (or none) as "no
         entries" ask for one alternative at least (cut back as the answer is read)."""
         payload = chat_payload(call, self.chat_capabilities)
-        if asked is not None and not self.server.zero_logprobs and self.chat_capabilities["top_logprobs"].kind == NATIVE:
+        native = self.chat_capabilities["top_logprobs"].kind == NATIVE
+        if asked is not None and native and not self.server.zero_logprobs:
             payload["top_logprobs"] = logprobs.engine_alternatives(asked)
         return payload
 

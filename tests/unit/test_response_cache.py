@@ -181,14 +181,16 @@ def _stream(pieces: int) -> list[list[Chunk]]:
     batches = [[Chunk([ChatChoice(0, "", tool_calls=Copies.items(call)),
                        ChatChoice(1, "", function_call={"name": "g", "arguments": Copies.text("")}),
                        ChatChoice(2, Copies.text(""), logprobs={"content": Copies.items(), "refusal": None}),
-                       Choice(3, Copies.text(""), logprobs={"tokens": Copies.items(), "token_logprobs": Copies.items()})])]]
-    for i in range(pieces):
+                       Choice(3, Copies.text(""), logprobs={"tokens": Copies.items(),
+                                                             "token_logprobs": Copies.items()})])]]
+    for _ in range(pieces):
         batches.append([Chunk([
             ChatChoice(0, "", tool_calls=Copies.items({"index": 0, "function": {"arguments": Copies.text("7,")}})),
             ChatChoice(1, "", function_call={"arguments": Copies.text("8,")}),
             ChatChoice(2, Copies.text("a"), logprobs={"content": Copies.items(token), "refusal": None},
                        refusal=Copies.text("r")),
-            Choice(3, Copies.text("b"), logprobs={"tokens": Copies.items("b"), "token_logprobs": Copies.items(-0.5)})])])
+            Choice(3, Copies.text("b"), logprobs={"tokens": Copies.items("b"),
+                                                  "token_logprobs": Copies.items(-0.5)})])])
     batches.append([Chunk([ChatChoice(0, "", "tool_calls"), ChatChoice(1, "", "function_call"),
                            ChatChoice(2, "", "stop"), Choice(3, "", "length")]), Chunk([], usage=Usage(3, 4))])
     return batches
