@@ -820,11 +820,11 @@ class ChatCompletionRequest(BaseModel):
         int | None | MISSING, Field(ge=1, le=2147483647, title='Max Completion Tokens')
     ] = MISSING
     """
-    An upper bound for the tokens generated, reasoning tokens included. Wins over `max_tokens` when both are given.
+    An upper bound for the tokens generated, reasoning tokens included. Not together with `max_tokens` (a 400 `invalid_parameter_combination`, as OpenAI answers).
     """
     max_tokens: Annotated[int | None | MISSING, Field(ge=1, le=2147483647, title='Max Tokens')] = MISSING
     """
-    The maximum number of tokens to generate (deprecated by OpenAI for max_completion_tokens). Without either, the vendor's own default applies.
+    The maximum number of tokens to generate (deprecated by OpenAI for max_completion_tokens; not together with it: a 400). Without either, the vendor's own default applies.
     """
     metadata: Annotated[
         dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None | MISSING,
@@ -924,7 +924,7 @@ class ChatCompletionRequest(BaseModel):
         MISSING
     )
     """
-    The caller's own OpenAI key, in EGP. The gateway refuses it (400 naming it) on every vendor: requests are served with the gateway's vendor keys, limited and billed to the account, and a key in a body would travel through logs and traces.
+    The caller's own OpenAI key, in EGP. The gateway refuses it (400 naming it) on every vendor, and as a header (scale-gp-beta sends it so) on every inference endpoint: requests are served with the gateway's vendor keys, limited and billed to the account, and a key in a body would travel through logs and traces.
     """
 
 

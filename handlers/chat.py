@@ -12,8 +12,8 @@ from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
-from gateway.http import cache, limiting
-from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
+from gateway.http import cache, limiting, security
+from gateway.http.answer_stream import EventStream, no_echo, parsed_body, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
 from gateway.http.serving import serve
@@ -24,11 +24,11 @@ from generated.models import ChatCompletionRequest
 
 async def create(request: HandlerRequest) -> Response:
     services = request.services
+    security.refuse_callers_vendor_key(request.headers)
     account = request.caller.account(request.headers.get("x-selected-account-id"))
-    body = request.body
     # An alias is its model from here on: limits, cache, plan, answer and ledger (core/model_names.py).
-    body["model"] = resolved(body["model"], services.settings.aliases, services.settings.vendors)
-    parsed(ChatCompletionRequest, body)  # the contract's types (a 422 when pydantic disagrees)
+    request.body["model"] = resolved(request.body["model"], services.settings.aliases, services.settings.vendors)
+    body = parsed_body(ChatCompletionRequest, request.body)  # the contract's types (a 422 when pydantic disagrees)
     chat_rules.check(body)
     request_id = f"chatcmpl-{ids.next()}"
     looked = await cache.look_up(request, account, "chat", body["model"], lambda: cache.chat_form(body))

@@ -12,7 +12,7 @@ from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
-from gateway.http import cache, limiting
+from gateway.http import cache, limiting, security
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
@@ -24,6 +24,7 @@ from generated.models import CompletionRequest
 
 async def create(request: HandlerRequest) -> Response:
     services = request.services
+    security.refuse_callers_vendor_key(request.headers)
     account = request.caller.account(request.headers.get("x-selected-account-id"))
     settings = services.settings
     # An alias is its model from here on: limits, cache, plan, answer and ledger (core/model_names.py).
@@ -50,7 +51,7 @@ async def create(request: HandlerRequest) -> Response:
                              falls_back=completion_request.model in services.settings.fallbacks)
     # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
     looked = await cache.look_up(request, account, "completions", completion_request.model,
-                                 lambda: cache.completion_form(request.body))
+                                 lambda: cache.completion_form(completion_request.model_dump(by_alias=True)))
     life = Lifecycle(request, request_id, account, looked.demand(demand))
 
     def planned_for(model: str) -> Plan:

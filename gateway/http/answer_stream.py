@@ -146,6 +146,14 @@ def parsed(model: type[M], body: dict[str, Any]) -> M:
         raise ValidationFailed(detail) from None
 
 
+def parsed_body(model: type[BaseModel], body: dict[str, Any]) -> dict[str, Any]:
+    """The body as the generated model reads it (`parsed`), as JSON-shaped values again: what the
+    planner and the vendors are given, never the raw JSON. JSON Schema counts 2.0 and 1e0 as
+    integers, so they pass validation; Python does not (`range(2.0)` fails), and a vendor may refuse
+    them. The model's integer fields hold ints, its fields not given stay absent."""
+    return parsed(model, body).model_dump(by_alias=True)
+
+
 def usage_body(usage: Usage) -> dict[str, Any]:
     body: dict[str, Any] = {
         "prompt_tokens": usage.prompt_tokens,

@@ -20,8 +20,8 @@ Every answer says what the cache did: `x-gateway-cache: hit`, `miss` or `bypass`
 
 An entry is kept only of a complete, successful answer whose usage the vendor reported (never an
 error, a cut stream, an estimate), served by the model asked for (not a fallback's). A chat
-answer's tool calls are kept whole (a stream's pieces joined by index, as OpenAI's SDKs join them),
-and a hit streams each in one piece.
+answer's tool calls are kept whole (a stream's pieces joined by index, as OpenAI's SDKs join them:
+http/cache_relay.py), and a hit streams each in one piece.
 """
 
 from __future__ import annotations
@@ -208,126 +208,9 @@ def chunks(entry: Entry) -> list[Chunk]:
     return [Chunk(begun), Chunk(text), Chunk(finished), Chunk([], usage=entry.usage, billed=entry.usage)]
 
 
-class Collected:
-    """A stream's choices put back together as it passes (`relay`), to be kept once it ended
-    cleanly: each choice's text and logprobs joined, its first finish reason, the final usage."""
-
-    def __init__(self) -> None:
-        self._choices: dict[int, Choice] = {}
-        self.usage: Usage | None = None
-        self.complete = False
-
-    def add(self, batch: list[Chunk]) -> None:
-        for chunk in batch:
-            if chunk.usage is not None:
-                self.usage = chunk.usage
-            for piece in chunk.choices:
-                found = self._choices.get(piece.index)
-                if found is None:
-                    self._choices[piece.index] = dataclasses.replace(piece)
-                    continue
-                found.text += piece.text
-                found.finish_reason = found.finish_reason or piece.finish_reason
-                found.logprobs = _joined(found.logprobs, piece.logprobs)
-                if isinstance(found, ChatChoice) and isinstance(piece, ChatChoice):
-                    found.tool_calls = (found.tool_calls or []) + (piece.tool_calls or []) or None
-                    found.function_call = _joined_function(found.function_call, piece.function_call)
-                    if piece.refusal:
-                        found.refusal = (found.refusal or "") + piece.refusal
-
-    def entry(self) -> Entry | None:
-        if not self.complete:
-            return None
-        choices = []
-        for i in sorted(self._choices):
-            choice = self._choices[i]
-            if isinstance(choice, ChatChoice) and choice.tool_calls:
-                whole = _whole_calls(choice.tool_calls)
-                if whole is None:
-                    return None
-                choice = dataclasses.replace(choice, tool_calls=whole)
-            choices.append(choice)
-        if not choices or not storable(choices, self.usage):
-            return None
-        assert self.usage is not None
-        return Entry(choices, self.usage)
-
-
-def _whole_calls(pieces: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """A stream's pieces of tool calls (OpenAI's deltas: each with its call's index; the id and the
-    function's name in its first piece, the arguments in pieces) as whole calls in index order;
-    None when they do not make whole calls (an answer not to keep)."""
-    calls: dict[int, dict[str, Any]] = {}
-    for piece in pieces:
-        index, function = piece.get("index"), piece.get("function") or {}
-        call = calls.get(index) if isinstance(index, int) else None
-        if call is None:
-            if not isinstance(index, int) or not piece.get("id") or not function.get("name"):
-                return None
-            call = calls[index] = {"id": piece["id"], "type": "function",
-                                   "function": {"name": function["name"], "arguments": ""}}
-        call["function"]["arguments"] += function.get("arguments") or ""
-    return [calls[i] for i in sorted(calls)]
-
-
-def _joined_function(found: dict[str, Any] | None, piece: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The deprecated `function_call` of a stream: its name in the first piece, its arguments in pieces."""
-    if piece is None:
-        return found
-    if found is None:
-        return dict(piece)
-    return found | {"arguments": (found.get("arguments") or "") + (piece.get("arguments") or "")}
-
-
-class Relay:
-    """A vendor stream's rest, passed on as it is, its answer (with its `first` chunks) kept in
-    the cache once the vendor ended it cleanly. Closing it closes the vendor's stream, whether
-    or not it was read (a stream's response closes what it was given)."""
-
-    __slots__ = ("_rest", "_collected", "_model", "_looked", "_ended")
-
-    def __init__(self, first: list[Chunk], rest: AsyncIterator[list[Chunk]], model: str, looked: Lookup) -> None:
-        self._rest = rest
-        self._collected = Collected()
-        self._collected.add(first)
-        self._model = model
-        self._looked = looked
-        self._ended = False
-
-    def __aiter__(self) -> Relay:
-        return self
-
-    async def __anext__(self) -> list[Chunk]:
-        try:
-            batch = await anext(self._rest)
-        except StopAsyncIteration:
-            if not self._ended:
-                self._ended = True
-                self._collected.complete = True
-                await self._looked.keep(self._model, self._collected.entry())
-            raise
-        self._collected.add(batch)
-        return batch
-
-    async def aclose(self) -> None:
-        await self._rest.aclose()  # type: ignore[attr-defined]
-
-
 async def NO_MORE() -> AsyncIterator[list[Chunk]]:  # noqa: N802 (a hit's stream has no rest)
     return
     yield
-
-
-def _joined(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Two pieces' logprobs as one (legacy lists, or chat's `content`/`refusal` lists, concatenated)."""
-    if a is None or b is None:
-        return a if b is None else dict(b)
-    joined = dict(a)
-    for name, value in b.items():
-        mine = joined.get(name)
-        joined[name] = mine + value if isinstance(mine, list) and isinstance(value, list) else \
-            (value if value is not None else mine)
-    return joined
 
 
 # -- a request's lookup ------------------------------------------------------------------------

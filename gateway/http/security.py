@@ -3,7 +3,8 @@
 (gateway/store/accounts.py): the key must be known, neither expired (401 `key_expired`) nor past
 a rotation's grace, and hold the scope the operation's security requirement names in openapi.json
 (403 `insufficient_scope`). Connexion runs security before body validation (no key and a bad
-body: 401). And who is an operator: who may read /metrics and /readyz's detail."""
+body: 401). A caller's own vendor key is refused (`refuse_callers_vendor_key`). And who is an
+operator: who may read /metrics and /readyz's detail."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from connexion.lifecycle import ConnexionRequest
 from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
-from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDenied, clip
+from gateway.core.errors import AuthenticationFailed, BadRequest, GatewayError, PermissionDenied, clip
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
 from gateway.store.accounts import Caller
@@ -74,6 +75,19 @@ def refused(caller: Caller, scopes: Iterable[str], now: float) -> GatewayError |
 
 
 SECURITY_MAP = security_map(authenticate)
+# The caller's own vendor key, as scale-gp-beta sends its `x_openai_api_key` (a header; the body
+# field of the same name is refused by every vendor's chat record).
+CALLERS_VENDOR_KEY = "x-openai-api-key"
+
+
+def refuse_callers_vendor_key(headers: Headers) -> None:
+    """A request carrying the caller's own OpenAI key is refused (400 naming the header), as the
+    body field is: served with the gateway's keys and billed to the account, it would be accepted
+    and ignored."""
+    if CALLERS_VENDOR_KEY in headers:
+        raise BadRequest(f"header '{CALLERS_VENDOR_KEY}' is not supported: the gateway serves every request with "
+                         "its own vendor keys, limited and billed to the account, and a caller's OpenAI key would "
+                         "bypass both", code="unsupported_parameter", param=CALLERS_VENDOR_KEY)
 
 
 # -- operators: who may read /metrics and /readyz's detail ----------------------------------------

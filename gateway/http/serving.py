@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.http import cache, event_stream
+from gateway.http.cache_relay import Relay
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
 from gateway.planner import fallbacks
@@ -61,7 +62,7 @@ async def serve(request: HandlerRequest, life: Lifecycle, requested: str, plan_f
         headers = life.headers(models | looked.header())
         if started.result is None:
             assert started.first is not None and started.rest is not None
-            rest = started.rest if looked.key is None else cache.Relay(started.first, started.rest, plan.model, looked)
+            rest = started.rest if looked.key is None else Relay(started.first, started.rest, plan.model, looked)
             return life.stream(answer.stream(plan, started.first, rest, life), headers)
         result = started.result
         usage = result.usage or await life.estimated_usage(plan.prompts, answer.echoed(plan), result.choices)

@@ -93,6 +93,17 @@ def refused(messages: list[dict[str, Any]], api: str, image_problem: Callable[[s
     return None
 
 
+def first_image(messages: list[dict[str, Any]]) -> str | None:
+    """Where the conversation's first image part stands (`messages[i].content[j]`), or None: what a
+    model that reads text only refuses by name."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if part.get("type") == "image_url":
+                return f"messages[{i}].content[{j}]"
+    return None
+
+
 def uses_functions(call: ChatCall) -> bool:
     """Whether the call speaks the deprecated functions (planner/chat_rules.py: never with tools)."""
     return call.parameters.get("functions") is not None or call.parameters.get("function_call") is not None or \

@@ -40,7 +40,7 @@ from typing import Any
 from gateway.core.chat import ChatCall, ChatChoice, content_text
 from gateway.core.completion import Choice, Chunk, Result
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
-from gateway.vendors import conversation
+from gateway.vendors import conversation, logprobs
 from gateway.vendors import gemini_wire as wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.gemini_wire import GeminiOptions
@@ -208,8 +208,7 @@ class ChatReader(wire.Reader):
     def __init__(self, call: ChatCall, streamed: bool) -> None:
         super().__init__(call.n)
         self._streamed = streamed
-        asked = call.parameters.get("logprobs") is True
-        self._top = (call.parameters.get("top_logprobs") or 0) if asked else None
+        self._top = logprobs.chat_alternatives(call.parameters)
         self._calls = [0] * call.n  # function calls so far per candidate
 
     def choice(self, index: int, parts: list[dict[str, Any]], finish: str, candidate: dict[str, Any]) -> Choice:

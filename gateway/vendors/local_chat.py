@@ -1,10 +1,12 @@
 """The embedded model's chat: the conversation rendered by the model's own chat template (SmolLM2
 ships one; llama.cpp's engine applies it), `response_format` by the engine's constrained decoding
-(llama.cpp turns a JSON schema, or "a JSON object", into a grammar), logprobs from the engine.
+(llama.cpp turns a JSON schema, or "a JSON object", into a grammar), logprobs from the engine as
+OpenAI gives them (vendors/logprobs.py `as_asked`).
 
 The engine is asked once per choice, each with `seed + i`, as the completions side does: its own
 `n` reports one choice's usage only. Tools are refused: SmolLM2's template has no tool calling,
-and a tool call forced by grammar would be the gateway's invention, not the model's.
+and a tool call forced by grammar would be the gateway's invention, not the model's. So is an
+image part, by where it stands: the model reads text only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choi
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.core.streams import merged
+from gateway.vendors import conversation, logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.local_engine import EngineError
 from gateway.vendors.openai_chat import CALLER_KEY, read_chat_chunk
@@ -32,7 +35,7 @@ _REFUSED = {
     "x-openai-api-key": CALLER_KEY,
 }
 # Written into the engine's request as they are (OpenAI's names are llama.cpp's).
-_PASSED = ("logit_bias", "logprobs", "top_logprobs", "stop", "response_format", "top_k")
+_PASSED = ("logit_bias", "stop", "response_format", "top_k")
 
 
 def _capabilities() -> Capabilities:
@@ -53,6 +56,13 @@ CHAT = _capabilities()
 class LocalChat:
     """The chat methods of the LocalAdapter (vendors/local.py mixes it in)."""
 
+    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+        """An image part, by where it stands: the model reads text only (the engine would fail on it)."""
+        where = conversation.first_image(call.messages)
+        if where is not None:
+            return where, f"an image part, and model '{call.model}' reads text only"
+        return None
+
     async def chat_complete(self, call: ChatCall) -> Result:
         self._ready(call.model)  # type: ignore[attr-defined]
         await cleared()
@@ -61,7 +71,7 @@ class LocalChat:
         async with aclosing(self._choices(call)) as pieces:
             parts: dict[int, list[str]] = {}
             finishes: dict[int, str | None] = {}
-            logprobs: dict[int, list[Any]] = {}
+            tokens: dict[int, list[Any]] = {}  # each choice's logprobs entries
             async for i, piece in pieces:
                 if isinstance(piece, Usage):
                     usages.append(piece)
@@ -71,11 +81,11 @@ class LocalChat:
                     heard(i, piece.text)
                 finishes[i] = piece.finish_reason or finishes.get(i)
                 if piece.logprobs and piece.logprobs.get("content"):
-                    logprobs.setdefault(i, []).extend(piece.logprobs["content"])
+                    tokens.setdefault(i, []).extend(piece.logprobs["content"])
+        asked = logprobs.chat_alternatives(call.parameters) is not None
         for i in range(call.n):
-            asked = call.parameters.get("logprobs") is True
             choices.append(ChatChoice(i, "".join(parts.get(i, ())), finishes.get(i) or "stop",
-                                      {"content": logprobs.get(i, []), "refusal": None} if asked else None))
+                                      {"content": tokens.get(i, []), "refusal": None} if asked else None))
         return Result(choices, self._usage(usages, call.n))
 
     async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
@@ -102,12 +112,14 @@ class LocalChat:
 
     async def _engine_chat(self, call: ChatCall, choice: int) -> AsyncIterator[ChatChoice | Usage]:
         engine = self._engine  # type: ignore[attr-defined]
+        asked = logprobs.chat_alternatives(call.parameters)
         async with aclosing(engine.generate(self._chat_body(call, choice), chat=True)) as chunks:
             async for raw in chunks:
                 try:
                     chunk = read_chat_chunk(raw, 1)
                 except (read.Reported, *read.READ_ERRORS) as exc:
                     raise EngineError(f"malformed engine chunk: {exc}") from None
+                logprobs.as_asked(chunk.choices, asked)
                 for piece in chunk.choices:
                     piece.index = choice
                     yield piece  # type: ignore[misc]
@@ -137,6 +149,10 @@ class LocalChat:
         for name in _PASSED:
             if given.get(name) is not None:
                 body[name] = given[name]
+        asked = logprobs.chat_alternatives(given)
+        if asked is not None:  # (cut back to what was asked as the pieces are read: _engine_chat)
+            body["logprobs"] = True
+            body["top_logprobs"] = logprobs.engine_alternatives(asked)
         seed = choice_seed(given.get("seed"), choice)
         if seed is not None:
             body["seed"] = engine_seed(seed)

@@ -1,6 +1,7 @@
 """Token log-probabilities in the legacy completions shape, from llama.cpp's chat-style ones (the
 embedded engine, and OpenAI-compatible servers built on llama.cpp, answer /v1/completions so), and
 the rule every conversion of ours follows: a token's `top_logprobs` always holds the token itself.
+And chat's logprobs as OpenAI gives them (`chat_alternatives`, `as_asked`).
 
 llama.cpp reports logprobs chat-style (`{"content": [{"id", "token", "bytes", "logprob",
 "top_logprobs": [...]}]}`); the contract wants the legacy shape: parallel lists `tokens`,
@@ -17,7 +18,7 @@ characters.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,3 +119,40 @@ def with_sampled(token: str, logprob: float | None, alternatives: Iterable[tuple
 def concat(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Two consecutive legacy pieces of one choice (the echoed prompt, then the completion)."""
     return {key: first[key] + second[key] for key in first}
+
+
+# -- chat ------------------------------------------------------------------------------------------
+# OpenAI's chat gives every token of a choice its entry (token, logprob, bytes) once `logprobs: true`,
+# with `top_logprobs` alternatives each: none when it is absent or 0. llama.cpp's engine (the
+# embedded model's, and its OpenAI-compatible server) gives alternatives of its own choosing when
+# it is absent, and no entries at all for 0: it is asked for at least one (`engine_alternatives`),
+# and what it gives is cut back to what was asked (`as_asked`).
+
+
+def chat_alternatives(parameters: Mapping[str, Any]) -> int | None:
+    """The alternatives per token a chat call asks for: None without `logprobs: true`, else
+    `top_logprobs`, 0 when it is absent."""
+    if parameters.get("logprobs") is not True:
+        return None
+    return parameters.get("top_logprobs") or 0
+
+
+def engine_alternatives(asked: int) -> int:
+    """What an engine that reads `top_logprobs: 0` (or none) as "no entries" is asked for."""
+    return max(asked, 1)
+
+
+def as_asked(choices: Iterable[Any], asked: int | None) -> None:
+    """Chat choices' (or a stream's pieces') logprobs as OpenAI gives them for `asked`
+    (chat_alternatives): none when they were not asked for, at most `asked` alternatives a token."""
+    for choice in choices:
+        logprobs = choice.logprobs
+        if logprobs is None:
+            continue
+        if asked is None:
+            choice.logprobs = None
+            continue
+        for entries in logprobs.values():
+            for entry in entries or ():
+                if len(entry["top_logprobs"]) > asked:
+                    entry["top_logprobs"] = entry["top_logprobs"][:asked]

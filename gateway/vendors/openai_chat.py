@@ -3,7 +3,8 @@ of chat answers for every engine that speaks it (the embedded model's too, vendo
 
 The contract is this protocol, so a request goes on as the client wrote it, less what the gateway
 keeps for itself (the caller's OpenAI key, refused; `user` on a server that has no use for it,
-recorded by the gateway) and with usage always asked for in a stream. Every answer is read as
+recorded by the gateway) and with usage always asked for in a stream; logprobs are asked of a
+server as it can give OpenAI's, and cut back to them (vendors/logprobs.py). Every answer is read as
 untrusted: choices within `n`, finish reasons from the contract's list, tool calls with ids and
 names, logprobs bounded and rebuilt from checked values, so nothing unexpected passes through.
 """
@@ -19,9 +20,11 @@ import orjson
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
-from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
+from gateway.core.parameters import CHAT_PARAMETERS, NATIVE, Capabilities, Support, emulated, native, unsupported
+from gateway.vendors import logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.answers import JsonEvents
+from gateway.vendors.openai_servers import Server
 from gateway.vendors.vendor_errors import payload_message
 
 CHAT_COMPLETIONS = "/chat/completions"
@@ -75,24 +78,44 @@ class OpenAIChat:
 
     name: str
     chat_capabilities: Capabilities
+    server: Server
 
     async def chat_complete(self, call: ChatCall) -> Result:
-        return await self._post_json(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
-                                     call.served_by, lambda data: self._chat_answer(data, call.n))
+        asked = logprobs.chat_alternatives(call.parameters)
+        return await self._post_json(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
+                                     call.served_by, lambda data: self._chat_answer(data, call.n, asked))
 
-    def _chat_answer(self, data: Any, n: int) -> Result:
+    def _chat_answer(self, data: Any, n: int, asked: int | None) -> Result:
         try:
-            return read_chat(data, n)
+            result = read_chat(data, n)
         except read.READ_ERRORS as exc:
             raise VendorFailed(f"vendor '{self.name}' sent a malformed chat completion: {read.why(exc)}",
                                vendor=self.name) from None
+        logprobs.as_asked(result.choices, asked)
+        return result
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
-        def decoder() -> JsonEvents[Chunk]:
-            return JsonEvents(self._config, lambda data: read_chat_chunk_json(data, call.n))  # type: ignore[attr-defined]
+        asked = logprobs.chat_alternatives(call.parameters)
 
-        return self._sse_chunks(CHAT_COMPLETIONS, chat_payload(call, self.chat_capabilities),  # type: ignore[attr-defined]
+        def chunk(data: str | bytes) -> Chunk:
+            found = read_chat_chunk_json(data, call.n)
+            logprobs.as_asked(found.choices, asked)
+            return found
+
+        def decoder() -> JsonEvents[Chunk]:
+            return JsonEvents(self._config, chunk)  # type: ignore[attr-defined]
+
+        return self._sse_chunks(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
                                 call.served_by, decoder)
+
+    def _chat_payload(self, call: ChatCall, asked: int | None) -> dict[str, Any]:
+        """The payload; logprobs asked of a server that reads `top_logprobs: 0` (or none) as "no
+        entries" ask for one alternative at least (cut back as the answer is read)."""
+        payload = chat_payload(call, self.chat_capabilities)
+        native = self.chat_capabilities["top_logprobs"].kind == NATIVE
+        if asked is not None and native and not self.server.zero_logprobs:
+            payload["top_logprobs"] = logprobs.engine_alternatives(asked)
+        return payload
 
 
 def read_chat(data: Any, n: int) -> Result:

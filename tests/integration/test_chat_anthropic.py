@@ -53,8 +53,8 @@ def test_without_a_maximum_the_documented_default_is_sent(oai, anthropic_upstrea
     oai.chat.completions.create(model="anthropic/claude-x", messages=USER, stop=[" w1"])
     assert _sent(anthropic_upstream)["max_tokens"] == 4096
     anthropic_upstream.clear()
-    oai.chat.completions.create(model="anthropic/claude-x", messages=USER, max_tokens=9, max_completion_tokens=2)
-    assert _sent(anthropic_upstream)["max_tokens"] == 2  # max_completion_tokens wins
+    oai.chat.completions.create(model="anthropic/claude-x", messages=USER, max_completion_tokens=2)
+    assert _sent(anthropic_upstream)["max_tokens"] == 2  # (with max_tokens too: a 400, test_chat_mistakes.py)
 
 
 def test_stop_ends_the_choice_with_stop(oai):

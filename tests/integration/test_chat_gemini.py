@@ -197,6 +197,15 @@ def test_logprobs_come_in_the_chat_shape(oai, gemini_upstream):
     assert (config["responseLogprobs"], config["logprobs"]) == (True, 2)
 
 
+@pytest.mark.parametrize("top", [None, 0], ids=["absent", "zero"])
+def test_logprobs_without_alternatives_give_each_token_its_entry(oai, gemini_upstream, top):
+    asked = {} if top is None else {"top_logprobs": top}
+    answer = oai.chat.completions.create(model="gemini/gem-x", messages=USER, max_tokens=2, logprobs=True, **asked)
+    content = answer.choices[0].logprobs.content
+    assert [(t.token, t.top_logprobs) for t in content] == [(" w0", []), (" w1", [])]
+    assert _sent(gemini_upstream)["body"]["generationConfig"].get("logprobs") == top
+
+
 @pytest.mark.parametrize(("extra", "param"), [
     ({"parallel_tool_calls": False, "tools": TOOLS}, "parallel_tool_calls"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),

@@ -241,6 +241,25 @@ def test_chat_style_logprobs_of_a_compatible_server_arrive_in_the_legacy_shape(t
     assert streamed_lp["token_logprobs"] == pytest.approx(lp["token_logprobs"], abs=1e-4)
 
 
+@pytest.mark.parametrize("top", [None, 0, 2], ids=["absent", "zero", "two"])
+def test_chat_logprobs_are_openais_whatever_llamacpp_gives_for_top_logprobs(through, engine, top):
+    """llama.cpp gives alternatives of its own choosing without top_logprobs, and no entries for 0;
+    the client gets OpenAI's: an entry per token, `top_logprobs` alternatives each."""
+    body = {"model": through.model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3,
+            "temperature": 0, "logprobs": True, **({} if top is None else {"top_logprobs": top})}
+    r = through.client.post("/v5/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert len(content) == answer["usage"]["completion_tokens"] == 3
+    assert all(len(token["top_logprobs"]) == (top or 0) for token in content)
+    r = through.client.post("/v5/chat/completions", json={**body, "stream": True})
+    streamed_content = [token for chunk in chunks_of(r.text) for c in chunk["choices"] if c.get("logprobs")
+                        for token in c["logprobs"]["content"]]
+    assert [t["token"] for t in streamed_content] == [t["token"] for t in content]
+    assert all(len(token["top_logprobs"]) == (top or 0) for token in streamed_content)
+
+
 def test_an_unreachable_server_is_named_by_its_vendor_never_by_its_address(database):
     port = free_port()  # nothing listens there
     env = {"GATEWAY_DATABASE_URL": database.url, "GATEWAY_VENDOR_LOCAL_ENABLED": "0", "OPENAI_API_KEY": "sk-unused",

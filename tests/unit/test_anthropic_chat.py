@@ -60,8 +60,6 @@ def test_empty_messages_are_dropped_before_turns_merge():
     ({"role": "function", "name": "f", "content": "x"}, "a function message answering no earlier function_call"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,AAAA"}}]},
      "image/bmp"),
-    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]},
-     "not valid base64"),
     ({"role": "assistant", "content": None, "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}, "JSON object"),
 ])

@@ -55,3 +55,11 @@ def test_the_one_tool_call_is_the_function_call():
 def test_several_calls_cannot_be_one_function_call(calls):
     with pytest.raises(read.Malformed):
         conversation.as_function_call(ChatChoice(0, "", tool_calls=calls))
+
+
+def test_the_first_image_part_is_named_by_where_it_stands():
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "x"}]},
+                {"role": "user", "content": [{"type": "text", "text": "y"}, image, image]}]
+    assert conversation.first_image(messages) == "messages[2].content[1]"
+    assert conversation.first_image(messages[:2]) is None

@@ -1,6 +1,7 @@
 """The response cache in-process: its key and what may be cached (gateway/http/cache.py), its entry
-and a stream put back together, and its stores (gateway/store/response_cache.py), memory with an
-injected clock, Redis with a server of the test's own that it stops."""
+and a stream put back together (gateway/http/cache_relay.py), and its stores
+(gateway/store/response_cache.py), memory with an injected clock, Redis with a server of the
+test's own that it stops."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.datastructures import Headers
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import ValidationFailed
-from gateway.http import cache
+from gateway.http import cache, cache_relay
 from gateway.store.response_cache import MemoryStore, RedisStore
 from tests.support.clocks import ManualClock
 from tests.support.redis_servers import RedisServer
@@ -104,7 +105,7 @@ def test_what_is_not_kept_an_estimate_no_usage_a_tool_call_not_whole():
 
 
 def test_a_streamed_tool_call_is_kept_whole_and_streams_in_one_piece():
-    collected = cache.Collected()
+    collected = cache_relay.Collected()
     collected.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "id": "call_1", "type": "function",
                                                          "function": {"name": "get_weather", "arguments": ""}}])])])
     collected.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "function": {"arguments": '{"city": '}}])])])
@@ -116,7 +117,7 @@ def test_a_streamed_tool_call_is_kept_whole_and_streams_in_one_piece():
     assert entry.choices[0].finish_reason == "tool_calls"
     (text,) = [chunk for chunk in cache.chunks(entry) if any(c.tool_calls for c in chunk.choices)]
     assert text.choices[0].tool_calls == [{"index": 0} | CALL]
-    broken = cache.Collected()  # a piece before its call's first (no id, no name): not kept
+    broken = cache_relay.Collected()  # a piece before its call's first (no id, no name): not kept
     broken.add([Chunk([ChatChoice(0, "", tool_calls=[{"index": 0, "function": {"arguments": "{}"}}])]),
                 Chunk([], usage=Usage(1, 1))])
     broken.complete = True
@@ -124,7 +125,7 @@ def test_a_streamed_tool_call_is_kept_whole_and_streams_in_one_piece():
 
 
 def test_a_stream_put_back_together_is_its_whole_answer():
-    collected = cache.Collected()
+    collected = cache_relay.Collected()
     collected.add([Chunk([Choice(0, "a", None, {"tokens": ["a"], "token_logprobs": [None]}), Choice(1, "x")])])
     collected.add([Chunk([Choice(0, "b", "stop", {"tokens": ["b"], "token_logprobs": [-0.5]}),
                           Choice(1, "y", "length")])])
@@ -136,6 +137,88 @@ def test_a_stream_put_back_together_is_its_whole_answer():
     assert entry.choices == [Choice(0, "ab", "stop", {"tokens": ["a", "b"], "token_logprobs": [None, -0.5]}),
                              Choice(1, "xy", "length")]
     assert entry.usage == Usage(3, 4)
+
+
+class Copies:
+    """Counts what concatenations copy: characters of texts, items of lists (`+` makes a new one)."""
+
+    count = 0
+
+    @classmethod
+    def text(cls, value: str) -> str:
+        return _CountedText(value)
+
+    @classmethod
+    def items(cls, *values) -> list:
+        return _CountedList(values)
+
+
+class _CountedText(str):
+    def __add__(self, other):
+        Copies.count += len(self) + len(other)
+        return str.__add__(self, other)
+
+    def __radd__(self, other):
+        Copies.count += len(other) + len(self)
+        return str.__add__(other, self)
+
+
+class _CountedList(list):
+    def __add__(self, other):
+        Copies.count += len(self) + len(other)
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        Copies.count += len(other) + len(self)
+        return list(other) + list(self)
+
+
+def _stream(pieces: int) -> list[list[Chunk]]:
+    """A stream's batches of `pieces` pieces per choice: a tool call's arguments and a deprecated
+    function's, chat content with its logprobs and a refusal, and a completion with legacy logprobs."""
+    token = {"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": Copies.text("")}}
+    batches = [[Chunk([ChatChoice(0, "", tool_calls=Copies.items(call)),
+                       ChatChoice(1, "", function_call={"name": "g", "arguments": Copies.text("")}),
+                       ChatChoice(2, Copies.text(""), logprobs={"content": Copies.items(), "refusal": None}),
+                       Choice(3, Copies.text(""), logprobs={"tokens": Copies.items(),
+                                                             "token_logprobs": Copies.items()})])]]
+    for _ in range(pieces):
+        batches.append([Chunk([
+            ChatChoice(0, "", tool_calls=Copies.items({"index": 0, "function": {"arguments": Copies.text("7,")}})),
+            ChatChoice(1, "", function_call={"arguments": Copies.text("8,")}),
+            ChatChoice(2, Copies.text("a"), logprobs={"content": Copies.items(token), "refusal": None},
+                       refusal=Copies.text("r")),
+            Choice(3, Copies.text("b"), logprobs={"tokens": Copies.items("b"),
+                                                  "token_logprobs": Copies.items(-0.5)})])])
+    batches.append([Chunk([ChatChoice(0, "", "tool_calls"), ChatChoice(1, "", "function_call"),
+                           ChatChoice(2, "", "stop"), Choice(3, "", "length")]), Chunk([], usage=Usage(3, 4))])
+    return batches
+
+
+@pytest.mark.parametrize("pieces", [1_000, 4_000])
+def test_a_stream_is_collected_in_work_linear_in_its_pieces(pieces):
+    """Nothing a stream collected is copied again for each piece that follows (that was quadratic:
+    docs/performance.md): what concatenations copy stays within what the stream carried."""
+    batches = _stream(pieces)
+    Copies.count = 0
+    collected = cache_relay.Collected()
+    for batch in batches:
+        collected.add(batch)
+    collected.complete = True
+    entry = collected.entry()
+    carried = pieces * 8  # characters and items the pieces carry, one or two each per choice
+    assert Copies.count <= carried, f"{Copies.count} copied for {carried} carried"
+    assert entry is not None
+    calls, function, chat, legacy = entry.choices
+    assert calls.tool_calls == [{"id": "call_1", "type": "function", "function": {"name": "f",
+                                                                                  "arguments": "7," * pieces}}]
+    assert function.function_call == {"name": "g", "arguments": "8," * pieces}
+    assert (chat.text, chat.refusal, len(chat.logprobs["content"])) == ("a" * pieces, "r" * pieces, pieces)
+    assert (legacy.text, legacy.logprobs["tokens"], legacy.finish_reason) == ("b" * pieces, ["b"] * pieces, "length")
+    sent = batches[1][0].choices  # the pieces, sent to the client too, are left as they are
+    assert (sent[0].tool_calls[0]["function"]["arguments"], sent[2].text, len(sent[2].logprobs["content"])) == \
+        ("7,", "a", 1)
 
 
 def test_a_hit_streams_as_a_vendor_would():

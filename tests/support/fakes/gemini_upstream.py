@@ -203,6 +203,8 @@ def _logprobs(config: dict[str, Any], i: int, tokens: list[str], first: int) -> 
     r = config.get("seed", 0) + i
     chosen = [{"token": t, "logProbability": -0.5 * ((r + 1) % 3 + 1) - 0.01 * (first + k)}
               for k, t in enumerate(tokens)]  # fmt: skip
+    if "logprobs" not in config:  # (no number of top candidates asked: the chosen ones alone)
+        return {"chosenCandidates": chosen}
     top = [{"candidates": [c, *({"token": f" alt{j}", "logProbability": c["logProbability"] - 1 - j}
                                 for j in range(config["logprobs"] - 1))][: config["logprobs"]]}
            for c in chosen]  # fmt: skip

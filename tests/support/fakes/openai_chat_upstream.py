@@ -1,6 +1,7 @@
 """The fake OpenAI server's `/v1/chat/completions` (tests/support/fakes/openai_upstream.py routes to it).
 
-It checks the request against OpenAI's chat shape (a 400 naming what is wrong, as OpenAI would)
+It checks the request against OpenAI's chat shape (a 400 naming what is wrong, as OpenAI would:
+integers written as JSON integers, not both `max_tokens` and `max_completion_tokens`)
 and answers deterministically: choice i says " w0 w1 ..." up to max_tokens (default 8), cut at
 the first stop sequence; with tools (and tool_choice not "none") it calls the first tool, or the
 one named, with `{"said": <the last user message>}`. Model `bad-args` calls it with arguments that
@@ -15,6 +16,7 @@ import json
 from typing import Any
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+INTEGERS = ("n", "max_tokens", "max_completion_tokens", "top_logprobs", "seed", "top_k")
 
 
 def wire_problem(request: dict[str, Any]) -> str | None:
@@ -29,6 +31,11 @@ def wire_problem(request: dict[str, Any]) -> str | None:
             return f"messages[{i}].tool_call_id is required"
     if "x-openai-api-key" in request:
         return "unknown parameter x-openai-api-key"
+    for name in INTEGERS:
+        if request.get(name) is not None and type(request[name]) is not int:
+            return f"Invalid type for '{name}': expected an integer, but got a decimal number instead."
+    if request.get("max_tokens") is not None and request.get("max_completion_tokens") is not None:
+        return "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported."
     if request.get("stream") and request.get("stream_options") != {"include_usage": True}:
         return "the gateway must ask for usage in a stream"
     for tool in request.get("tools") or ():
