@@ -71,7 +71,9 @@ class Caller:
     scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
     expires: float | None = None
     ends: float | None = None
-    limited: bool = False  # whether the key had limits of its own when it was looked up (http/security.py)
+    # The subjects, ("key", id) or ("account", id), that had limits when the key was looked up: a
+    # gateway's copy of the limits must hold them before the key is served (http/security.py).
+    limited: frozenset[tuple[str, str]] = frozenset()
     replaced_by: str | None = None
 
     def account(self, selected: str | None) -> str:
@@ -371,7 +373,10 @@ async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
         select(api_keys.c.id, api_keys.c.name, api_keys.c.scopes, api_keys.c.expires_at, api_keys.c.revoked_at,
                api_keys.c.replaced_by, key_accounts.c.account_id,
                select(limits.c.subject_id).where(limits.c.subject == "key", limits.c.subject_id == api_keys.c.id)
-               .exists().label("limited"))
+               .exists().label("limited"),
+               select(limits.c.subject_id).where(limits.c.subject == "account",
+                                                 limits.c.subject_id == key_accounts.c.account_id)
+               .exists().label("account_limited"))
         .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
         .where(api_keys.c.digest == key_digest)
     )
@@ -380,9 +385,12 @@ async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
     if not rows:
         return None
     first = rows[0]
+    limited = {("account", r.account_id) for r in rows if r.account_limited}
+    if first.limited:
+        limited.add(("key", first.id))
     return Caller(first.id, frozenset(r.account_id for r in rows), first.name, frozenset(first.scopes.split()),
                   first.expires_at.timestamp() if first.expires_at else None,
-                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited), first.replaced_by)
+                  first.revoked_at.timestamp() if first.revoked_at else None, frozenset(limited), first.replaced_by)
 
 
 def _reason(exc: BaseException) -> str:

@@ -257,7 +257,11 @@ async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
 class LimitsTable:
     """The whole limits table, reread every `ttl` seconds in the background: a request looks its
     subjects up in a dict, and a change made with the CLI reaches every gateway within `ttl`. While
-    the database cannot be read, the last copy stays in force (and the log says so)."""
+    the database cannot be read, the last copy stays in force (and the log says so).
+
+    One read at a time, shared by whoever asks for one meanwhile (`load`), and applied in the order
+    the reads began: a burst of requests of a new key reads the table once, and an older copy
+    never replaces a newer one."""
 
     engine: AsyncEngine
     ttl: float
@@ -266,10 +270,30 @@ class LimitsTable:
     on_change: Callable[[dict[Subject, Limits]], None] | None = None
     _task: asyncio.Task[None] | None = None
     _failing: bool = False
+    _reading: asyncio.Task[None] | None = None  # the read under way
+    _begun: int = 0  # reads begun so far
+    _applied: int = 0  # the last read applied (the number of its beginning)
 
     async def load(self) -> None:
-        async with self.engine.connect() as connection:
-            found = await read_all(connection)
+        """Returns once a read of the table begun after this call has been applied: a read under
+        way may have begun before a change the caller must see, so it is waited for, then another
+        (one that the callers arriving meanwhile share) is made."""
+        wanted = self._begun + 1
+        while self._applied < wanted:
+            if self._reading is None:
+                self._reading = asyncio.create_task(self._read(), name="limits-read")
+                self._reading.add_done_callback(_retrieved)
+            await asyncio.shield(self._reading)
+
+    async def _read(self) -> None:
+        self._begun += 1
+        number = self._begun
+        try:
+            async with self.engine.connect() as connection:
+                found = await read_all(connection)
+        finally:
+            self._reading = None
+        self._applied = number
         if found != self.subjects:
             self.subjects = found
             if self.on_change is not None:
@@ -300,4 +324,9 @@ class LimitsTable:
 
     def of(self, subject: Subject) -> Limits | None:
         return self.subjects.get(subject)
+
+
+def _retrieved(read: asyncio.Task[None]) -> None:
+    if not read.cancelled():
+        read.exception()  # a read every waiter gave up on is not reported as never retrieved
 
