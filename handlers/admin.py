@@ -165,7 +165,7 @@ async def revoke_key(request: HandlerRequest) -> Response:
 async def rotate_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
-                                            request.body["grace_seconds"]))
+                                            request.body["grace_seconds"], request.services.settings.key_cache_seconds))
     request.services.keys.forget(key_id)  # its grace's end, known here at once
     return await _new_key(request, new, replaces=old)
 

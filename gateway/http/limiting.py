@@ -318,7 +318,8 @@ def _error(grant: Grant, key_id: str, model: str) -> GatewayError:
 
 
 def _who(subject: Subject, key_id: str) -> str:
-    return f"key {key_id}" if subject.id == key_id and subject.kind == "key" else f"account {subject.id} (key {key_id})"
+    # (A key's subject is the key's, or its lineage's: its rotation chain counts as one.)
+    return f"key {key_id}" if subject.kind == "key" else f"account {subject.id} (key {key_id})"
 
 
 def _budget(grant: Grant, refusal: counters.Refusal) -> str:

@@ -11,8 +11,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,13 +22,12 @@ from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDenied, StorageUnavailable, clip
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
-from gateway.store.accounts import Caller, KeyCache
+from gateway.store import key_cache
+from gateway.store.accounts import Caller
 from gateway.store.limits import LimitsTable
 
 log = logging.getLogger("gateway.limits")
 
-# Seconds since the epoch: when a key's expiry or a rotation's grace is over (tests move it).
-clock: Callable[[], float] = time.time
 # Keys whose limits were removed since the key cache looked them up: the copy of the limits was
 # read again for them once, and is not again until the key is looked up anew (see limits_known).
 MAX_CONFIRMED = 10_000
@@ -44,7 +42,7 @@ async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any
     caller = await services.keys.caller(key)
     if caller is None:
         raise AuthenticationFailed("invalid API key", code="invalid_api_key")
-    refusal = refused(caller, required_scopes or (), clock())
+    refusal = refused(caller, required_scopes or (), key_cache.wall_clock())
     if refusal is not None:
         if isinstance(refusal, PermissionDenied):
             refusal.message += f", which {request.method} {clip(request.url.path)} needs"
@@ -66,7 +64,7 @@ async def limits_known(table: LimitsTable, caller: Caller) -> None:
     if all(subject in subjects for subject in caller.limited):
         return
     try:
-        async with asyncio.timeout(KeyCache.LOOKUP_TIMEOUT):
+        async with asyncio.timeout(key_cache.KeyCache.LOOKUP_TIMEOUT):
             await table.load()
     except Exception as exc:
         log.warning("cannot read the limits of key %s (%s); its request is refused", caller.key_id,

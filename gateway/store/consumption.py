@@ -10,14 +10,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.limits import KEY, Period, Subject, Unit
 from gateway.store.meter import CACHE_HIT
-from gateway.store.tables import ledger
+from gateway.store.tables import api_keys, ledger
+
+
+def of_subject(subject: Subject) -> ColumnElement[bool]:
+    """The ledger rows of `subject`: an account's, or a key's and those of every key of its
+    lineage (a key counts under its rotation chain's first: store/limits.py counted_as)."""
+    if subject.kind != KEY:
+        return ledger.c.account_id == subject.id
+    chain = select(api_keys.c.id).where((api_keys.c.id == subject.id) | (api_keys.c.lineage == subject.id))
+    return ledger.c.key_id.in_(chain)
 
 
 def _counted(subject: Subject, period: Period) -> tuple[ColumnElement[bool], ...]:
     """The ledger rows that count in `subject`'s budgets of `period`: its requests that started in
     it, cache hits aside."""
-    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
-    return (who == subject.id, ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
+    return (of_subject(subject), ledger.c.started_at >= period.start, ledger.c.started_at < period.end,
             ledger.c.outcome != CACHE_HIT)
 
 

@@ -154,6 +154,14 @@ class Limits:
     # Whether the response cache serves it (gateway/http/cache.py): the key's switch wins over its
     # account's; None says nothing (the cache serves it when the gateway has one).
     cache: bool | None = None
+    # A rotated key's: the first key of its rotation chain, whose counters its requests count in,
+    # so that a key and its successors have one budget (not a limit: read from the key's row).
+    lineage: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether it limits nothing (and says nothing of the cache): a subject with no limits."""
+        return self.rpm is self.tpm is self.concurrent is self.models is self.cache is None and not self.budgets
 
     @property
     def counted(self) -> bool:
@@ -190,11 +198,22 @@ def _from_row(row: Any) -> Limits:
     budgets = tuple(Budget(unit, value, period) for unit in UNITS.values()
                     if (value := getattr(row, unit.limit_column)) is not None)
     return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
-                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache)
+                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache,
+                  lineage=row.lineage if row.lineage != row.subject_id else None)
+
+
+# The limits' rows, a key's with its lineage (store/accounts.py replace_key).
+_ROWS = select(limits, api_keys.c.lineage).outerjoin(
+    api_keys, (limits.c.subject == KEY) & (api_keys.c.id == limits.c.subject_id))
+
+
+def counted_as(subject: Subject, found: Limits) -> Subject:
+    """The subject whose counters `subject`'s requests count in: a rotated key's lineage, else itself."""
+    return Subject(KEY, found.lineage) if found.lineage is not None and subject.kind == KEY else subject
 
 
 async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
-    rows = await connection.execute(select(limits))
+    rows = await connection.execute(_ROWS)
     return {Subject(r.subject, r.subject_id): _from_row(r) for r in rows}
 
 
@@ -240,14 +259,14 @@ async def clear_limits(connection: AsyncConnection, subject: Subject, names: Seq
             cleared["budget_period"] = None
     await connection.execute(limits.update().where(key).values(**cleared, updated_at=datetime.now(UTC)))
     found = await _read(connection, subject)
-    if found is not None and found == Limits():
+    if found is not None and found.empty:
         await connection.execute(delete(limits).where(key))
         return None
     return found
 
 
 async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
-    row = (await connection.execute(select(limits).where(
+    row = (await connection.execute(_ROWS.where(
         (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)))).first()
     return _from_row(row) if row else None
 

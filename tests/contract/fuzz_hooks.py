@@ -30,6 +30,7 @@ Two checks of our own run beside schemathesis's:
 from __future__ import annotations
 
 import json
+import math
 import os
 import zlib
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ from typing import Any
 import jsonschema_rs
 import schemathesis
 
-from gateway.core.config import VendorConfig
+from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict
 from gateway.planner.plan import completion_call
@@ -246,10 +247,15 @@ def _no_budget(limits: dict[str, Any]) -> bool:  # (nor one stored, for a PUT)
     return not any(limits.get(f) is not None for f in ("budget_tokens", "budget_usd"))
 
 
+# The fuzzed gateway's key cache lifetime (the default): a rotation's grace is 0 or at least that.
+KEY_CACHE_SECONDS = math.ceil(Settings.model_fields["key_cache_seconds"].default)
+
+
 UNUSABLE = {
     "expires_at": lambda body: usage.parse_instant(body["expires_at"]) <= datetime.now(UTC),
     "models": lambda body: _no_model(body["models"]),
     "period": _no_budget,
+    "grace_seconds": lambda body: 0 < body["grace_seconds"] < KEY_CACHE_SECONDS,
     # A key made with its limits (POST /v5/admin/keys `limits`): the same faults, and the
     # allow-list given twice.
     "limits.models": lambda body: _no_model(body["limits"]["models"]) or body.get("models") is not None,
