@@ -30,6 +30,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store.accounts import AccountsError, UnknownObject
+from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import NANOS_PER_USD, Prices
 from gateway.store.tables import accounts, api_keys, limits
 
@@ -51,6 +52,9 @@ class Unit:
     # The most a request may consume before it runs: (prices, model, prompt tokens, completion
     # tokens) -> amount; None when it cannot be told (a model without a price, for dollars).
     reserve: Callable[[Prices | None, str, int, int], int | None]
+    # Whether a response cache hit counts in it, by what its ledger row says: dollars count what a
+    # hit is billed (GATEWAY_CACHE_HIT_PRICE); tokens do not count a hit's (no vendor used them).
+    counts_hits: bool = False
     metavar: str = "N"  # how the CLI's help writes an amount
     noun: str = ""  # what an amount is, in the CLI's help (default: the name)
     after: str = ""  # what follows an amount in a message ("30 tokens"; dollars show their sign)
@@ -58,6 +62,21 @@ class Unit:
     @property
     def limit_column(self) -> str:
         return f"budget_{self.name}"
+
+    def reserved(self, prices: Prices | None, model: str, prompt: int, completion: int,
+                 hit_share: float | None = None) -> int | None:
+        """`reserve`, for a cache hit too (`hit_share`: the share of its tokens' price it is billed):
+        what it is billed where the unit counts hits, else nothing."""
+        amount = self.reserve(prices, model, prompt, completion)
+        if amount is None or hit_share is None:
+            return amount
+        return round(amount * hit_share) if self.counts_hits else 0
+
+    def used(self, row: Mapping[str, Any]) -> int:
+        """What a request's ledger row consumed of the unit (a cache hit's, only where hits count)."""
+        if row.get("outcome") == CACHE_HIT and not self.counts_hits:
+            return 0
+        return int(row.get(self.column) or 0)
 
 
 def _count(text: str) -> int:
@@ -96,7 +115,7 @@ TOKENS = Unit("tokens", "total_tokens", parse=_count, show=str,
               reserve=lambda prices, model, prompt, completion: prompt + completion, after=" tokens")
 USD = Unit("usd", "cost_nanos", parse=_dollars, show=_show_dollars,
            reserve=lambda prices, model, prompt, completion: None if prices is None
-           else prices.cost_nanos(model, prompt, completion),
+           else prices.cost_nanos(model, prompt, completion), counts_hits=True,
            metavar="USD", noun="US dollars (e.g. 25 or 12.50), by the gateway's prices,")
 UNITS: dict[str, Unit] = {unit.name: unit for unit in (TOKENS, USD)}
 
