@@ -341,9 +341,10 @@ class LimitsTable:
         self._task = asyncio.create_task(self._refresh_forever(), name="limits-refresh")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._reading):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _refresh_forever(self) -> None:
         while True:
