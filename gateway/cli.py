@@ -140,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
                                                     "the old one works on for the grace period")
     rotate.add_argument("key_id", help="the key's id (key_...)")
     rotate.add_argument("--grace", type=int, default=0, metavar="SECONDS",
-                        help="how long the old key keeps working (default 0: revoked now)")
+                        help="how long the old key keeps working: 0 (the default) revokes it now, else at least "
+                             "key_cache_seconds, so that it ends exactly on every gateway")
     rotate.add_argument("--format", choices=("text", "json"), default="text")
     commands.add_parser("migrate", help="create the database if there is none and bring its tables up to date "
                                         "(what `serve` does first; it creates no account and no key)")
@@ -259,7 +260,7 @@ async def _administer(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"revoked key {args.key_id}; running gateways refuse it within "
                       f"{settings.key_cache_seconds:g}s")
             case "keys", "rotate":
-                old, new = await admin.rotate_key(engine, actor, args.key_id, args.grace)
+                old, new = await admin.rotate_key(engine, actor, args.key_id, args.grace, settings.key_cache_seconds)
                 print(f"key {old.id} works until {as_text(old.revoked_at)}, then is revoked", file=sys.stderr)
                 _print_new_key(new, args.format)
             case "audit", _:

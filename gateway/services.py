@@ -24,7 +24,7 @@ from gateway.http import security, server
 from gateway.http.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
-from gateway.store import accounts, database
+from gateway.store import accounts, database, key_cache
 from gateway.store.counters import Counters, MemoryCounters
 from gateway.store.counters_redis import RedisCounters
 from gateway.store.ledger import Ledger
@@ -112,7 +112,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         raise
     cache = cache_store(settings)
     services = Services(settings=settings, registry=registry, database=engine,
-                        keys=accounts.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
+                        keys=key_cache.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
                         admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact, cache=cache)
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks it (fewer long pauses under load).

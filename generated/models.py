@@ -1203,7 +1203,7 @@ class AdminKeyRotate(BaseModel):
     )
     grace_seconds: Annotated[int, Field(ge=0, le=2592000)]
     """
-    How long the old key keeps working (at most 30 days).
+    How long the old key keeps working (at most 30 days): 0, or at least the gateways' key cache lifetime.
     """
 
 

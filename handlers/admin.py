@@ -74,6 +74,7 @@ def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callabl
         grant = await limiting.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
         rate = limiting.headers(grant)
         try:
+            _refuse_nul(request)
             response = await handler(request)
         except (errors.GatewayError, errors.ValidationFailed) as refusal:
             if rate:
@@ -85,6 +86,31 @@ def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callabl
         return response
 
     return under_limits
+
+
+def _refuse_nul(request: HandlerRequest) -> None:
+    """A NUL character in any value of an administrative call (its body, path or query): a 422
+    naming each place, on either database alike (PostgreSQL cannot store one in text, and failed
+    the change as a 503)."""
+    places = _nuls(request.body, ["body"])
+    places += [["path", name] for name, value in request.scope.get("path_params", {}).items() if "\x00" in value]
+    query = QueryParams(request.scope["query_string"])
+    places += [["query", name] for name, value in query.multi_items() if "\x00" in name or "\x00" in value]
+    if places:
+        raise errors.ValidationFailed([{"loc": loc, "msg": "a NUL character (U+0000) cannot be stored: remove it",
+                                        "type": "value_error"} for loc in places], code="invalid_value")
+
+
+def _nuls(value: Any, loc: list[str | int]) -> list[list[str | int]]:
+    """Where in a JSON value a string holds a NUL (an object's key counts as its member's place)."""
+    if isinstance(value, str):
+        return [loc] if "\x00" in value else []
+    if isinstance(value, dict):
+        return [place for name, member in value.items()
+                for place in ([[*loc, name]] if "\x00" in name else _nuls(member, [*loc, name]))]
+    if isinstance(value, list):
+        return [place for i, item in enumerate(value) for place in _nuls(item, [*loc, i])]
+    return []
 
 
 def _actor(request: HandlerRequest) -> admin.Actor:
@@ -130,7 +156,7 @@ async def create_key(request: HandlerRequest) -> Response:
     new = await _done(admin.create_key(
         request.services.database, _actor(request), body["accounts"], body["name"], body["scopes"],
         _instant("expires_at", expires) if expires is not None else None, body.get("models"),
-        _limit_columns(limits)), within=("limits", limits))
+        _limit_columns(limits, ("body", "limits"))), within=("limits", limits))
     return await _new_key(request, new)
 
 
@@ -165,7 +191,7 @@ async def revoke_key(request: HandlerRequest) -> Response:
 async def rotate_key(request: HandlerRequest) -> Response:
     key_id = request.scope["path_params"]["key_id"]
     old, new = await _done(admin.rotate_key(request.services.database, _actor(request), key_id,
-                                            request.body["grace_seconds"]))
+                                            request.body["grace_seconds"], request.services.settings.key_cache_seconds))
     request.services.keys.forget(key_id)  # its grace's end, known here at once
     return await _new_key(request, new, replaces=old)
 
@@ -182,22 +208,29 @@ async def put_limits(request: HandlerRequest) -> Response:
     return await get_limits(request)
 
 
-def _limit_columns(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A body's limits (AdminLimitsUpdate) as the limits table's columns: `period` is
-    `budget_period`, `budget_usd` in nano-dollars."""
+def _limit_columns(body: Mapping[str, Any], where: tuple[str, ...] = ("body",)) -> dict[str, Any]:
+    """A body's limits (AdminLimitsUpdate, at `where` in the request) as the limits table's
+    columns: `period` is `budget_period`, `budget_usd` in nano-dollars."""
     values: dict[str, Any] = {}
     for name, value in body.items():
         column = _FROM_HTTP.get(name, name)
         if column == UNITS["usd"].limit_column and value is not None:
-            value = _nanos(value)
+            value = _nanos(value, [*where, name])
         values[column] = value
     return values
 
 
-def _nanos(dollars: float | int) -> int:
-    """US dollars as nano-dollars, rounded (half to even) to the nano-dollar: a JSON number is often
-    a binary float's expansion (the contract bounds it already)."""
-    return int((Decimal(str(dollars)) * NANOS_PER_USD).to_integral_value())
+def _nanos(dollars: float | int, loc: list[str]) -> int:
+    """US dollars as nano-dollars, exactly: a budget is kept to the nano-dollar, and an amount with
+    more decimals than nine (a smaller part of a dollar than that, which it would round away, to
+    nothing if it were all of it) is a 422 naming the field, as the contract says. (A JSON number
+    reaches here as the shortest decimal that reads back as it: what the client wrote.)"""
+    nanos = Decimal(str(dollars)) * NANOS_PER_USD
+    if nanos != nanos.to_integral_value():
+        raise errors.ValidationFailed([{"loc": loc, "msg": f"{loc[-1]} {dollars} has more than 9 decimals: a budget is "
+                                        "kept to the nano-dollar", "type": "value_error", "input": dollars}],
+                                      code="invalid_value")
+    return int(nanos)
 
 
 async def get_limits(request: HandlerRequest) -> Response:

@@ -225,12 +225,16 @@ class Lookup:
     ttl: float = 0.0
     entry: Entry | None = None  # a hit's
     only_if_cached: bool = False
+    price_share: float = 0.0  # what a hit is billed, of its tokens' price (GATEWAY_CACHE_HIT_PRICE)
 
     def demand(self, demand: limiting.Demand) -> limiting.Demand:
-        """What the limits are asked for: a hit is a request (RPM, concurrency) with no tokens."""
+        """What the limits are asked for: a hit is a request (RPM, concurrency) that uses no vendor's
+        tokens, billed `price_share` of its entry's tokens' price (what a budget in dollars reserves)."""
         if self.entry is None:
             return demand
-        return dataclasses.replace(demand, prompts_sent=(), completion_tokens=0, _prompt_tokens=0)
+        usage = self.entry.usage
+        return dataclasses.replace(demand, prompts_sent=(), completion_tokens=usage.completion_tokens,
+                                   _prompt_tokens=usage.prompt_tokens, hit_share=self.price_share)
 
     def header(self) -> dict[str, str]:
         return {HEADER: self.state}
@@ -269,7 +273,8 @@ async def look_up(request: HandlerRequest, account: str, endpoint: str, model: s
         return Lookup(BYPASS, only_if_cached=True) if only else BYPASSED
     assert store is not None
     where = key(endpoint, account, model, canonical)
-    looked = Lookup(MISS, model, where, store, ttl or services.settings.cache_ttl_seconds, only_if_cached=only)
+    looked = Lookup(MISS, model, where, store, ttl or services.settings.cache_ttl_seconds, only_if_cached=only,
+                    price_share=services.settings.cache_hit_price)
     if wants != REFRESH:
         raw = await store.get(where)
         if raw is not None and (entry := decode(raw, chat=endpoint == "chat")) is not None:

@@ -172,10 +172,9 @@ class Lifecycle:
             self._admission.leave()
 
     def _settle(self, row: dict[str, Any] | None) -> None:
-        """The meter's row is written (None: no vendor was called): the limits' claim is settled by it.
-        A cache hit used no vendor's tokens: it settles as a request that reached none (its slot
-        given back, no tokens or spending counted)."""
-        self.grant.settle(None if self.meter.cached else row)
+        """The meter's row is written (None: no vendor was called): the limits' claim is settled by it
+        (a cache hit's: no tokens, and what it was billed in a budget in dollars: store/limiter.py)."""
+        self.grant.settle(row)
 
     def answer(self, body: bytes, headers: dict[str, str], billed: Usage | None,
                choices: Sequence[Choice]) -> Response:

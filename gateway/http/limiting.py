@@ -54,6 +54,9 @@ class Demand:
     user: str | None = None
     endpoint: str = "completions"  # what the ledger's row of a refusal says it came through
     _prompt_tokens: int | None = None
+    # A cache hit's (http/cache.py): the share of its tokens' price it is billed. It uses no vendor's
+    # tokens, and reserves what it is billed of a budget in dollars.
+    hit_share: float | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -89,7 +92,8 @@ def check(limiter: Limiter, *, key_id: str, account: str, demand: Demand, reques
     if not limiter.table.subjects:
         return UNLIMITED
     return Check(limiter.ask(key_id=key_id, account=account, model=demand.model, prompt_tokens=demand.prompt_tokens,
-                             completion_tokens=demand.completion_tokens, request_id=request_id), key_id, demand, meter)
+                             completion_tokens=demand.completion_tokens, request_id=request_id,
+                             hit_share=demand.hit_share), key_id, demand, meter)
 
 
 class Check:
@@ -318,7 +322,8 @@ def _error(grant: Grant, key_id: str, model: str) -> GatewayError:
 
 
 def _who(subject: Subject, key_id: str) -> str:
-    return f"key {key_id}" if subject.id == key_id and subject.kind == "key" else f"account {subject.id} (key {key_id})"
+    # (A key's subject is the key's, or its lineage's: its rotation chain counts as one.)
+    return f"key {key_id}" if subject.kind == "key" else f"account {subject.id} (key {key_id})"
 
 
 def _budget(grant: Grant, refusal: counters.Refusal) -> str:

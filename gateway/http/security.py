@@ -8,10 +8,11 @@ operator: who may read /metrics and /readyz's detail."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
-import time
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,41 +20,63 @@ from connexion.lifecycle import ConnexionRequest
 from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
-from gateway.core.errors import AuthenticationFailed, BadRequest, GatewayError, PermissionDenied, clip
+from gateway.core.errors import AuthenticationFailed, BadRequest, GatewayError, PermissionDenied, StorageUnavailable, clip
 from gateway.http.connexion_overrides.key_check import security_map
 from gateway.http.context import CALLER_KEY
+from gateway.store import key_cache
 from gateway.store.accounts import Caller
-from gateway.store.limits import KEY, Subject
+from gateway.store.limits import LimitsTable
 
-# Seconds since the epoch: when a key's expiry or a rotation's grace is over (tests move it).
-clock: Callable[[], float] = time.time
-# Keys whose limits made this process reread the limits table early (see authenticate).
-MAX_RELOADED = 10_000
-_reloaded: set[str] = set()
+log = logging.getLogger("gateway.limits")
+
+# Keys whose limits were removed since the key cache looked them up: the copy of the limits was
+# read again for them once, and is not again until the key is looked up anew (see limits_known).
+MAX_CONFIRMED = 10_000
+_confirmed: dict[str, Caller] = {}
 
 
 async def authenticate(request: ConnexionRequest, key: str, required_scopes: Any = None) -> dict[str, Any]:
     """The key's caller, if the key is valid now and has the scopes the operation's security
-    requirement names (Connexion reads them from openapi.json when it builds the operation)."""
+    requirement names (Connexion reads them from openapi.json when it builds the operation), once
+    this gateway knows the limits that apply to it."""
     services = request.scope["state"]["services"]
     caller = await services.keys.caller(key)
     if caller is None:
         raise AuthenticationFailed("invalid API key", code="invalid_api_key")
-    table = services.limiter.table
-    if caller.limited and table.of(Subject(KEY, caller.key_id)) is None and caller.key_id not in _reloaded:
-        # A key newer than this gateway's copy of the limits: the limits it was made with (an
-        # allow-list of models, a rotated key's budgets) apply from its first request, not from
-        # the next reread. Once per key and process (the set is bounded by the keys looked up).
-        if len(_reloaded) >= MAX_RELOADED:
-            _reloaded.clear()
-        _reloaded.add(caller.key_id)
-        await table.load()
-    refusal = refused(caller, required_scopes or (), clock())
+    refusal = refused(caller, required_scopes or (), key_cache.wall_clock())
     if refusal is not None:
         if isinstance(refusal, PermissionDenied):
             refusal.message += f", which {request.method} {clip(request.url.path)} needs"
         raise refusal
+    await limits_known(services.limiter.table, caller)
     return {CALLER_KEY: caller, "sub": caller.key_id}
+
+
+async def limits_known(table: LimitsTable, caller: Caller) -> None:
+    """Returns once this gateway's copy of the limits holds every limit the key and its accounts
+    had when the key was looked up. A key newer than the copy (made with limits or an allow-list,
+    a rotation's successor) has the copy read again, and every request of it waits for that read,
+    however many arrive at once: none is served before its limits are known, and a 503 answers
+    while they cannot be read. (A limit set later on a known key reaches the copy with its next
+    reread, within `limits_cache_seconds`.)"""
+    if not caller.limited or _confirmed.get(caller.key_id) is caller:
+        return
+    subjects = table.subjects
+    if all(subject in subjects for subject in caller.limited):
+        return
+    try:
+        async with asyncio.timeout(key_cache.KeyCache.LOOKUP_TIMEOUT):
+            await table.load()
+    except Exception as exc:
+        log.warning("cannot read the limits of key %s (%s); its request is refused", caller.key_id,
+                    f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        raise StorageUnavailable("cannot read the limits of this key: the gateway's database is unavailable",
+                                 code="database_unavailable") from None
+    if not all(subject in table.subjects for subject in caller.limited):
+        # Removed since the key was looked up: not read again for it until it is looked up anew.
+        if len(_confirmed) >= MAX_CONFIRMED:
+            _confirmed.clear()
+        _confirmed[caller.key_id] = caller
 
 
 def refused(caller: Caller, scopes: Iterable[str], now: float) -> GatewayError | None:

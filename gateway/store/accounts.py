@@ -1,5 +1,5 @@
 """Accounts and API keys: what the CLI administers, and what every request's key is checked
-against (DatabaseKeyStore) to find its `Caller` and the account the request is billed to.
+against (store/key_cache.py) to find its `Caller` and the account the request is billed to.
 
 A key is `sk-gw-` + 256 random bits, shown once when created; the database keeps only its SHA-256
 digest and a public id (`key_…`) that lists, logs and ledger rows use instead. A key has scopes
@@ -11,26 +11,19 @@ per-request check cheap. (gateway/http/security.py plugs the check into Connexio
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
-import logging
 import re
 import secrets
-import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.core.errors import BadRequest, PermissionDenied, StorageUnavailable, clip
-from gateway.store.tables import accounts, api_keys, key_accounts, limits
-
-log = logging.getLogger("gateway.accounts")
+from gateway.core.errors import BadRequest, PermissionDenied, clip
+from gateway.store.tables import accounts, api_keys, key_accounts
 
 DEFAULT_ACCOUNT = "default"
 KEY_PREFIX = "sk-gw-"
@@ -71,7 +64,9 @@ class Caller:
     scopes: frozenset[str] = frozenset(DEFAULT_SCOPES)
     expires: float | None = None
     ends: float | None = None
-    limited: bool = False  # whether the key had limits of its own when it was looked up (http/security.py)
+    # The subjects, ("key", id) or ("account", id), that had limits when the key was looked up: a
+    # gateway's copy of the limits must hold them before the key is served (http/security.py).
+    limited: frozenset[tuple[str, str]] = frozenset()
     replaced_by: str | None = None
 
     def account(self, selected: str | None) -> str:
@@ -178,7 +173,9 @@ async def list_accounts(connection: AsyncConnection, ids: Collection[str] | None
 
 
 async def create_key(connection: AsyncConnection, account_ids: Sequence[str], name: str = "",
-                     scopes: Sequence[str] = DEFAULT_SCOPES, expires_at: datetime | None = None) -> NewKey:
+                     scopes: Sequence[str] = DEFAULT_SCOPES, expires_at: datetime | None = None,
+                     lineage: str | None = None) -> NewKey:
+    """A key; `lineage`: the first key of the rotation chain it joins (None: it starts one)."""
     wanted = sorted(set(account_ids))
     if not wanted:
         raise AccountsError("a key needs at least one account", field="accounts")
@@ -199,7 +196,7 @@ async def create_key(connection: AsyncConnection, account_ids: Sequence[str], na
     info = KeyInfo(f"key_{secrets.token_hex(8)}", name, tuple(wanted), now, None, granted, expires_at)
     await connection.execute(
         insert(api_keys).values(id=info.id, digest=digest(key), name=name, created_at=info.created_at,
-                                scopes=" ".join(granted), expires_at=expires_at)
+                                scopes=" ".join(granted), expires_at=expires_at, lineage=lineage)
     )
     await connection.execute(insert(key_accounts), [{"key_id": info.id, "account_id": a} for a in wanted])
     return NewKey(info, key)
@@ -250,18 +247,30 @@ async def revoke_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
 
 
 async def replace_key(connection: AsyncConnection, key_id: str, grace: timedelta) -> tuple[KeyInfo, NewKey]:
-    """A rotation: a new key with the old one's accounts, name, scopes and expiry; the old one is
-    revoked when `grace` has passed. (Its limits are the caller's to copy: store/admin.py.)"""
+    """A rotation: a new key with the old one's accounts, name, scopes and expiry, in its lineage
+    (its counters are the old one's: store/limits.py); the old one is revoked when `grace` has
+    passed. (Its limits are the caller's to copy: store/admin.py.) A key has one successor: of two
+    rotations at once, the second is a Conflict."""
     old = await get_key(connection, key_id)
     now = _now()
-    state = old.state(now)
-    if state != "active":
-        raise Conflict(f"key {key_id!r} is {state}" + (f" (replaced by {old.replaced_by})" if old.replaced_by else "")
-                       + ": only an active key can be rotated", field="key_id", code="not_active")
-    new = await create_key(connection, old.accounts, old.name, old.scopes, old.expires_at)
-    await connection.execute(update(api_keys).where(api_keys.c.id == key_id)
-                             .values(revoked_at=now + grace, replaced_by=new.info.id))
+    if old.state(now) != "active":
+        raise _not_active(old, now)
+    lineage = await connection.scalar(select(api_keys.c.lineage).where(api_keys.c.id == key_id))
+    new = await create_key(connection, old.accounts, old.name, old.scopes, old.expires_at, lineage=lineage or key_id)
+    # Only while it has no successor: a rotation that committed meanwhile (PostgreSQL lets both
+    # read the key as active; this update waits for the other's commit, then finds no row) wins.
+    replaced = await connection.execute(
+        update(api_keys).where(api_keys.c.id == key_id, api_keys.c.replaced_by.is_(None),
+                               api_keys.c.revoked_at.is_(None)).values(revoked_at=now + grace, replaced_by=new.info.id))
+    if replaced.rowcount != 1:
+        raise _not_active(await get_key(connection, key_id), now)
     return await get_key(connection, key_id), new
+
+
+def _not_active(key: KeyInfo, now: datetime) -> Conflict:
+    return Conflict(f"key {key.id!r} is {key.state(now)}" + (f" (replaced by {key.replaced_by})" if key.replaced_by
+                                                              else "") + ": only an active key can be rotated",
+                    field="key_id", code="not_active")
 
 
 async def bootstrap(connection: AsyncConnection) -> NewKey | None:
@@ -276,114 +285,3 @@ async def bootstrap(connection: AsyncConnection) -> NewKey | None:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(slots=True)
-class _Cached:
-    caller: Caller | None
-    expires: float
-
-
-Lookup = Callable[[str], Awaitable[Caller | None]]
-
-
-class KeyCache:
-    """What a running gateway knows of keys: each database answer trusted for `ttl` seconds, so the
-    per-request cost is a dict lookup.
-
-    Valid keys and unknown ones are kept apart, each bounded and evicting its least recently used
-    entry: a flood of made-up keys cycles through the small cache of unknown keys and never
-    pushes out a valid key. A string that cannot be a key of ours (`looks_like_key`) is refused
-    without asking the database or taking a place in either cache. While the database is
-    unreachable, a key it has answered for before keeps its last answer; only a key never seen
-    gets a 503."""
-
-    LOOKUP_TIMEOUT = 3.0  # seconds a request may wait for the database to check its key
-
-    def __init__(self, lookup: Lookup, ttl: float, *, max_known: int = 100_000, max_unknown: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._lookup = lookup
-        self._ttl = ttl
-        self._clock = clock
-        self._known: OrderedDict[str, _Cached] = OrderedDict()  # digest -> a valid key's caller
-        self._unknown: OrderedDict[str, _Cached] = OrderedDict()  # digest -> None (unknown)
-        self._limits = {id(self._known): max_known, id(self._unknown): max_unknown}
-        # One lookup per digest at a time: a burst of requests with a cold key asks the database once.
-        self._lookups: dict[str, asyncio.Task[Caller | None]] = {}
-
-    async def caller(self, key: str) -> Caller | None:
-        if not looks_like_key(key):
-            return None
-        key_digest = digest(key)
-        cached = self._known.get(key_digest) or self._unknown.get(key_digest)
-        if cached is not None and cached.expires > self._clock():
-            if cached.caller is not None:
-                self._known.move_to_end(key_digest)
-            return cached.caller
-        lookup = self._lookups.get(key_digest)
-        if lookup is None:
-            lookup = asyncio.ensure_future(self._lookup(key_digest))
-            self._lookups[key_digest] = lookup
-            lookup.add_done_callback(functools.partial(self._looked_up, key_digest))
-        try:
-            async with asyncio.timeout(self.LOOKUP_TIMEOUT):
-                caller = await asyncio.shield(lookup)
-        except Exception as exc:  # any failure to ask the database means the same to the caller
-            if cached is not None:
-                log.warning("database unavailable (%s); key %s keeps its cached answer", _reason(exc),
-                            cached.caller.key_id if cached.caller else "(unknown key)")
-                return cached.caller
-            log.warning("database unavailable (%s): cannot check an API key", _reason(exc))
-            raise StorageUnavailable("cannot check the API key: the gateway's database is unavailable",
-                                     code="database_unavailable") from None
-        self._known.pop(key_digest, None)
-        self._unknown.pop(key_digest, None)
-        self._remember(self._known if caller is not None else self._unknown, key_digest, caller)
-        return caller
-
-    def forget(self, key_id: str) -> None:
-        """Drop what this cache knows of key `key_id` (revoked or rotated through this gateway: it
-        hears of it at once, the others within `ttl`). A scan: administration is rare."""
-        for key_digest in [d for d, cached in self._known.items() if cached.caller and cached.caller.key_id == key_id]:
-            del self._known[key_digest]
-
-    def _remember(self, cache: OrderedDict[str, _Cached], key_digest: str, caller: Caller | None) -> None:
-        cache[key_digest] = _Cached(caller, self._clock() + self._ttl)
-        if len(cache) > self._limits[id(cache)]:
-            cache.popitem(last=False)
-
-    def _looked_up(self, key_digest: str, lookup: asyncio.Task[Caller | None]) -> None:
-        self._lookups.pop(key_digest, None)
-        if not lookup.cancelled():
-            lookup.exception()  # retrieved here so that a lookup every waiter gave up on is not reported
-
-
-class DatabaseKeyStore(KeyCache):
-    """The KeyStore of a running gateway: a KeyCache in front of the database."""
-
-    def __init__(self, engine: AsyncEngine, ttl: float) -> None:
-        super().__init__(functools.partial(_lookup, engine), ttl)
-
-
-async def _lookup(engine: AsyncEngine, key_digest: str) -> Caller | None:
-    # A revoked or expired key is found too: its holder hears which key it is and since when.
-    query = (
-        select(api_keys.c.id, api_keys.c.name, api_keys.c.scopes, api_keys.c.expires_at, api_keys.c.revoked_at,
-               api_keys.c.replaced_by, key_accounts.c.account_id,
-               select(limits.c.subject_id).where(limits.c.subject == "key", limits.c.subject_id == api_keys.c.id)
-               .exists().label("limited"))
-        .join(key_accounts, key_accounts.c.key_id == api_keys.c.id)
-        .where(api_keys.c.digest == key_digest)
-    )
-    async with engine.connect() as connection:
-        rows = (await connection.execute(query)).all()
-    if not rows:
-        return None
-    first = rows[0]
-    return Caller(first.id, frozenset(r.account_id for r in rows), first.name, frozenset(first.scopes.split()),
-                  first.expires_at.timestamp() if first.expires_at else None,
-                  first.revoked_at.timestamp() if first.revoked_at else None, bool(first.limited), first.replaced_by)
-
-
-def _reason(exc: BaseException) -> str:
-    return "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"[:300]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -165,13 +166,24 @@ async def revoke_key(engine: AsyncEngine, actor: Actor, key_id: str) -> KeyInfo:
                          lambda info: (info.id, {}))
 
 
-async def rotate_key(engine: AsyncEngine, actor: Actor, key_id: str, grace_seconds: int) -> tuple[KeyInfo, NewKey]:
-    """A new key in place of `key_id`, with its accounts, name, scopes, expiry, limits and
-    allow-list; the old key works on until `grace_seconds` have passed."""
+async def rotate_key(engine: AsyncEngine, actor: Actor, key_id: str, grace_seconds: int,
+                     key_cache_seconds: float = 0) -> tuple[KeyInfo, NewKey]:
+    """A new key in place of `key_id`, with its accounts, name, scopes, expiry, limits, allow-list
+    and cache switch, sharing its counters (one budget); the old key works on until
+    `grace_seconds` have passed, exactly, on every gateway whose key cache lives at most
+    `key_cache_seconds` (store/key_cache.py): a grace between 0 and that cannot end exactly
+    everywhere, so it is refused. 0 revokes the old key at once, as a revocation does."""
     seconds = whole(grace_seconds)
     if seconds is None or not 0 <= seconds <= MAX_GRACE_SECONDS:
         raise AccountsError(f"grace_seconds must be a whole number from 0 to {MAX_GRACE_SECONDS}",
                             field="grace_seconds")
+    shortest = math.ceil(key_cache_seconds)
+    if 0 < seconds < shortest:
+        raise AccountsError(f"grace_seconds {seconds} is shorter than the gateways' key cache "
+                            f"(GATEWAY_KEY_CACHE_SECONDS: {key_cache_seconds:g}), within which each hears of the "
+                            f"rotation, so it could not end exactly: give at least {shortest}, or 0 to revoke the "
+                            "old key at once (other gateways then refuse it within their key cache, as after a "
+                            "revocation)", field="grace_seconds")
     grace_seconds = seconds
 
     async def work(connection: AsyncConnection) -> tuple[KeyInfo, NewKey]:
@@ -188,7 +200,8 @@ async def rotate_key(engine: AsyncEngine, actor: Actor, key_id: str, grace_secon
 def _columns(found: Limits) -> dict[str, Any]:
     """A subject's limits as the limits table's columns (what set_limits takes)."""
     values: dict[str, Any] = {"rpm": found.rpm, "tpm": found.tpm, "concurrent": found.concurrent,
-                              "models": list(found.models) if found.models is not None else None}
+                              "models": list(found.models) if found.models is not None else None,
+                              "cache": found.cache}
     for budget in found.budgets:
         values[budget.unit.limit_column] = budget.limit
         values["budget_period"] = budget.period
@@ -207,7 +220,7 @@ async def set_limits(engine: AsyncEngine, actor: Actor, subject: Subject, values
         left = await limits.clear_limits(connection, subject, cleared) if cleared else None
         if put or not cleared:
             left = await limits.set_limits(connection, subject, put)
-            if left == Limits():  # nothing left of it: no row
+            if left is not None and left.empty:  # nothing left of it: no row
                 left = await limits.clear_limits(connection, subject, None)
         return left
 

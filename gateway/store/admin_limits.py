@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store import limiter
 from gateway.store.accounts import AccountsError
-from gateway.store.consumption import consumed
+from gateway.store.consumption import consumed, of_subject
 from gateway.store.counters import Counters, Reading
 from gateway.store.counters_redis import RedisCounters
-from gateway.store.limits import KEY, PERIODS, RATES, UNITS, Limits, Subject
+from gateway.store.limits import PERIODS, RATES, UNITS, Limits, Subject, counted_as
 from gateway.store.meter import REFUSED
 from gateway.store.resp import RedisError, RedisUnavailable
 from gateway.store.tables import ledger
@@ -102,8 +102,10 @@ class Consumed:
 async def consumption(engine: AsyncEngine, counters: Counters | None, subject: Subject, limits: Limits,
                       now: float | None = None) -> list[Consumed]:
     """What each of `subject`'s limits has consumed: from `counters` (the live ones: the gateways'
-    Redis, or a gateway's own memory) when given and reachable, else from the ledger."""
+    Redis, or a gateway's own memory) when given and reachable, else from the ledger. (A rotated
+    key's consumption is its lineage's, counted with its predecessors'.)"""
     now = limiter.wall_clock() if now is None else now
+    subject = counted_as(subject, limits)
     reading, source = Reading(), "ledger"
     if counters is not None:
         try:
@@ -147,10 +149,9 @@ async def consumption(engine: AsyncEngine, counters: Counters | None, subject: S
 
 
 async def _last_minute(engine: AsyncEngine, subject: Subject, now: float) -> tuple[int, int]:
-    who = ledger.c.key_id if subject.kind == KEY else ledger.c.account_id
     since = datetime.fromtimestamp(now, UTC) - timedelta(seconds=60)
     query = select(func.count(), func.coalesce(func.sum(ledger.c.total_tokens), 0)).where(
-        who == subject.id, ledger.c.started_at >= since, ledger.c.outcome != REFUSED)
+        of_subject(subject), ledger.c.started_at >= since, ledger.c.outcome != REFUSED)
     async with engine.connect() as connection:
         count, tokens = (await connection.execute(query)).one()
     return int(count), int(tokens)

@@ -36,6 +36,7 @@ from gateway.store.consumption import consumed, consumed_since
 from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
 from gateway.store.limits import Limits, LimitsTable, Period, Subject
 from gateway.store.limits_plan import Plan, Plans
+from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import Prices
 
 log = logging.getLogger("gateway.limits")
@@ -72,9 +73,8 @@ class Grant:
             return
         self.settled = True
         claim = self.claim
-        tokens = int(row.get("total_tokens") or 0) if row else 0
-        spent = {b.counter: int(row.get(b.budget.unit.column) or 0) if row else 0
-                 for charge in claim.charges for b in charge.budgets}
+        tokens = int(row.get("total_tokens") or 0) if row and row.get("outcome") != CACHE_HIT else 0
+        spent = {b.counter: b.budget.unit.used(row) if row else 0 for charge in claim.charges for b in charge.budgets}
         self.limiter.settle(claim, tokens, spent)
 
 
@@ -184,9 +184,10 @@ class Limiter:
         return all(b.unit.reserve(self.prices, model, 0, 0) is not None for b in limits.budgets)
 
     def ask(self, *, key_id: str, account: str, model: str, prompt_tokens: int, completion_tokens: int,
-            request_id: str) -> Grant | Asking:
+            request_id: str, hit_share: float | None = None) -> Grant | Asking:
         """The verdict on a request: a Grant when it needs no store, else the store's answer on
-        its way (`Asking.grant()`; a shared store has been written to when this returns)."""
+        its way (`Asking.grant()`; a shared store has been written to when this returns). A cache
+        hit (`hit_share`: of its tokens' price, billed) reserves no tokens, and what it is billed."""
         table = self.table.subjects
         if not table:
             return NO_LIMITS
@@ -195,14 +196,15 @@ class Limiter:
             return NO_LIMITS
         if plan.listed and (refusing := plan.refusing(model)) is not None:
             return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=plan.found)
-        return self._claim(plan, model, prompt_tokens, completion_tokens, request_id)
+        return self._claim(plan, model, prompt_tokens, completion_tokens, request_id, hit_share)
 
     def ask_call(self, *, key_id: str, request_id: str) -> Grant | Asking:
         """The verdict on a call that reaches no model, an administrative one (Plan.of_calls)."""
         plan = Plan.of_calls(self.table.subjects, key_id)
         return NO_LIMITS if plan is None else self._claim(plan, "", 0, 0, request_id)
 
-    def _claim(self, plan: Plan, model: str, prompt: int, completion: int, request_id: str) -> Grant | Asking:
+    def _claim(self, plan: Plan, model: str, prompt: int, completion: int, request_id: str,
+               hit_share: float | None = None) -> Grant | Asking:
         found = plan.found
         if not plan.counted:
             return Grant(subjects=found)
@@ -213,7 +215,7 @@ class Limiter:
         for subject, limits in plan.counted:
             budgets = []
             for budget in limits.budgets:
-                reserve = budget.unit.reserve(self.prices, model, prompt, completion)
+                reserve = budget.unit.reserved(self.prices, model, prompt, completion, hit_share)
                 if reserve is None:  # a budget in dollars, and no price: it could not be kept
                     return Grant(refusal=Refusal(subject, UNPRICED, budget.limit, unit=budget.unit.name),
                                  subjects=found)
@@ -221,7 +223,7 @@ class Limiter:
                 periods.append(period)
                 budgets.append(BudgetClaim(budget, period, reserve))
             charges.append(Charge(subject, limits, budgets))
-        claim = Claim(request_id, prompt + completion, charges)
+        claim = Claim(request_id, 0 if hit_share is not None else prompt + completion, charges)
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._without_store(claim, found)
         prepared = plan.prepared

@@ -30,6 +30,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store.accounts import AccountsError, UnknownObject
+from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import NANOS_PER_USD, Prices
 from gateway.store.tables import accounts, api_keys, limits
 
@@ -51,6 +52,9 @@ class Unit:
     # The most a request may consume before it runs: (prices, model, prompt tokens, completion
     # tokens) -> amount; None when it cannot be told (a model without a price, for dollars).
     reserve: Callable[[Prices | None, str, int, int], int | None]
+    # Whether a response cache hit counts in it, by what its ledger row says: dollars count what a
+    # hit is billed (GATEWAY_CACHE_HIT_PRICE); tokens do not count a hit's (no vendor used them).
+    counts_hits: bool = False
     metavar: str = "N"  # how the CLI's help writes an amount
     noun: str = ""  # what an amount is, in the CLI's help (default: the name)
     after: str = ""  # what follows an amount in a message ("30 tokens"; dollars show their sign)
@@ -58,6 +62,21 @@ class Unit:
     @property
     def limit_column(self) -> str:
         return f"budget_{self.name}"
+
+    def reserved(self, prices: Prices | None, model: str, prompt: int, completion: int,
+                 hit_share: float | None = None) -> int | None:
+        """`reserve`, for a cache hit too (`hit_share`: the share of its tokens' price it is billed):
+        what it is billed where the unit counts hits, else nothing."""
+        amount = self.reserve(prices, model, prompt, completion)
+        if amount is None or hit_share is None:
+            return amount
+        return round(amount * hit_share) if self.counts_hits else 0
+
+    def used(self, row: Mapping[str, Any]) -> int:
+        """What a request's ledger row consumed of the unit (a cache hit's, only where hits count)."""
+        if row.get("outcome") == CACHE_HIT and not self.counts_hits:
+            return 0
+        return int(row.get(self.column) or 0)
 
 
 def _count(text: str) -> int:
@@ -96,7 +115,7 @@ TOKENS = Unit("tokens", "total_tokens", parse=_count, show=str,
               reserve=lambda prices, model, prompt, completion: prompt + completion, after=" tokens")
 USD = Unit("usd", "cost_nanos", parse=_dollars, show=_show_dollars,
            reserve=lambda prices, model, prompt, completion: None if prices is None
-           else prices.cost_nanos(model, prompt, completion),
+           else prices.cost_nanos(model, prompt, completion), counts_hits=True,
            metavar="USD", noun="US dollars (e.g. 25 or 12.50), by the gateway's prices,")
 UNITS: dict[str, Unit] = {unit.name: unit for unit in (TOKENS, USD)}
 
@@ -154,6 +173,14 @@ class Limits:
     # Whether the response cache serves it (gateway/http/cache.py): the key's switch wins over its
     # account's; None says nothing (the cache serves it when the gateway has one).
     cache: bool | None = None
+    # A rotated key's: the first key of its rotation chain, whose counters its requests count in,
+    # so that a key and its successors have one budget (not a limit: read from the key's row).
+    lineage: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether it limits nothing (and says nothing of the cache): a subject with no limits."""
+        return self.rpm is self.tpm is self.concurrent is self.models is self.cache is None and not self.budgets
 
     @property
     def counted(self) -> bool:
@@ -190,11 +217,22 @@ def _from_row(row: Any) -> Limits:
     budgets = tuple(Budget(unit, value, period) for unit in UNITS.values()
                     if (value := getattr(row, unit.limit_column)) is not None)
     return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
-                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache)
+                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache,
+                  lineage=row.lineage if row.lineage != row.subject_id else None)
+
+
+# The limits' rows, a key's with its lineage (store/accounts.py replace_key).
+_ROWS = select(limits, api_keys.c.lineage).outerjoin(
+    api_keys, (limits.c.subject == KEY) & (api_keys.c.id == limits.c.subject_id))
+
+
+def counted_as(subject: Subject, found: Limits) -> Subject:
+    """The subject whose counters `subject`'s requests count in: a rotated key's lineage, else itself."""
+    return Subject(KEY, found.lineage) if found.lineage is not None and subject.kind == KEY else subject
 
 
 async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
-    rows = await connection.execute(select(limits))
+    rows = await connection.execute(_ROWS)
     return {Subject(r.subject, r.subject_id): _from_row(r) for r in rows}
 
 
@@ -240,14 +278,14 @@ async def clear_limits(connection: AsyncConnection, subject: Subject, names: Seq
             cleared["budget_period"] = None
     await connection.execute(limits.update().where(key).values(**cleared, updated_at=datetime.now(UTC)))
     found = await _read(connection, subject)
-    if found is not None and found == Limits():
+    if found is not None and found.empty:
         await connection.execute(delete(limits).where(key))
         return None
     return found
 
 
 async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
-    row = (await connection.execute(select(limits).where(
+    row = (await connection.execute(_ROWS.where(
         (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)))).first()
     return _from_row(row) if row else None
 
@@ -257,7 +295,11 @@ async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
 class LimitsTable:
     """The whole limits table, reread every `ttl` seconds in the background: a request looks its
     subjects up in a dict, and a change made with the CLI reaches every gateway within `ttl`. While
-    the database cannot be read, the last copy stays in force (and the log says so)."""
+    the database cannot be read, the last copy stays in force (and the log says so).
+
+    One read at a time, shared by whoever asks for one meanwhile (`load`), and applied in the order
+    the reads began: a burst of requests of a new key reads the table once, and an older copy
+    never replaces a newer one."""
 
     engine: AsyncEngine
     ttl: float
@@ -266,10 +308,30 @@ class LimitsTable:
     on_change: Callable[[dict[Subject, Limits]], None] | None = None
     _task: asyncio.Task[None] | None = None
     _failing: bool = False
+    _reading: asyncio.Task[None] | None = None  # the read under way
+    _begun: int = 0  # reads begun so far
+    _applied: int = 0  # the last read applied (the number of its beginning)
 
     async def load(self) -> None:
-        async with self.engine.connect() as connection:
-            found = await read_all(connection)
+        """Returns once a read of the table begun after this call has been applied: a read under
+        way may have begun before a change the caller must see, so it is waited for, then another
+        (one that the callers arriving meanwhile share) is made."""
+        wanted = self._begun + 1
+        while self._applied < wanted:
+            if self._reading is None:
+                self._reading = asyncio.create_task(self._read(), name="limits-read")
+                self._reading.add_done_callback(_retrieved)
+            await asyncio.shield(self._reading)
+
+    async def _read(self) -> None:
+        self._begun += 1
+        number = self._begun
+        try:
+            async with self.engine.connect() as connection:
+                found = await read_all(connection)
+        finally:
+            self._reading = None
+        self._applied = number
         if found != self.subjects:
             self.subjects = found
             if self.on_change is not None:
@@ -279,9 +341,10 @@ class LimitsTable:
         self._task = asyncio.create_task(self._refresh_forever(), name="limits-refresh")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._reading):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -300,4 +363,9 @@ class LimitsTable:
 
     def of(self, subject: Subject) -> Limits | None:
         return self.subjects.get(subject)
+
+
+def _retrieved(read: asyncio.Task[None]) -> None:
+    if not read.cancelled():
+        read.exception()  # a read every waiter gave up on is not reported as never retrieved
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.store.counters import settles
-from gateway.store.limits import ACCOUNT, KEY, Limits, Period, Subject
+from gateway.store.limits import ACCOUNT, KEY, Limits, Period, Subject, counted_as
 
 MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
 MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
@@ -19,7 +19,9 @@ _UNKNOWN: Any = object()
 
 @dataclass(slots=True)
 class Plan:
-    found: tuple[tuple[Subject, Limits], ...]  # the subjects with limits, the key first
+    # The subjects with limits, the key first: each as its counters are named (a rotated key by its
+    # lineage, store/limits.py counted_as), its own limits beside it.
+    found: tuple[tuple[Subject, Limits], ...]
     counted: tuple[tuple[Subject, Limits], ...]  # those of them with limits that need counters
     settles: bool  # whether a request's end changes a counter (a second call to the store)
     listed: bool  # whether an allow-list applies
@@ -30,7 +32,7 @@ class Plan:
 
     @classmethod
     def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> Plan | None:
-        found = tuple((s, limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
+        found = tuple((counted_as(s, limits), limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
                       if (limits := table.get(s)) is not None)
         if not found:
             return None
@@ -48,7 +50,7 @@ class Plan:
         limits = table.get(subject)
         if limits is None or not (limits.rpm or limits.concurrent):
             return None
-        calls = ((subject, Limits(rpm=limits.rpm, concurrent=limits.concurrent)),)
+        calls = ((counted_as(subject, limits), Limits(rpm=limits.rpm, concurrent=limits.concurrent)),)
         return cls(calls, calls, settles(calls[0][1]), False)
 
     def refusing(self, model: str) -> Subject | None:

@@ -160,10 +160,6 @@ class Meter:
         if self._requested is None:
             self._requested = attempt.model
 
-    @property
-    def cached(self) -> bool:
-        return self._hit_price is not None
-
     def from_cache(self, attempt: Attempt, price_share: float) -> None:
         """The request is answered from the response cache, as `attempt` would have been: its row
         is a `cache_hit` with the entry's tokens, priced at `price_share` of the model's price

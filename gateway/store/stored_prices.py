@@ -32,16 +32,21 @@ SOURCE = "stored"
 
 
 def picos(name: str, usd_per_million: Any) -> int:
-    """USD per 1M tokens as pico-dollars per token (exact for six decimals or fewer)."""
+    """USD per 1M tokens as pico-dollars per token, the unit costs are computed in, exactly: a price
+    with more than six decimals (a part of a pico-dollar per token, which would be rounded away, to
+    nothing if it were all of the price) is refused, as the contract says. (A JSON number reaches
+    here as the shortest decimal that reads back as it: what the client wrote.)"""
     try:
         value = Decimal(str(usd_per_million))
     except InvalidOperation:
         raise AccountsError(f"{name}: not a number of US dollars", field=name) from None
     if isinstance(usd_per_million, bool) or not value.is_finite() or not 0 <= value <= MAX_USD_PER_MILLION:
         raise AccountsError(f"{name} must be from 0 to {MAX_USD_PER_MILLION:,} US dollars per 1M tokens", field=name)
-    # A JSON number is often a binary float's decimal expansion (0.1 + 0.2): rounded, half to even,
-    # to the pico-dollar per token, the unit costs are computed in.
-    return int((value * PICOS_PER_USD_PER_MILLION).to_integral_value())
+    rate = value * PICOS_PER_USD_PER_MILLION
+    if rate != rate.to_integral_value():
+        raise AccountsError(f"{name} {usd_per_million} has more than 6 decimals: prices are kept to the pico-dollar "
+                            "per token (0.000001 US dollars per 1M tokens)", field=name)
+    return int(rate)
 
 
 def _price(row: Any) -> Price:

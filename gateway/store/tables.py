@@ -73,6 +73,10 @@ api_keys = Table(
     Column("scopes", Text, nullable=False, server_default="inference usage"),  # space-separated (store/accounts.py)
     Column("expires_at", UTCDateTime, nullable=True),
     Column("replaced_by", String(32), nullable=True),  # the key a rotation made in its place
+    # The first key of its rotation chain (null: this one), under whose id the chain's keys count
+    # their limits together (store/limits.py).
+    Column("lineage", String(32), nullable=True),
+    Index(None, "lineage"),
 )
 
 key_accounts = Table(

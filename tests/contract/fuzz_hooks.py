@@ -32,16 +32,18 @@ Two checks of our own run beside schemathesis's:
 from __future__ import annotations
 
 import json
+import math
 import os
 import zlib
 from datetime import UTC, datetime
+from decimal import Decimal
 from dataclasses import dataclass
 from typing import Any
 
 import schemathesis
 
 from gateway.core import client_schemas
-from gateway.core.config import VendorConfig
+from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ValidationFailed
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict
@@ -266,10 +268,41 @@ def _no_budget(limits: dict[str, Any]) -> bool:  # (nor one stored, for a PUT)
     return not any(limits.get(f) is not None for f in ("budget_tokens", "budget_usd"))
 
 
+# The fuzzed gateway's key cache lifetime (the default): a rotation's grace is 0 or at least that.
+KEY_CACHE_SECONDS = math.ceil(Settings.model_fields["key_cache_seconds"].default)
+
+
+def _finer(amount: Any, decimals: int) -> bool:
+    """Whether an amount has more decimals than are kept (budgets 9, prices 6)."""
+    scaled = Decimal(str(amount)) * 10**decimals
+    return scaled != scaled.to_integral_value()
+
+
+def _holds_nul(case, body: Any, loc: list[Any]) -> bool:
+    """Whether the request's value at a problem's `loc` (["body", ...], ["path", name] or
+    ["query", name]) holds a NUL character, or is the member of an object's key that does."""
+    where, *steps = loc
+    value = {"body": body, "path": case.path_parameters or {}, "query": case.query or {}}.get(where)
+    for step in steps:
+        if isinstance(step, str) and "\x00" in step:
+            return True
+        if isinstance(value, dict) and step in value:
+            value = value[step]
+        elif isinstance(value, list) and isinstance(step, int) and step < len(value):
+            value = value[step]
+        else:
+            return False
+    return isinstance(value, str) and "\x00" in value
+
+
 UNUSABLE = {
     "expires_at": lambda body: usage.parse_instant(body["expires_at"]) <= datetime.now(UTC),
     "models": lambda body: _no_model(body["models"]),
     "period": _no_budget,
+    "grace_seconds": lambda body: 0 < body["grace_seconds"] < KEY_CACHE_SECONDS,
+    "budget_usd": lambda body: _finer(body["budget_usd"], 9),
+    "limits.budget_usd": lambda body: _finer(body["limits"]["budget_usd"], 9),
+    **{rate: (lambda body, rate=rate: _finer(body[rate], 6)) for rate in ("input", "output", "cached_input")},
     # A key made with its limits (POST /v5/admin/keys `limits`): the same faults, and the
     # allow-list given twice.
     "limits.models": lambda body: _no_model(body["limits"]["models"]) or body.get("models") is not None,
@@ -291,12 +324,16 @@ def unusable_values_are_named(ctx, response, case):
     meta = case.meta
     if meta is None or not meta.generation.mode.is_positive or response.status_code != 422:
         return None
-    error = json.loads(response.content).get("error") or {}
+    answer = json.loads(response.content)
+    error = answer.get("error") or {}
     body = json.loads(response.request.body) if response.request.body else {}
     param, code = error.get("param"), error.get("code")
     if case.operation.path in INFERENCE and (param, code) == ("model", "invalid_request_body") and \
             _unnamed(body.get("model")):
         return None
+    if code == "invalid_value" and case.operation.path.startswith("/v5/admin/") and answer.get("detail") and all(
+            _holds_nul(case, body, problem["loc"]) for problem in answer["detail"]):
+        return None  # a NUL, which no administrative value may hold (handlers/admin.py)
     fault = UNUSABLE.get(param)
     if (not case.operation.path.startswith("/v5/admin/") or code != "invalid_value" or fault is None
             or _given(body, param) is None or not fault(body)):

@@ -290,3 +290,53 @@ def test_a_key_is_made_with_its_limits_in_one_call(gateways, api):
     unknown = api.post("/v5/admin/keys", json=body | {"limits": {"rpm": 2, "bogus": 1}})
     assert unknown.status_code == 422 and ["body", "limits", "bogus"] in [d["loc"] for d in unknown.json()["detail"]]
     assert listed() == before  # nothing half-made
+
+
+def test_a_nul_anywhere_is_a_422_naming_where_it_stands(api):
+    """PostgreSQL cannot store a NUL in text: it was a 503 `database_unavailable` there (and stored
+    on SQLite). Now a 422 naming each place, on both, and nothing is written."""
+    account = new_account(api)
+
+    def refused(answer: httpx.Response, *where) -> None:
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "invalid_value"
+        assert [d["loc"] for d in answer.json()["detail"]] == [list(w) for w in where]
+        assert "NUL" in answer.json()["error"]["message"]
+
+    refused(api.post("/v5/admin/accounts", json={"id": f"{account}-nul", "name": "a\x00b"}), ("body", "name"))
+    refused(api.post("/v5/admin/keys", json={"accounts": [account], "name": "k\x00", "scopes": ["inference"],
+                                             "limits": {"models": ["fake/*", "fake/\x00*"]}}),
+            ("body", "name"), ("body", "limits", "models", 1))
+    refused(api.put(f"/v5/admin/limits/accounts/{account}", json={"models": ["fake/\x00"]}), ("body", "models", 0))
+    refused(api.put("/v5/admin/prices", json={"model": "fake/n\x00", "input": 1, "output": 2}), ("body", "model"))
+    refused(api.get("/v5/admin/keys/key_%00"), ("path", "key_id"))
+    query = api.get("/v5/admin/keys", params={"account": "a\x00"})  # (the contract's pattern refuses it already)
+    assert query.status_code == 422 and [d["loc"] for d in query.json()["detail"]] == [["query", "account"]]
+    assert f"{account}-nul" not in [a["id"] for a in api.get("/v5/admin/accounts").json()["data"]]
+    assert api.get("/v5/admin/keys", params={"account": account}).json()["data"] == []
+    assert api.get(f"/v5/admin/limits/accounts/{account}").json()["limits"]["models"] is None
+
+
+def test_amounts_finer_than_kept_are_a_422_naming_them(api):
+    """A budget is kept to the nano-dollar and a price to the pico-dollar per token (six decimals
+    of dollars per 1M tokens): more decimals were rounded away, to 0 for an amount below the unit."""
+    account = new_account(api)
+    for budget in (0.0000000001, 12.3456789012):
+        finer = api.put(f"/v5/admin/limits/accounts/{account}", json={"budget_usd": budget})
+        assert finer.status_code == 422, finer.text
+        assert (finer.json()["error"]["code"], finer.json()["error"]["param"]) == ("invalid_value", "budget_usd")
+        assert "more than 9 decimals" in finer.json()["error"]["message"]
+    made = api.post("/v5/admin/keys", json={"accounts": [account], "name": "fine", "scopes": ["inference"],
+                                            "limits": {"budget_usd": 0.0000000004}})
+    assert made.status_code == 422 and made.json()["detail"][0]["loc"] == ["body", "limits", "budget_usd"]
+    kept = api.put(f"/v5/admin/limits/accounts/{account}", json={"budget_usd": 12.345678901})
+    assert kept.status_code == 200 and kept.json()["limits"]["budget_usd"] == 12.345678901
+    assert api.put(f"/v5/admin/limits/accounts/{account}", json={"budget_usd": None}).status_code == 200
+    for rate in ("input", "output", "cached_input"):
+        price = api.put("/v5/admin/prices", json={"model": "fake/finer", "input": 1, "output": 2} | {rate: 0.0000001})
+        assert price.status_code == 422, price.text
+        assert (price.json()["error"]["code"], price.json()["error"]["param"]) == ("invalid_value", rate)
+        assert "more than 6 decimals" in price.json()["error"]["message"]
+    assert "fake/finer" not in [p["model"] for p in api.get("/v5/admin/prices").json()["data"]]
+    exact = api.put("/v5/admin/prices", json={"model": "fake/finer", "input": 0.000001, "output": 2.5})
+    assert exact.status_code == 200 and (exact.json()["input"], exact.json()["output"]) == (0.000001, 2.5)

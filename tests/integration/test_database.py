@@ -19,7 +19,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, text
 
 from gateway.store import database, sqlite_writer
 from gateway.store.accounts import bootstrap
@@ -51,6 +51,37 @@ def test_migrations_create_exactly_the_tables_the_code_queries(backend_kind):
     config.set_main_option("script_location", "gateway.store:migrations")
     assert diff == []
     assert version == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_keys_rotated_before_lineages_existed_join_their_chains_first_key(backend_kind):
+    """Migration 0014: a chain of rotations made before it (a -> b -> c) counts as `a`, its first."""
+    def at(connection, revision: str) -> None:
+        from alembic import command
+
+        config = Config()
+        config.set_main_option("script_location", "gateway.store:migrations")
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    async def migrate(url: str) -> dict[str, str | None]:
+        engine = database.connect(url)
+        try:
+            async with engine.begin() as connection:
+                await connection.run_sync(lambda c: at(c, "0013"))
+                now = datetime.now(UTC)
+                for key, successor in (("key_c", None), ("key_b", "key_c"), ("key_a", "key_b"), ("key_z", None)):
+                    await connection.execute(text(
+                        "INSERT INTO api_keys (id, digest, name, created_at, scopes, replaced_by) "
+                        "VALUES (:id, :digest, '', :now, 'inference', :successor)"),
+                        {"id": key, "digest": key, "now": now, "successor": successor})
+                await connection.run_sync(lambda c: at(c, "head"))
+                rows = await connection.execute(text("SELECT id, lineage FROM api_keys"))
+                return {row.id: row.lineage for row in rows}
+        finally:
+            await engine.dispose()
+
+    with empty_database(backend_kind) as url:
+        assert asyncio.run(migrate(url)) == {"key_a": None, "key_b": "key_a", "key_c": "key_a", "key_z": None}
 
 
 def test_the_head_read_off_the_file_names_is_alembics_and_a_database_at_it_starts_without_alembic(tmp_path):

@@ -234,6 +234,35 @@ def test_a_budget_in_dollars_is_kept_by_the_prices_and_refuses_a_model_without_o
     wait_until(lambda: complete(gateway, key, model="fake/m").status_code == 200, message="the budget cleared")
 
 
+@pytest.fixture(scope="module")
+def cached_gateway(upstream, db, clock):
+    """With the response cache on, a hit billed half of what its tokens cost."""
+    env = limited_env(upstream, db, clock, GATEWAY_CACHE="memory", GATEWAY_CACHE_HIT_PRICE="0.5")
+    with GatewayProcess(env, module="tests.support.clocked_gateway") as process:
+        yield process
+
+
+def test_what_a_cache_hit_is_billed_counts_against_a_budget_in_dollars(cached_gateway, db):
+    """A hit billed $0.012 reserves and spends $0.012 of the budget (it was never counted: a $0.05
+    budget paid for any number of them), and the ledger's consumption counts it as well."""
+    key, key_id, account = new_key(db.url)
+    limit(cached_gateway, db, key, "--key", key_id, "--budget-usd", "0.05", "--period", "day")
+    body = {"model": "fake/priced", "prompt": "a b c d", "max_tokens": 10, "temperature": 0}  # costs $0.024
+    answers = [complete(cached_gateway, key, **body) for _ in range(4)]
+    assert [(r.status_code, r.headers.get("x-gateway-cache")) for r in answers[:3]] == [
+        (200, "miss"), (200, "hit"), (200, "hit")]  # $0.024 + $0.012 + $0.012: $0.048
+    spent = answers[3]  # a third hit's $0.012 does not fit
+    assert spent.status_code == 429, spent.text
+    error = spent.json()["error"]
+    assert error["code"] == "budget_exceeded" and "$0.048 used" in error["message"], error["message"]
+    rows = wait_for_rows(db.url, account, 4, where=not_a_probe)
+    assert sorted((r["outcome"], r["cost_nanos"]) for r in rows) == [
+        ("cache_hit", 12_000_000), ("cache_hit", 12_000_000), ("completed", 24_000_000), ("refused", 0)]
+    shown = json.loads(run_cli(db.url, "limits", "show", "--key", key_id, "--format", "json"))
+    budget = next(row for row in shown if row["limit"] == "budget_usd")
+    assert (budget["used"], budget["source"]) == ("$0.048", "ledger")
+
+
 def test_an_allow_list_refuses_other_models_and_their_fallbacks(gateway, db, upstream):
     key, key_id, account = new_key(db.url)
     limit(gateway, db, key, "--key", key_id, "--models", "fake/a*", "fake/fail-503")

@@ -1,6 +1,7 @@
 """`python -m tests.support.clocked_gateway serve ...`: the real `gateway` command, with the limits' clock
-read from the file GATEWAY_TEST_CLOCK_FILE names (seconds since the epoch), so that a test moves
-the time of per-minute limits and budget periods by writing it (tests/support/ `FileClock`).
+and the keys' (store/key_cache.py) read from the file GATEWAY_TEST_CLOCK_FILE names (seconds since
+the epoch), so that a test moves the time of per-minute limits, budget periods, expiries and a
+rotation's grace by writing it (tests/support/ `FileClock`).
 
 The clock is set when this module is imported, and multiprocessing imports it again in each
 worker it spawns (as `__mp_main__`), so `--workers N` gateways read it too.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gateway.store import limiter
+from gateway.store import key_cache, limiter
 
 
 def _clock() -> float:
@@ -20,6 +21,7 @@ def _clock() -> float:
 
 
 limiter.wall_clock = _clock
+key_cache.wall_clock = _clock
 
 if __name__ == "__main__":
     from gateway.cli import main

@@ -231,13 +231,16 @@ def test_a_hit_streams_as_a_vendor_would():
     assert entry.choices[0].finish_reason == "stop"  # the entry's own choices are left as they are
 
 
-def test_a_hit_asks_the_limits_for_a_request_and_no_tokens():
+def test_a_hit_asks_the_limits_for_a_request_billed_a_share_of_its_entrys_tokens():
+    """(The limiter reserves none of them as tokens, and the share of their price in dollars:
+    tests/unit/test_limits.py.)"""
     from gateway.http.limiting import Demand
 
     demand = Demand("local/m", ["a prompt"], 64, streamed=True, user="u")
     assert cache.Lookup(cache.MISS).demand(demand) is demand
-    hit = cache.Lookup(cache.HIT, entry=cache.Entry([Choice(0, "x")], Usage(1, 1))).demand(demand)
-    assert (hit.prompt_tokens, hit.completion_tokens, hit.streamed, hit.user) == (0, 0, True, "u")
+    hit = cache.Lookup(cache.HIT, entry=cache.Entry([Choice(0, "x")], Usage(3, 5)), price_share=0.25).demand(demand)
+    assert (hit.prompt_tokens, hit.completion_tokens, hit.hit_share, hit.streamed, hit.user) == (3, 5, 0.25, True, "u")
+    assert hit.prompts_sent == ()  # nothing to count: the entry's usage is known
 
 
 # -- the stores --------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """gateway/http/security.py's key check: expiry, a rotation's grace and scopes, on an injected
-clock; and the scopes openapi.json declares per operation."""
+clock; the scopes openapi.json declares per operation; and a new key's limits known before any of
+its requests passes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from gateway.core.errors import AuthenticationFailed, PermissionDenied
-from gateway.http.security import refused
+from gateway.core.errors import AuthenticationFailed, PermissionDenied, StorageUnavailable
+from gateway.http.security import limits_known, refused
 from gateway.store.accounts import SCOPES, Caller
+from gateway.store.limits import KEY, Limits, Subject
 
 SPEC = json.loads((Path(__file__).resolve().parents[2] / "openapi.json").read_text())
 NOW = 1_800_000_000.0
@@ -69,3 +72,64 @@ def test_every_operation_taking_a_key_names_one_scope_for_both_schemes(method, p
     assert len(scopes) == 1 and scopes[0] in SCOPES
     assert scopes[0] == ("admin" if path.startswith("/v5/admin/") else scopes[0])
     assert "403" in operation["responses"]
+
+
+class Table:
+    """The part of a LimitsTable limits_known reads: its subjects, and a read the test answers."""
+
+    def __init__(self) -> None:
+        self.subjects: dict = {}
+        self.loads = 0
+        self.answer: asyncio.Future | None = None
+
+    async def load(self) -> None:
+        self.loads += 1
+        if self.answer is None:
+            self.answer = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self.answer)
+
+
+def test_every_request_of_a_new_limited_key_waits_for_its_limits():
+    """Twenty requests at once of a key this gateway's copy of the limits has never held: none
+    passes before the copy holds the key's limits (before, the first reread for all and the other
+    nineteen went on without)."""
+    async def scenario():
+        table = Table()
+        new = caller(limited=frozenset({("key", "key_1"), ("account", "acct")}))
+        waiting = [asyncio.ensure_future(limits_known(table, new)) for _ in range(20)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not any(w.done() for w in waiting)
+        table.subjects = {Subject(KEY, "key_1"): Limits(rpm=2), Subject("account", "acct"): Limits(rpm=9)}
+        table.answer.set_result(None)
+        await asyncio.gather(*waiting)
+        asked = table.loads  # (the table reads once for all of them: tests/unit/test_limits.py)
+        await limits_known(table, new)
+        assert table.loads == asked  # known now: not read again
+
+    asyncio.run(scenario())
+
+
+def test_a_key_whose_limits_were_removed_rereads_once_per_lookup():
+    async def scenario():
+        table = Table()
+        table.answer = asyncio.get_running_loop().create_future()
+        table.answer.set_result(None)
+        stale = Caller("key_removed", frozenset({"acct"}), limited=frozenset({("key", "key_removed")}))
+        for _ in range(3):
+            await limits_known(table, stale)
+        looked_up_anew = Caller("key_removed", frozenset({"acct"}), limited=frozenset({("key", "key_removed")}))
+        await limits_known(table, looked_up_anew)
+        return table.loads
+
+    assert asyncio.run(scenario()) == 2
+
+
+def test_limits_that_cannot_be_read_refuse_the_request_with_a_503():
+    class Away(Table):
+        async def load(self) -> None:
+            raise ConnectionError("database away")
+
+    with pytest.raises(StorageUnavailable) as refused_:
+        asyncio.run(limits_known(Away(), Caller("key_x", frozenset({"acct"}), limited=frozenset({("key", "key_x")}))))
+    assert refused_.value.code == "database_unavailable" and "limits" in refused_.value.message

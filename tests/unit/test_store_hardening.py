@@ -19,7 +19,8 @@ import uvloop
 from gateway.core.completion import Attempt, Choice
 from gateway.core.errors import StorageUnavailable
 from gateway.store import database, tokens
-from gateway.store.accounts import Caller, KeyCache, digest, new_key
+from gateway.store.accounts import Caller, digest, new_key
+from gateway.store.key_cache import KeyCache
 from gateway.store.ledger import Ledger
 from gateway.store.meter import Estimate
 from tests.support.provision import empty_database, ledger_rows
