@@ -76,9 +76,9 @@ BREAKING = {
         pointer("paths", "/v5/completions", "post", "responses", "200", "content", "text/event-stream")),
     "a response field made optional": (lambda s: schema(s, "Completion")["required"].remove("created"),
                                        "response-field-optional", f"{SCHEMAS}/Completion/properties/created"),
-    "a tightened pattern": (lambda s: schema(s, "CompletionRequest")["properties"]["model"].update(
-                                pattern="^[a-z]+/.+$"), "pattern-tightened",
-                            f"{SCHEMAS}/CompletionRequest/properties/model/pattern"),
+    "a tightened pattern": (lambda s: schema(s, "FunctionDefinition")["properties"]["name"].update(
+                                pattern="^[a-z_]{1,64}$"), "pattern-tightened",
+                            f"{SCHEMAS}/FunctionDefinition/properties/name/pattern"),
     "a removed parameter": (remove_model_vendor, "parameter-removed",
                             parameter_at("/v5/chat/completions/models", "model_vendor")),
     "a lowered maxLength": (lambda s: schema(s, "CompletionRequest")["properties"]["model"].update(maxLength=64),
