@@ -176,6 +176,10 @@ class Limits:
     # A rotated key's: the first key of its rotation chain, whose counters its requests count in,
     # so that a key and its successors have one budget (not a limit: read from the key's row).
     lineage: str | None = None
+    # When a key's row says it stops working (revoked, its grace over, or expired; a POSIX time),
+    # None for an account or a key without an end: limits of a key that no request can use need
+    # no counting (not a limit: read from the key's row).
+    ends_at: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -218,11 +222,13 @@ def _from_row(row: Any) -> Limits:
                     if (value := getattr(row, unit.limit_column)) is not None)
     return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
                   models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache,
-                  lineage=row.lineage if row.lineage != row.subject_id else None)
+                  lineage=row.lineage if row.lineage != row.subject_id else None,
+                  ends_at=min((end.timestamp() for end in (row.revoked_at, row.expires_at) if end is not None),
+                              default=None))
 
 
 # The limits' rows, a key's with its lineage (store/accounts.py replace_key).
-_ROWS = select(limits, api_keys.c.lineage).outerjoin(
+_ROWS = select(limits, api_keys.c.lineage, api_keys.c.revoked_at, api_keys.c.expires_at).outerjoin(
     api_keys, (limits.c.subject == KEY) & (api_keys.c.id == limits.c.subject_id))
 
 

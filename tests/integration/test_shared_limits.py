@@ -167,6 +167,20 @@ def test_a_redis_restarted_empty_counts_each_request_once(upstream, clock):
             assert "settlements waiting" not in str(ready(gateway.url, key))
 
 
+def test_a_revoked_keys_limits_do_not_stop_several_workers_starting(upstream, clock):
+    """No request can use a revoked key, so its limits need no counter: several workers without
+    Redis start beside them (they refused to start while any key's limits remained)."""
+    with empty_database("sqlite") as url:
+        db = provision(url)
+        _, key_id, _ = new_key(url)
+        run_cli(url, "limits", "set", "--key", key_id, "--rpm", "5")
+        run_cli(url, "keys", "revoke", key_id)
+        env = env_of(upstream, url, clock, GATEWAY_WORKERS="2")
+        with GatewayProcess(env, module="tests.support.clocked_gateway") as gateway:
+            assert complete(gateway.url, db.key).status_code == 200
+            assert ready(gateway.url, db.key)["checks"]["limits"] == "ok"
+
+
 def test_several_workers_without_redis_never_count_per_process(upstream, clock):
     with empty_database("sqlite") as url:
         db = provision(url)
