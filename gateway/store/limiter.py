@@ -168,10 +168,7 @@ class Limiter:
         return None
 
     def _uncountable(self) -> list[Subject]:
-        """The subjects whose limits need counters, less keys that can no longer be used."""
-        now = time.time()
-        return [s for s, limits in self.table.subjects.items()
-                if limits.counted and (limits.ends_at is None or limits.ends_at > now)]
+        return [s for s, limits in self.table.subjects.items() if limits.counted_at(time.time())]
 
     def _why_uncountable(self) -> str:
         return f"{self._workers} workers without GATEWAY_REDIS_URL cannot count limits exactly (each would count alone)"

@@ -191,6 +191,10 @@ class Limits:
         """Whether any of it needs counters (the allow-list does not)."""
         return bool(self.rpm or self.tpm or self.concurrent or self.budgets)
 
+    def counted_at(self, now: float) -> bool:
+        """Whether it needs counters at `now`: it counts something, and no longer-usable key holds it."""
+        return self.counted and (self.ends_at is None or self.ends_at > now)
+
     def allows(self, model: str) -> bool:
         return self.models is None or any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
 
