@@ -88,8 +88,10 @@ TARGETS: dict[str, Target] = {
     # Every operation of the contract, each with a key of its scope, on a gateway and database of its
     # own (its stateful phase revokes and rotates the keys it lists); every phase in the suite's short
     # run too (coverage: every boundary value of every operation).
+    # The fake's own timeouts are the suite's short ones: a busy machine gets the long defaults here.
     "openai": Target(_vendor("fake", "openai", "fake/fuzz-model", {"server": "openai"}), FakeOpenAI,
-                     lambda url, db: gateway_env(url, db),
+                     lambda url, db: gateway_env(url, db, GATEWAY_VENDOR_FAKE_FIRST_BYTE="30",
+                                                 GATEWAY_VENDOR_FAKE_IDLE="30"),
                      operations=[], short=["--max-examples", "20", *REPRODUCIBLE]),
     "anthropic": Target(_vendor("anthropic", "anthropic", "anthropic/claude-fuzz"), FakeAnthropic,
                         lambda url, db: _vendor_env("anthropic", "anthropic", url, ANTHROPIC_SECRET, db)),

@@ -7,8 +7,7 @@ import json
 
 from openapi_spec_validator import validate
 
-from tests.contract.fuzz import scoped_keys, short_fuzz
-from tests.support.environments import gateway_env
+from tests.contract.fuzz import TARGETS, scoped_keys, short_fuzz
 from tests.support.gateway_process import ROOT, GatewayProcess
 from tests.support.provision import sqlite_database
 
@@ -43,7 +42,7 @@ def test_schemathesis_finds_nothing_in_any_operation_with_a_key_of_its_scope(ups
     valid call is refused for its scope, and the administration's get through. On a database and
     gateway of its own: its stateful phase revokes and rotates the keys it lists. The other protocols'
     runs are in their vendor's test module; `make fuzz` runs the long ones."""
-    with sqlite_database() as db, GatewayProcess(gateway_env(upstream.url, db.url)) as gateway:
+    with sqlite_database() as db, GatewayProcess(TARGETS["openai"].env(upstream.url, db.url)) as gateway:
         outcome = short_fuzz("openai", gateway.url, scoped_keys(db.url, gateway.url))
     assert outcome.returncode == 0, outcome.summary()
     assert outcome.calls["positive 200"] > 0 and outcome.calls["chat positive 200"] > 0, outcome.summary()
