@@ -95,8 +95,10 @@ test: install
 test-unit: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests/unit
 
+# Long runs of every protocol (tests/contract/fuzz.py), with any seed (default: a new one, printed) and as
+# many examples per operation as asked: make fuzz SEED=7 EXAMPLES=2000. The suite's short runs keep seed 1.
 fuzz: install
-	$(BIN)/python -m tests.contract.fuzz
+	$(BIN)/python -m tests.contract.fuzz $(if $(SEED),--seed $(SEED)) $(if $(EXAMPLES),--max-examples $(EXAMPLES))
 
 bench: install
 	$(BIN)/python -m bench.run

@@ -104,7 +104,7 @@ def capabilities(options: OpenAIOptions, server: Server | None = None) -> Capabi
                 "the server does not implement it (its vendor configuration says `lacks`) and the gateway cannot "
                 "emulate it")
         elif name in server.lacks:
-            support[name] = emulated() if name in EMULATABLE else unsupported(_lacking(server))
+            support[name] = emulated() if name in EMULATABLE else unsupported(servers.lacking(server))
         elif name in ("prompt", "n") and server.one_task_per_call:
             support[name] = native(per_call=1)
         elif name == "max_tokens" and not server.zero_max_tokens:
@@ -114,13 +114,6 @@ def capabilities(options: OpenAIOptions, server: Server | None = None) -> Capabi
     return Capabilities("openai", support)
 
 
-def _lacking(server: Server) -> str:
-    if server is servers.UNIDENTIFIED:
-        return ("the server could not be identified, and compatible servers ignore it; if this one implements it, "
-                "name the server in the vendor's `server` option (e.g. openai)")
-    return f"{server.title}'s server does not implement it, and the gateway cannot emulate it"
-
-
 class OpenAIAdapter(OpenAIChat, HttpAdapter):
     protocol: ClassVar[str] = "openai"
     # Any compatible server: one without a base_url is a mistake, not OpenAI.
@@ -128,7 +121,8 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
     hosted_url: ClassVar[str] = "https://api.openai.com/v1"
     Options: ClassVar[type[BaseModel]] = OpenAIOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(lambda options: chat_capabilities(options.server, options.lacks))
+    chat_capabilities_of = staticmethod(lambda options: chat_capabilities(
+        servers.declared(options.server, ()) or servers.UNIDENTIFIED, options.lacks))
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
         super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
@@ -141,7 +135,7 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
         """Serve as `server` does: the capabilities the planner reads, and what goes on the wire."""
         self.server = server
         self.capabilities = capabilities(self._options, server)
-        self.chat_capabilities = chat_capabilities(server.name, self._options.lacks)
+        self.chat_capabilities = chat_capabilities(server, self._options.lacks)
         # The parameters put on the wire as they are: only what is native (an emulated or
         # unsupported one never reaches the vendor), in the contract's order.
         self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native

@@ -20,11 +20,20 @@ import orjson
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
-from gateway.core.parameters import CHAT_PARAMETERS, NATIVE, Capabilities, Support, emulated, native, unsupported
+from gateway.core.parameters import (
+    CHAT_EMULATABLE,
+    CHAT_PARAMETERS,
+    NATIVE,
+    Capabilities,
+    Support,
+    emulated,
+    native,
+    unsupported,
+)
 from gateway.vendors import logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.answers import JsonEvents
-from gateway.vendors.openai_servers import Server
+from gateway.vendors.openai_servers import OPENAI, Server, lacking
 from gateway.vendors.vendor_errors import payload_message
 
 CHAT_COMPLETIONS = "/chat/completions"
@@ -39,23 +48,28 @@ OPENAI_ONLY = ("audio", "functions", "function_call", "metadata", "modalities", 
                "store")
 
 
-def chat_capabilities(server_name: str, lacks: frozenset[str]) -> Capabilities:
+def chat_capabilities(server: Server, lacks: frozenset[str]) -> Capabilities:
     """What a server of the OpenAI protocol does with each chat parameter: OpenAI itself everything
     but `top_k` (its API has none); a compatible server everything of the shared contract, samplers
-    such as `top_k` included, but not OpenAI's own features, which it would ignore; `lacks` (the
-    vendor's configuration) takes a parameter away."""
+    such as `top_k` included, less what it lacks (`server.chat_lacks`: emulated where the gateway
+    can, else refused) and OpenAI's own features, which it would ignore; a server whose usage counts
+    one task takes one choice per call; `lacks` (the vendor's configuration) takes a parameter away."""
     support: dict[str, Support] = {}
     for name in CHAT_PARAMETERS:
         if name == "x-openai-api-key":
             support[name] = unsupported(CALLER_KEY)
-        elif name == "user" and (server_name != "openai" or name in lacks):
+        elif name == "user" and (server is not OPENAI or name in lacks):
             support[name] = emulated()
         elif name in lacks:
             support[name] = unsupported("the server does not implement it (its vendor configuration says `lacks`)")
-        elif server_name == "openai" and name == "top_k":
+        elif server is OPENAI and name == "top_k":
             support[name] = unsupported("OpenAI's chat API has no top_k")
-        elif server_name != "openai" and name in OPENAI_ONLY:
+        elif server is not OPENAI and name in OPENAI_ONLY:
             support[name] = unsupported("an OpenAI feature that compatible servers accept and ignore")
+        elif name in server.chat_lacks:
+            support[name] = emulated() if name in CHAT_EMULATABLE else unsupported(lacking(server))
+        elif name == "n" and server.one_task_per_call:
+            support[name] = native(per_call=1)
         else:
             support[name] = native()
     return Capabilities.chat("openai", support)

@@ -40,6 +40,9 @@ class Server:
     # `logprobs: 0` returns the sampled tokens' logprobs (else the gateway asks for 1 and keeps the
     # sampled token alone, which is what 0 means).
     zero_logprobs: bool = False
+    # Chat parameters it ignores (its /v1/chat/completions), emulated or refused as `lacks` are;
+    # OpenAI's own chat features are refused for every compatible server (vendors/openai_chat.py).
+    chat_lacks: frozenset[str] = frozenset()
     # How the gateway knows (docs/vendors.md has the detail).
     known_from: str = ""
 
@@ -53,8 +56,12 @@ VLLM = Server("vllm", "vLLM", lacks=frozenset({"best_of", "suffix", "user"}), ze
 # SGLang's logprobs carry no text offsets (-1): refused by name rather than failed as malformed.
 SGLANG = Server("sglang", "SGLang", lacks=frozenset({"best_of", "suffix", "user", "logprobs"}),
                 known_from="read in its source, not run here")
+# Ollama's documentation lists the fields its compatibility layer takes ("Supported request fields").
+OLLAMA_CHAT_LACKS = frozenset({"logit_bias", "logprobs", "top_logprobs", "max_completion_tokens", "n", "top_k",
+                               "tool_choice", "parallel_tool_calls"})
 OLLAMA = Server("ollama", "Ollama", lacks=frozenset({"echo", "best_of", "logit_bias", "logprobs", "user"}),
-                one_task_per_call=True, known_from="read in its source, not run here")
+                one_task_per_call=True, chat_lacks=OLLAMA_CHAT_LACKS,
+                known_from="read in its source and documentation, not run here")
 # A server the gateway could not identify is assumed to lack what any compatible server it knows
 # lacks (Hugging Face TGI, which says nothing of itself, among them): nothing is accepted and then
 # ignored, and usage is exact whatever the server turns out to be. Logprobs and echo are checked
@@ -64,6 +71,7 @@ UNIDENTIFIED = Server(
     "an unidentified server",
     lacks=frozenset({"echo", "suffix", "best_of", "user", "logit_bias", "presence_penalty"}),
     one_task_per_call=True,
+    chat_lacks=OLLAMA_CHAT_LACKS,
     known_from="not identified: assumed to lack what the compatible servers known lack",
 )
 
@@ -77,6 +85,14 @@ _OWNED_BY = {"llamacpp": LLAMA_CPP, "vllm": VLLM, "sglang": SGLANG, "library": O
 _SERVER_HEADERS = {"llama.cpp": LLAMA_CPP}
 # Hosts that are OpenAI itself: no need to ask.
 _OPENAI_HOSTS = frozenset({"api.openai.com"})
+
+
+def lacking(server: Server) -> str:
+    """Why a parameter the server lacks is refused (the gateway cannot emulate it)."""
+    if server is UNIDENTIFIED:
+        return ("the server could not be identified, and compatible servers ignore it; if this one implements it, "
+                "name the server in the vendor's `server` option (e.g. openai)")
+    return f"{server.title}'s server does not implement it, and the gateway cannot emulate it"
 
 
 def declared(setting: str, base_urls: Iterable[str]) -> Server | None:

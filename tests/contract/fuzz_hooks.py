@@ -2,14 +2,17 @@
 vendor protocol per run: tests/contract/fuzz.py names the vendor in FUZZ_VENDOR (JSON: its name, protocol,
 options, the model to ask for, and the limits below).
 
+Every case is sent with the key of the scope its operation's security requirement names (FUZZ_KEYS:
+JSON, scope -> key; tests/contract/fuzz.py makes one per scope), so every operation is reached.
+
 Positive cases must be requests the gateway can serve or must refuse as documented, so they are
 steered to the run's vendor and kept inside what a deployment limits but the contract cannot say
 (the `limits`: choices per request, under GATEWAY_MAX_VENDOR_CALLS and quick to generate; for the
-real model a small max_tokens, short prompts and token ids of its vocabulary), and made to respect
-the one cross-field rule the schema cannot express, best_of >= n. Half of them (chosen by a hash of
-the body, so a run is reproducible) are also stripped of what the vendor cannot serve, so that they
-reach it; the other half keep it, and must be refused as the capability map says. Negative cases
-are left alone.
+real model a small max_tokens, short prompts and messages, and token ids of its vocabulary), and made
+to respect the cross-field rules the schema cannot express (best_of >= n; chat's: keep_chat_rules).
+Half of them (chosen by a hash of the body, so a run is reproducible) are also stripped of what the
+vendor cannot serve, so that they reach it; the other half keep it, and must be refused as the
+capability map says. Negative cases are left alone.
 
 Two checks of our own run beside schemathesis's:
 - `refusals_are_documented`: a schema-valid request answered 400 passes only when the error names
@@ -46,7 +49,7 @@ from gateway.core import client_schemas
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ValidationFailed
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
-from gateway.planner.capabilities import used_parameters, verdict
+from gateway.planner.capabilities import used_parameters, verdict, verdicts
 from gateway.planner.plan import completion_call
 from gateway.store import usage
 from gateway.vendors import registry
@@ -57,6 +60,8 @@ COMPLETIONS = "/v5/completions"
 INFERENCE = (COMPLETIONS, "/v5/chat/completions")  # where `model` names what serves the request
 # A stream is read whole (tests/contract/fuzz.toml: max-stream-events) to be checked, so it is kept short.
 DEFAULT_LIMITS = {"prompts": 8, "choices": 16, "stream_max_tokens": 16}
+# The JSON the fake vendors answer a response_format with (tests/support/fakes/).
+SAID = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"]}
 
 
 @dataclass(frozen=True)
@@ -68,19 +73,44 @@ class Vendor:
     model: str
     limits: dict[str, int]
     capabilities: Capabilities
+    chat_capabilities: Capabilities
 
     @classmethod
     def of(cls, spec: dict[str, Any]) -> Vendor:
         adapter, options = registry.options_of(VendorConfig(name=spec["name"], protocol=spec["protocol"],
                                                             options=spec["options"]))
-        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of(options))
+        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of(options),
+                   adapter.chat_capabilities_of(options))
 
 
 VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(
     {"name": "fake", "protocol": "openai", "options": {"server": "openai"}, "model": "fake/fuzz-model",
      "limits": {}})))
 ADMIN = "/v5/admin/"  # its calls are counted apart ("admin <mode> <status>"): tests/contract/test_contract.py
-STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "<mode> <status>"
+CHAT = "/v5/chat/completions"
+STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "[<kind> ]<mode> <status>"
+KEYS: dict[str, str] = json.loads(os.environ.get("FUZZ_KEYS") or "{}")
+
+
+def _scope(operation) -> str:
+    """The scope an operation's security requirement names ("" where it names none)."""
+    scopes = [scope for requirement in operation.definition.raw.get("security") or ()
+              for scopes in requirement.values() for scope in scopes]
+    return scopes[0] if scopes else ""
+
+
+if KEYS:
+
+    @schemathesis.auth(cache_by_key=lambda case, context: _scope(context.operation))
+    class ScopedKeys:
+        """The key of the scope each operation needs (any key where it needs none), given as explicit
+        authentication, which schemathesis's auth checks then take away and spoil on purpose."""
+
+        def get(self, case, context):
+            return KEYS.get(_scope(context.operation)) or KEYS.get("inference") or next(iter(KEYS.values()))
+
+        def set(self, case, data, context):
+            case.headers = {**(case.headers or {}), "x-api-key": data}
 
 
 @schemathesis.hook
@@ -94,7 +124,7 @@ def map_case(context, case):
     if not isinstance(body, dict):
         return case
     if "messages" in body:
-        keep_chat_rules(body)
+        steer_chat(body)
     else:
         steer(body)
     return case
@@ -102,7 +132,10 @@ def map_case(context, case):
 
 def _fine(schema: Any, compiled: bool = False) -> bool:
     """Whether the gateway takes `schema` (gateway/core/client_schemas.py), and compiles it when it is strict."""
-    if list(client_schemas.problems([((), schema, compiled)])):
+    try:
+        if list(client_schemas.problems([((), schema, compiled)])):
+            return False
+    except TypeError:  # an integer beyond 64 bits, which the gateway reads as a number of JSON's (a float)
         return False
     try:
         return not compiled or client_schemas.compiled(schema, ()) is not None
@@ -137,6 +170,57 @@ def keep_chat_rules(body: dict[str, Any]) -> None:
         if message.get("role") == "assistant" and message.get("content") is None and not message.get("tool_calls") \
                 and not message.get("function_call"):
             message["content"] = ""
+
+
+def steer_chat(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """A positive chat case made one the vendor can serve or must refuse as documented: its model, its
+    choices and generations within the limits (short messages for the real model), then the chat rules."""
+    if isinstance(body.get("model"), str):
+        body["model"] = vendor.model
+    limits = vendor.limits
+    if _is_int(body.get("n")) and body["n"] > limits["choices"]:
+        body["n"] = limits["choices"]
+    most = limits.get("max_tokens")
+    if body.get("stream") is True:
+        most = min(most or limits["stream_max_tokens"], limits["stream_max_tokens"])
+    if most is not None:
+        given = [name for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None]
+        for name in given:
+            if not (_is_int(body[name]) and body[name] <= most):
+                body[name] = most
+        if not given:
+            body["max_completion_tokens"] = most  # the default runs to the end of the context
+    if "message_chars" in limits:
+        del body["messages"][limits["messages"]:]
+        for message in body["messages"]:
+            _shorten(message, limits["message_chars"])
+    if zlib.crc32(json.dumps(body, sort_keys=True).encode()) % 2 == 0:
+        servable_chat(body, vendor)
+    keep_chat_rules(body)
+    format_ = body.get("response_format")
+    if vendor.name != "local" and isinstance(format_, dict) and (format_.get("json_schema") or {}).get("strict"):
+        format_["json_schema"]["schema"] = SAID  # what the fakes write, whatever the schema (the real model obeys it)
+
+
+def _shorten(message: dict[str, Any], chars: int) -> None:
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = content[:chars]
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                part["text"] = part["text"][:chars]
+
+
+def servable_chat(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """The chat body without what the vendor cannot serve: unsupported parameters dropped, values
+    moved into the vendor's narrower range."""
+    for name, found in verdicts(vendor.chat_capabilities).items():
+        value = body.get(name)
+        if found.kind == UNSUPPORTED and name != "messages":
+            body.pop(name, None)
+        elif found.range is not None and isinstance(value, int | float) and value not in found.range:
+            body[name] = min(max(value, found.range.minimum), found.range.maximum)
 
 
 def steer(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
@@ -208,10 +292,12 @@ def _is_int(value: Any) -> bool:
 @schemathesis.hook
 def after_call(context, case, response):
     path = case.operation.path
-    if STATS and case.meta is not None and (path == COMPLETIONS or path.startswith(ADMIN)):
+    if STATS and case.meta is not None:
         mode = "positive" if case.meta.generation.mode.is_positive else "negative"
+        kind = "" if path == COMPLETIONS else "chat " if path == CHAT else "admin " if path.startswith(ADMIN) \
+            else "other "
         with open(STATS, "a") as stats:
-            stats.write(f"{'admin ' if path.startswith(ADMIN) else ''}{mode} {response.status_code}\n")
+            stats.write(f"{kind}{mode} {response.status_code}\n")
 
 
 # -- the checks ------------------------------------------------------------------------------------

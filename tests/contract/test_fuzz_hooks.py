@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from tests.contract.fuzz import TARGETS
-from tests.contract.fuzz_hooks import Vendor, refusable, servable, steer
+from tests.contract.fuzz_hooks import Vendor, refusable, servable, steer, steer_chat
 
 EVERYTHING = {"prompt": ["a", "b"], "n": 2, "best_of": 3, "echo": True, "frequency_penalty": 0.5,
               "presence_penalty": -0.5, "logit_bias": {"7": 5}, "logprobs": 2, "max_tokens": 3, "seed": 2**40,
@@ -64,3 +64,26 @@ def test_steered_cases_keep_within_the_limits(protocol):
         assert body["max_tokens"] <= limits["max_tokens"]
         assert all(len(p) <= limits["scored_prompt_chars"] for p in body["prompt"])  # echo with logprobs
         assert all(int(k) < limits["vocabulary"] for k in body.get("logit_bias", {}))
+
+
+@pytest.mark.parametrize("protocol", list(TARGETS))
+def test_steered_chat_cases_keep_within_the_limits(protocol):
+    """Chat is fuzzed through every protocol: steered to the run's model, its choices within the limits,
+    and for the real model short generations and short messages."""
+    target = vendor(protocol)
+    body = {"model": "any/model", "n": 128, "max_tokens": 2**31 - 1, "stream": True,
+            "messages": [{"role": "user", "content": "m" * 500}, {"role": "assistant", "content": "a" * 500},
+                         {"role": "user", "content": [{"type": "text", "text": "t" * 500}]}]}
+    steer_chat(body, target)
+    limits = target.limits
+    assert body["model"] == target.model and body["n"] <= limits["choices"]
+    assert body["max_tokens"] <= limits.get("max_tokens", limits["stream_max_tokens"])
+    if "message_chars" in limits:
+        assert len(body["messages"]) <= limits["messages"]
+        assert all(len(m["content"]) <= limits["message_chars"] for m in body["messages"])
+
+
+def test_a_chat_case_without_a_length_gets_a_short_one_on_the_real_model():
+    body = {"model": "x/y", "messages": [{"role": "user", "content": "hello there"}]}
+    steer_chat(body, vendor("local"))
+    assert body["max_completion_tokens"] == 2 and body["messages"][0]["content"] == "hello th"

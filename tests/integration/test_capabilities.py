@@ -5,8 +5,6 @@ exactly that."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import pytest
 
@@ -16,16 +14,17 @@ from gateway.planner.capabilities import served_below, verdicts
 from handlers.vendors import describe
 from tests.support.bodies import contains, streamed
 from tests.support.environments import SHARED_TLS, VENDORS, capabilities_of
+from tests.support.parameter_examples import CHAT, COMPLETIONS, example, missing
 
-# A value for each parameter that the contract accepts and that is easy to find in a vendor request.
-EXAMPLES: dict[str, Any] = {
-    "prompt": ["pa", "pb"], "best_of": 4, "echo": True, "frequency_penalty": 0.41, "logit_bias": {"1234": 7},
-    "logprobs": 3, "max_tokens": 6, "n": 3, "presence_penalty": -0.29, "seed": 31337, "stop": ["zz9"],
-    "suffix": "sfx-9", "temperature": 0.37, "top_p": 0.83, "user": "u-cap-9",
-}  # fmt: skip
 CASES = [(vendor, name, found) for vendor in VENDORS for name, found in verdicts(capabilities_of(vendor)).items()]
 RANGES = [(vendor, name, found.range) for vendor, name, found in CASES if found.range is not None]
 BELOW = [(vendor, name, value) for vendor, name, found in CASES if (value := served_below(name, found)) is not None]
+
+
+@pytest.mark.parametrize("endpoint", [COMPLETIONS, CHAT])
+def test_every_parameter_of_the_contract_has_an_example_value(endpoint):
+    """A field added to openapi.json needs its example (the failure says where to add it)."""
+    assert missing(endpoint) == [], f"add example values to tests/support/parameter_examples.py for {missing(endpoint)}"
 
 
 def requests_of(fakes) -> list[dict]:
@@ -36,7 +35,7 @@ def requests_of(fakes) -> list[dict]:
 def test_every_parameter_is_served_or_rejected_naming_it(vclient, upstream, anthropic_upstream, gemini_upstream,
                                                          vendor, name, found):
     fakes = (upstream, anthropic_upstream, gemini_upstream)
-    body = {"model": f"{vendor}/m", "prompt": "x", "max_tokens": 5, name: EXAMPLES[name]}
+    body = {"model": f"{vendor}/m", "prompt": "x", "max_tokens": 5, name: example(COMPLETIONS, name)}
     r = vclient.post("/v5/completions", json=body)
     if found.kind == UNSUPPORTED:
         assert r.status_code == 400, r.text
@@ -47,7 +46,7 @@ def test_every_parameter_is_served_or_rejected_naming_it(vclient, upstream, anth
         return
     assert r.status_code == 200, r.text
     if found.kind == NATIVE:
-        value = EXAMPLES[name]
+        value = example(COMPLETIONS, name)
         sent = [req["body"] for req in requests_of(fakes)]
         assert any(contains(b, value) or contains(b, [value]) for b in sent), (name, sent)
 

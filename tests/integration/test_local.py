@@ -479,4 +479,4 @@ def test_fuzz_finds_nothing(local_gateway, database):
     generations."""
     outcome = short_fuzz("local", local_gateway.url, database.key)
     assert outcome.returncode == 0, outcome.summary()
-    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0 and outcome.calls["chat positive 200"] > 0, outcome.summary()

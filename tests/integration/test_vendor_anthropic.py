@@ -196,5 +196,5 @@ def test_fuzz_finds_nothing(vendors_gateway, anthropic_upstream, database):
     anthropic_upstream.clear()
     outcome = short_fuzz("anthropic", vendors_gateway.url, database.key)
     assert outcome.returncode == 0, outcome.summary()
-    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0 and outcome.calls["chat positive 200"] > 0, outcome.summary()
     assert anthropic_upstream.violations == []

@@ -209,5 +209,5 @@ def test_fuzz_finds_nothing(vendors_gateway, gemini_upstream, database):
     gemini_upstream.clear()
     outcome = short_fuzz("gemini", vendors_gateway.url, database.key)
     assert outcome.returncode == 0, outcome.summary()
-    assert outcome.calls["positive 200"] > 0, outcome.summary()
+    assert outcome.calls["positive 200"] > 0 and outcome.calls["chat positive 200"] > 0, outcome.summary()
     assert gemini_upstream.violations == []

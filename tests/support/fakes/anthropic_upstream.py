@@ -179,7 +179,8 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
     if not isinstance(body, dict):
         return [*problems, "body must be an object"]
     if unknown := set(body) - _KEYS:
-        problems.append(f"unknown fields {sorted(unknown)}")
+        # In Anthropic's words.
+        problems.extend(f"{name}: Extra inputs are not permitted" for name in sorted(unknown))
     if not isinstance(body.get("model"), str) or not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 0:
         problems.append("model (string) and max_tokens (integer >= 0) are required")
     messages = body.get("messages")

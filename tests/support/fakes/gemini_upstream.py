@@ -224,7 +224,8 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
     if not isinstance(body, dict):
         return [*problems, "body must be an object"]
     if unknown := set(body) - _REQUEST_KEYS:
-        problems.append(f"unknown fields {sorted(unknown)}")
+        problems.extend(f'Invalid JSON payload received. Unknown name "{name}": Cannot find field.'
+                        for name in sorted(unknown))  # Google's words
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         problems.append("contents is required")
@@ -239,7 +240,8 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
     problems.extend(_chat_problems(body))
     config = body.get("generationConfig", {})
     if unknown := set(config) - _CONFIG_KEYS:
-        problems.append(f"generationConfig: unknown fields {sorted(unknown)}")
+        problems.extend(f'Invalid JSON payload received. Unknown name "{name}" at \'generation_config\': Cannot find '
+                        'field.' for name in sorted(unknown))
     stops = config.get("stopSequences", [])
     if not isinstance(stops, list) or len(stops) > 5 or not all(isinstance(s, str) and s for s in stops):
         problems.append("stopSequences: up to 5 non-empty strings")

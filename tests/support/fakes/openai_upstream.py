@@ -22,6 +22,12 @@ every test:
                    only the first prompt of a list), as servers that ignore them do
   one-task-usage   reports the usage of the first prompt and choice only, as llama.cpp's server does
 
+`FakeOpenAI(server=...)` is one of the OpenAI-compatible servers the gateway knows (openai, the
+default, llama.cpp, vllm, sglang, ollama, unidentified: tests/support/fakes/server_profiles.py): it
+says so in its answer to GET /v1/models, as the real one does, and answers a request holding a field
+that server does not take with a 400 in the server's own error shape (the real servers other than
+OpenAI's would ignore it); llama.cpp's and an unidentified one count the usage of one task only.
+
 Every stream is logged in `streams` (what was meant to be sent, what was, and whether the client
 left first), so a test can check that the gateway hung up on the vendor without timing it.
 """
@@ -37,6 +43,7 @@ from typing import Any
 
 from tests.support.fakes import openai_chat_upstream as chat_upstream
 from tests.support.fakes.asgi import read_request, send_json
+from tests.support.fakes.server_profiles import PROFILES, Profile
 
 
 @dataclass
@@ -51,7 +58,8 @@ class StreamLog:
 
 
 class FakeOpenAI:
-    def __init__(self) -> None:
+    def __init__(self, server: str = "openai") -> None:
+        self.profile: Profile = PROFILES[server]
         self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body"}
         self.streams: list[StreamLog] = []
         self.open_streams = 0
@@ -80,6 +88,10 @@ class FakeOpenAI:
             return
         self._loop = asyncio.get_running_loop()
         headers, body = await read_request(scope, receive)
+        if scope["path"] == "/v1/models" and scope["method"] == "GET":
+            await send_json(send, 200, {"object": "list", "data": [
+                {"id": "m", "object": "model", "created": 0, "owned_by": self.profile.owned_by}]})
+            return
         if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
             await self._chat(send, scope, headers, json.loads(body))
             return
@@ -88,6 +100,9 @@ class FakeOpenAI:
             return
         request = json.loads(body)
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
+        if refusal := self._refusal("completions", request):
+            await send_json(send, *refusal)
+            return
         model = request.get("model", "")
         if model.startswith("ignores-"):
             request = ignoring(request, model.split("-")[1:])
@@ -123,18 +138,31 @@ class FakeOpenAI:
         else:
             if delay and await _client_leaves_within(receive, delay):
                 return  # like a real vendor, stop working for a client that is gone
-            await send_json(send, 200, completion(request, with_usage=model != "no-usage"))
+            await send_json(send, 200, completion(request, with_usage=model != "no-usage",
+                                                  one_task=self.profile.one_task_usage))
+
+    def _refusal(self, endpoint: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """The server's refusal of a request holding what it does not take (None: none)."""
+        if unknown := self.profile.unknown(endpoint, request):
+            return self.profile.refuse(unknown)
+        if self.profile.string_prompt and not isinstance(request.get("prompt", ""), str):
+            return self.profile.refusal("prompt must be a string")
+        return None
 
     async def _chat(self, send, scope, headers, request) -> None:
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
         problem = chat_upstream.wire_problem(request)
+        refusal = self._refusal("chat", request)
         if problem is not None:
             await send_json(send, 400, {"error": {"message": problem, "type": "invalid_request_error"}})
+        elif refusal is not None:
+            await send_json(send, *refusal)
         elif request.get("stream"):
-            events = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in chat_upstream.chat_events(request))
-            await _raw(send, 200, events + b"data: [DONE]\n\n", b"text/event-stream")
+            events = chat_upstream.chat_events(request, one_task_usage=self.profile.one_task_usage)
+            data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+            await _raw(send, 200, data + b"data: [DONE]\n\n", b"text/event-stream")
         else:
-            await send_json(send, 200, chat_upstream.chat(request))
+            await send_json(send, 200, chat_upstream.chat(request, one_task_usage=self.profile.one_task_usage))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
         await send({"type": "http.response.start", "status": 200,
@@ -151,7 +179,7 @@ class FakeOpenAI:
         if model in ("stall", "stall-later"):
             events = [] if model == "stall" else list(stream_events(request))[:2]
         else:
-            events = list(stream_events(request, with_usage=model != "no-usage"))
+            events = list(stream_events(request, with_usage=model != "no-usage", one_task=self.profile.one_task_usage))
         if model in ("cut-stream", "reset"):
             events = events[:2]
         if model == "bad-sse":
@@ -262,7 +290,7 @@ def prompt_tokens(prompt: str) -> int:
     return max(1, len(prompt.split()))
 
 
-def completion(request: dict[str, Any], with_usage: bool = True) -> dict[str, Any]:
+def completion(request: dict[str, Any], with_usage: bool = True, one_task: bool = False) -> dict[str, Any]:
     n = request.get("n", 1)
     tokens, finish = words(request)
     choices = []
@@ -278,7 +306,7 @@ def completion(request: dict[str, Any], with_usage: bool = True) -> dict[str, An
                             "model": request["model"], "system_fingerprint": "fp_fake", "choices": choices}
     if with_usage:
         body["usage"] = usage(request, len(tokens))
-    if request["model"] == "one-task-usage":
+    if with_usage and (one_task or request["model"] == "one-task-usage"):
         body["usage"] = usage({"prompt": prompts_of(request)[0]}, len(tokens))
     return body
 
@@ -293,7 +321,7 @@ def usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
             "total_tokens": prompt + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
 
 
-def stream_events(request: dict[str, Any], with_usage: bool = True):
+def stream_events(request: dict[str, Any], with_usage: bool = True, one_task: bool = False):
     n = request.get("n", 1)
     tokens, finish = words(request)
     prompts = prompts_of(request)
@@ -320,7 +348,7 @@ def stream_events(request: dict[str, Any], with_usage: bool = True):
                 yield chunk([{"index": index, "text": t, "finish_reason": None, "logprobs": lp}])
             yield chunk([{"index": index, "text": "", "finish_reason": finish, "logprobs": None}])
     if include_usage:
-        yield chunk([], usage=usage(request, len(tokens)))
+        yield chunk([], usage=usage({"prompt": prompts[0]} if one_task else request, len(tokens)))
 
 
 async def _client_leaves_within(receive, seconds: float) -> bool:
