@@ -27,7 +27,7 @@ import jsonschema_rs
 import orjson
 
 from gateway.core import client_schemas
-from gateway.http.validation import MAX_DEPTH, _nested_deeper
+from gateway.http.server.validation import MAX_DEPTH, _nested_deeper
 from gateway.planner import chat_rules
 from gateway.planner.chat_verify import STRICT_SCHEMA, strict_schema
 

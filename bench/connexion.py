@@ -50,9 +50,9 @@ def give_back(jobs: frozenset[str]) -> None:
     from connexion.middleware.request_validation import RequestValidationMiddleware
     from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 
-    from gateway.http import app, security
-    from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
-    from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
+    from gateway.http.server import app, security
+    from gateway.http.server.connexion_overrides.fixed_routes import FixedRoutes
+    from gateway.http.server.connexion_overrides.prepared_validation import PreparedValidationMiddleware
 
     if "key check" in jobs:
         async def check(key: str, required_scopes: Any = None, request: Any = None) -> dict[str, Any]:

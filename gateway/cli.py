@@ -335,7 +335,8 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
     # pygments are installed, as they are beside the dev tools: megabytes of every worker that a
     # server never uses. Without them httpx does without it, as here.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
-    from gateway.http import metrics, server
+    from gateway.http.observe import metrics
+    from gateway.http.server import server
     from gateway.services import create_app, redactor
 
     if workers is not None and workers < 1:

@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gateway.core.config import Settings
 from gateway.core.errors import StartupFailed
 from gateway.core.redaction import Redactor
-from gateway.http import app as http_app
-from gateway.http import security, server
-from gateway.http.connexion_overrides.direct_call import DirectCallApp
+from gateway.http.server import app as http_app
+from gateway.http.server import security, server
+from gateway.http.server.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database, key_cache

@@ -12,7 +12,8 @@ from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
-from gateway.http import cache, limiting, security
+from gateway.http import cache, limiting
+from gateway.http.server import security
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle

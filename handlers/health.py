@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from gateway.http import security
+from gateway.http.server import security
 from gateway.http.context import HandlerRequest
 
 

@@ -38,7 +38,8 @@ from starlette.datastructures import Headers
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import limiting, metrics
+from gateway.http import limiting
+from gateway.http.observe import metrics
 from gateway.http.context import HandlerRequest
 from gateway.store.limits import ACCOUNT, KEY, LimitsTable, Subject
 from gateway.store.response_cache import Store

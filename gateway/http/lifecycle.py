@@ -35,7 +35,8 @@ from starlette.responses import Response
 
 from gateway.core.completion import Attempt, Choice, Usage, generated, go_ahead
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import event_stream, limiting, observability
+from gateway.http import event_stream, limiting
+from gateway.http.observe import observability
 from gateway.http.context import HandlerRequest
 from gateway.store.limiter import Grant
 from gateway.store.meter import Meter

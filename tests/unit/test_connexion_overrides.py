@@ -7,8 +7,8 @@ import pytest
 from connexion.middleware.request_validation import RequestValidationOperation
 from connexion.security import AbstractSecurityHandler
 
-from gateway.http import connexion_overrides
-from gateway.http.connexion_overrides import ConnexionHookMissing, check_hooks
+from gateway.http.server import connexion_overrides
+from gateway.http.server.connexion_overrides import ConnexionHookMissing, check_hooks
 
 
 def test_every_private_hook_the_overrides_use_exists():
@@ -44,6 +44,6 @@ def test_the_contract_handed_over_parsed_is_what_connexion_would_read_from_its_f
     import orjson
     from connexion.spec import Specification
 
-    from gateway.http.app import spec_path
+    from gateway.http.server.app import spec_path
 
     assert Specification._load_spec_from_file(None, spec_path()) == orjson.loads(spec_path().read_bytes())

@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from gateway import services
-from gateway.http import app as app_module
-from gateway.http import observability
-from gateway.http.app import spec_path
-from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
+from gateway.http.server import app as app_module
+from gateway.http.observe import observability
+from gateway.http.server.app import spec_path
+from gateway.http.server.connexion_overrides.fixed_routes import FixedRoutes
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.processes import served_in_process

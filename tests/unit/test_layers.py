@@ -82,8 +82,8 @@ def test_imports_run_one_way(path):
 
 def test_the_check_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from gateway.planner.plan import Plan\nimport gateway.http.app\n")
-    assert imports(bad) == {"gateway.planner.plan", "gateway.planner.plan.Plan", "gateway.http.app"}
+    bad.write_text("from gateway.planner.plan import Plan\nimport gateway.http.server.app\n")
+    assert imports(bad) == {"gateway.planner.plan", "gateway.planner.plan.Plan", "gateway.http.server.app"}
     assert part_of("gateway.store.ledger") == "gateway.store"
     assert "gateway.planner" not in ALLOWED["gateway.store"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.core.redaction import REDACTED, Redactor
-from gateway.http import log_stream, logs
+from gateway.http.observe import log_stream, logs
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "test.access"  # a logger of its own: the gateway's is left as other tests found it
@@ -265,7 +265,7 @@ def test_a_stream_failing_when_the_waiting_lines_are_written_is_reported_not_rai
 EXITING = """
 import asyncio, logging, sys
 from gateway.core.redaction import Redactor
-from gateway.http import logs
+from gateway.http.observe import logs
 
 logging.basicConfig(stream=sys.stdout, level=logging.INFO)
 logs.configure("info", "json", Redactor())

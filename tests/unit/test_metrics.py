@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.http import metrics
+from gateway.http.observe import metrics
 from tests.support.metrics import metric
 
 SETTINGS = SimpleNamespace(vendors=["fake"], fallbacks={}, metrics_models_per_vendor=4)

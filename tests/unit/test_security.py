@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied, StorageUnavailable
-from gateway.http.security import limits_known, refused
+from gateway.http.server.security import limits_known, refused
 from gateway.store.accounts import SCOPES, Caller
 from gateway.store.limits import KEY, Limits, Subject
 

@@ -11,7 +11,8 @@ import socket
 import orjson
 
 from gateway import services
-from gateway.http import observability, validation
+from gateway.http.observe import observability
+from gateway.http.server import validation
 from tests.support.environments import gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.gateway_process import ROOT

@@ -32,7 +32,7 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope
 
 from gateway.core.errors import ECHO_LIMIT, PayloadTooLarge, RequestTimeout, ValidationFailed, clip
-from gateway.http.connexion_overrides.prepared_validation import body_validator
+from gateway.http.server.connexion_overrides.prepared_validation import body_validator
 from gateway.http.context import BODY_ARRIVED_KEY, BODY_KEY
 
 # Levels of JSON nesting a body may have: the contract's deepest value (a list of prompts inside

@@ -39,7 +39,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from gateway.core.config import Settings
 from gateway.core.errors import BadRequest, GatewayError, HeaderFieldsTooLarge, ShuttingDown, clip
-from gateway.http import hooks
+from gateway.http.server import hooks
 from gateway.http.context import BODY_ARRIVED_KEY, DEPARTURE_KEY, Departure
 
 log = logging.getLogger("gateway")

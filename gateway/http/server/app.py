@@ -29,16 +29,17 @@ from starlette.middleware.cors import CORSMiddleware
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected, GatewayError, ValidationFailed, from_http_status
 from gateway.core.redaction import Redactor
-from gateway.http import observability, validation
-from gateway.http.connexion_overrides import check_hooks
-from gateway.http.connexion_overrides.direct_call import DirectCallApp, Handler
-from gateway.http.connexion_overrides.docs_page import docs_middleware
-from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
-from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
-from gateway.http.connexion_overrides.spec_loading import accept_openapi_31
-from gateway.http.dashboard import DashboardMiddleware
-from gateway.http.path_hints import PathHints
-from gateway.http.security import SECURITY_MAP
+from gateway.http.observe import observability
+from gateway.http.server import validation
+from gateway.http.server.connexion_overrides import check_hooks
+from gateway.http.server.connexion_overrides.direct_call import DirectCallApp, Handler
+from gateway.http.server.connexion_overrides.docs_page import docs_middleware
+from gateway.http.server.connexion_overrides.fixed_routes import FixedRoutes
+from gateway.http.server.connexion_overrides.prepared_validation import PreparedValidationMiddleware
+from gateway.http.server.connexion_overrides.spec_loading import accept_openapi_31
+from gateway.http.server.path_hints import PathHints
+from gateway.http.server.security import SECURITY_MAP
+from gateway.http.ui.dashboard import DashboardMiddleware
 
 log = logging.getLogger("gateway")
 

@@ -30,7 +30,8 @@ import uvicorn
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
 from gateway.core.redaction import Redactor
-from gateway.http import connection, log_stream, logs, metrics
+from gateway.http.observe import log_stream, logs, metrics
+from gateway.http.server import connection
 
 log = logging.getLogger("gateway")
 

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from gateway.core.redaction import Redactor
-from gateway.http.log_stream import CoalescedStream
+from gateway.http.observe.log_stream import CoalescedStream
 
 FIELDS = "fields"  # the LogRecord attribute (`extra={"fields": {...}}`) holding a line's structured data
 # The loggers with handlers of their own: ours go through the root's; uvicorn's have theirs.

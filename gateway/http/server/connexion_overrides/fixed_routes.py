@@ -14,7 +14,7 @@ from typing import Any
 from connexion.middleware.abstract import ROUTING_CONTEXT
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.http.connexion_overrides import chain
+from gateway.http.server.connexion_overrides import chain
 
 log = logging.getLogger("gateway")
 

@@ -25,7 +25,7 @@ from gateway.core import observe
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Settings
 from gateway.core.redaction import Redactor
-from gateway.http import logs, metrics, tracing
+from gateway.http.observe import logs, metrics, tracing
 from gateway.http.context import HandlerRequest
 from gateway.store.meter import Meter
 

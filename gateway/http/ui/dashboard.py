@@ -34,8 +34,8 @@ _HEADERS = [
 
 
 def assets() -> dict[str, tuple[bytes, str]]:
-    """path under /ui/ -> (content, media type), from the package's ui/ folder."""
-    folder = files("gateway.http") / "ui"
+    """path under /ui/ -> (content, media type), from the files beside this module."""
+    folder = files("gateway.http.ui")
     found = {}
     for entry in folder.iterdir():
         kind = _TYPES.get("." + entry.name.rpartition(".")[2])

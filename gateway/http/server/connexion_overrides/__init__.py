@@ -23,8 +23,8 @@ import logging
 from importlib.metadata import version
 from typing import Any
 
-from gateway.http import hooks
-from gateway.http.connexion_overrides import (
+from gateway.http.server import hooks
+from gateway.http.server.connexion_overrides import (
     chain,
     direct_call,
     docs_page,
