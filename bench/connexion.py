@@ -3,7 +3,7 @@ that each give one job back to Connexion (docs/decisions/0001-connexion.md quote
 
     python -m bench.connexion [--requests 1000] [--rounds 3] [--callgrind]
 
-Variants (gateway/http/connexion_overrides/ has each override):
+Variants (gateway/http/server/connexion_overrides/ has each override):
   as built       the app as `gateway serve` builds it
   routing        no FixedRoutes: each request through Connexion's routing, then a lookup of the
                  operation in every routed layer

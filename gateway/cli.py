@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
 
     What a command prints holds names others chose (accounts, keys, the audit's actors, clients'
     `user`): it is all written through cli_output's escaping writers, argparse's messages and
-    every error included. The server's lines are its logs' (gateway/http/logs.py)."""
+    every error included. The server's lines are its logs' (gateway/http/observe/logs.py)."""
     with cli_output.escaping_output():
         args = _parser().parse_args(argv)
         if args.command != "serve":

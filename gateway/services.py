@@ -1,7 +1,7 @@
 """The service assembly: settings, the vendors, the database, the key store, the ledger and
 admission, built into one app and kept for the gateway's life.
 
-`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/app.py) with the handlers'
+`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/server/app.py) with the handlers'
 operation table and a lifespan that opens everything at start and closes it at shutdown, in order.
 """
 

@@ -1,4 +1,4 @@
-"""GET /metrics: the Prometheus exposition of every process's counts (gateway/http/metrics.py)."""
+"""GET /metrics: the Prometheus exposition of every process's counts (gateway/http/observe/metrics.py)."""
 
 from __future__ import annotations
 

@@ -26,14 +26,14 @@ from gateway.vendors.registry import Registry
 
 T = TypeVar("T")
 
-BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/validation.py
-CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/security.py)
-DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/connection.py
-BODY_ARRIVED_KEY = "gateway.body_arrived"  # True once the connection holds the whole body (http/connection.py)
+BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/server/validation.py
+CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/server/security.py)
+DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/server/connection.py
+BODY_ARRIVED_KEY = "gateway.body_arrived"  # True once the connection holds the whole body (http/server/connection.py)
 
 
 class Departure:
-    """How a request hears that its client left: the connection (http/connection.py) puts one in
+    """How a request hears that its client left: the connection (http/server/connection.py) puts one in
     each request's scope and calls `client_left` when the connection is lost before the answer is
     complete; the task waiting in `HandlerRequest.unless_client_leaves` is then cancelled."""
 

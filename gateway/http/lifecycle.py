@@ -213,7 +213,7 @@ class _Answer(Response):
     """A plain answer, its lifecycle ended (`then`) once the answer was sent, or failed to be: the
     ledger row (its prices, the limits it settles) is built after the client has its bytes, not
     while the client waits for them. It runs before the task yields to the loop: the answer is one
-    write (its head goes with its body, http/connection.py), which waits for nothing unless an
+    write (its head goes with its body, http/server/connection.py), which waits for nothing unless an
     earlier answer on the connection still waits to drain; so a limit's slot is free before the
     client can have read the answer and asked again. Nothing reads the row sooner either way: the
     ledger commits on a clock (store/ledger.py)."""

@@ -1,4 +1,4 @@
-"""The Connexion internals the gateway relies on (gateway/http/connexion_overrides/) still exist:
+"""The Connexion internals the gateway relies on (gateway/http/server/connexion_overrides/) still exist:
 an upgrade that removes one fails here, and at start-up, naming it."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_an_instance_attribute_set_in_init_counts_as_present_and_its_removal_is_
 
 
 def test_the_contract_handed_over_parsed_is_what_connexion_would_read_from_its_file():
-    # The app gives Connexion the parsed document (gateway/http/app.py); from the path, Connexion
+    # The app gives Connexion the parsed document (gateway/http/server/app.py); from the path, Connexion
     # renders the file as a Jinja2 template and reads it as YAML, which a JSON document survives
     # unchanged only while it holds no template syntax and no number YAML 1.1 reads otherwise.
     import orjson

@@ -1,4 +1,4 @@
-"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/connexion_overrides/fixed_routes.py): in
+"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/server/connexion_overrides/fixed_routes.py): in
 the app as `gateway serve` builds it, every operation of a path without parameters is linked, with
 response validation on or off and behind CORS, and what is not an operation's request still takes
 Connexion's way (405 with its Allow header, 404, the docs page, the dashboard). A layer the

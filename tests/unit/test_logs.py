@@ -1,4 +1,4 @@
-"""The access line written without logging's records (http/logs.py `Lines`): the very line logging
+"""The access line written without logging's records (http/observe/logs.py `Lines`): the very line logging
 would write, in text and in JSON, scrubbed of secrets, only at the level that shows it, and through
 logging whenever the log is set up otherwise (a test capturing records, say)."""
 

@@ -1,4 +1,4 @@
-"""What one process's metrics write when a flush comes (http/metrics.py `Metrics`): the requests,
+"""What one process's metrics write when a flush comes (http/observe/metrics.py `Metrics`): the requests,
 durations, times to first token, tokens and cost reported since the last flush, added up per label
 set and histogram bucket, in a registry of the test's own (no shared directory)."""
 

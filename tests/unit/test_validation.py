@@ -1,4 +1,4 @@
-"""A request body's reader (http/validation.py) arms its timeout only for a body still on its way:
+"""A request body's reader (http/server/validation.py) arms its timeout only for a body still on its way:
 one that arrived with its head (the usual request) is read at once, without a timer; one that
 comes in pieces is read under the timeout, and answered when its rest comes. (A body that never
 comes is a 408: tests/integration/test_process_limits.py.)"""

@@ -1,5 +1,5 @@
 """The log's stream: access lines written together (`CoalescedStream`), not a system call each.
-Why, and what may wait how long: http/logs.py's docstring."""
+Why, and what may wait how long: http/observe/logs.py's docstring."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ the next line's account, vendor, model and message are mostly the same), and the
 names `verbatim` (ids the gateway made, numbers, fixed words) are not scanned at all. A JSON line's
 fields are encoded as one object, spliced after the line's own keys.
 
-The log's stream (http/log_stream.py) writes access lines together, at most `COALESCE_SECONDS`
+The log's stream (http/observe/log_stream.py) writes access lines together, at most `COALESCE_SECONDS`
 after the first of them or as soon as `COALESCE_BYTES` wait: a line-buffered stream makes a
 system call of every line, a large part of a request's CPU at concurrency 1 (bench.observability;
 docs/performance.md). Every other write to it (a record of any logger

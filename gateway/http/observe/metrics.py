@@ -328,7 +328,7 @@ def _check_histogram(child: Any, buckets: tuple[float, ...]) -> None:
     found = getattr(child, "_buckets", None)
     if found is None or len(found) != len(buckets) + 1 or not hasattr(child, "_sum"):
         raise RuntimeError(f"prometheus-client {version('prometheus-client')}: a histogram series has no _buckets/"
-                           f"_sum as gateway/http/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
+                           f"_sum as gateway/http/observe/metrics.py expects (written for {PROMETHEUS_CLIENT_VERSION})")
 
 
 _metrics: Metrics | None = None

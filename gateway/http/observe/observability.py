@@ -1,8 +1,8 @@
 """What an operator sees of a running gateway: metrics, traces and the access log of completions.
 
 `install(settings, redact)` sets this up once per serving process (the app's construction calls
-it, in every worker): logging, the process's metrics (http/metrics.py), tracing when the OTEL_*
-variables ask for it (http/tracing.py), and the `Observer` through which the planner, the vendor
+it, in every worker): logging, the process's metrics (http/observe/metrics.py), tracing when the OTEL_*
+variables ask for it (http/observe/tracing.py), and the `Observer` through which the planner, the vendor
 adapters and the ledger report what they do (core/observe.py).
 
 `ObservedApp` is the outermost layer of the app. Around each POST /v5/completions it keeps the

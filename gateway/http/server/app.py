@@ -1,11 +1,11 @@
 """The ASGI app: openapi.json, routed by Connexion to the handlers, behind our validator,
 security handlers and error rendering. What a request meets, outermost first: CORS (when
 GATEWAY_CORS_ORIGINS allows browser pages of other origins), the metrics, traces and access log
-of completions (http/observability.py), Connexion's error handling, the contract's fixed paths
-routed by one lookup (http/connexion_overrides/fixed_routes.py), the docs page (/docs/), the usage
-dashboard's files at /ui/ (http/dashboard.py: pages beside the API, not operations of it),
-Connexion's routing, the key check (http/security.py), the body and parameter validation
-(http/validation.py), then the handler the operationId maps to."""
+of completions (http/observe/observability.py), Connexion's error handling, the contract's fixed paths
+routed by one lookup (http/server/connexion_overrides/fixed_routes.py), the docs page (/docs/), the usage
+dashboard's files at /ui/ (http/ui/dashboard.py: pages beside the API, not operations of it),
+Connexion's routing, the key check (http/server/security.py), the body and parameter validation
+(http/server/validation.py), then the handler the operationId maps to."""
 
 from __future__ import annotations
 

@@ -63,16 +63,16 @@ class UvicornHookMissing(RuntimeError):
 def check_hooks() -> None:
     missing = hooks.missing(_HOOKS)
     if missing:
-        raise UvicornHookMissing(f"uvicorn {version('uvicorn')} lacks what gateway/http/connection.py relies on "
+        raise UvicornHookMissing(f"uvicorn {version('uvicorn')} lacks what gateway/http/server/connection.py relies on "
                                  f"(written for {UVICORN_VERSION}): {', '.join(missing)}")
     if version("uvicorn") != UVICORN_VERSION:
-        log.warning("uvicorn %s is installed; gateway/http/connection.py was written for %s",
+        log.warning("uvicorn %s is installed; gateway/http/server/connection.py was written for %s",
                     version("uvicorn"), UVICORN_VERSION)
 
 
 def protocol(settings: Settings) -> type[GatewayConnection]:
     """The connection class for uvicorn's `http` option, bound to `settings`' limits (uvicorn's own
-    `timeout_keep_alive` must be `settings.keep_alive_timeout`: see http/server.py)."""
+    `timeout_keep_alive` must be `settings.keep_alive_timeout`: see http/server/server.py)."""
     check_hooks()
     return type("GatewayConnection", (GatewayConnection,), {
         "header_timeout": settings.header_timeout, "max_header_bytes": settings.max_header_bytes})
@@ -149,7 +149,7 @@ class GatewayConnection(HttpToolsProtocol):
         except httptools.HttpParserError as exc:
             self._reject(BadRequest(f"malformed HTTP request: {clip(str(exc))}", code="invalid_http_request"))
         except httptools.HttpParserUpgrade:
-            self._unsupported_upgrade_warning()  # no WebSockets here (http/server.py)
+            self._unsupported_upgrade_warning()  # no WebSockets here (http/server/server.py)
         if self._head_bytes is None:
             return
         if carried is not None and self._heads == heads:
@@ -214,7 +214,7 @@ class GatewayConnection(HttpToolsProtocol):
         self._head_bytes = 0  # what follows is the next request's head
         super().on_message_complete()
         if not self.cycle.more_body:
-            # Its body is here whole: reading it cannot wait, so it needs no timer (http/validation.py).
+            # Its body is here whole: reading it cannot wait, so it needs no timer (http/server/validation.py).
             self.cycle.scope.setdefault("extensions", {})[BODY_ARRIVED_KEY] = True
 
     def on_response_complete(self) -> None:

@@ -1,6 +1,6 @@
 """Checking that the private names of a library the gateway reaches into still exist, so that an
 upgrade which removes one fails loudly at start-up (and in a test) instead of misbehaving later.
-Used for Connexion (http/connexion_overrides/) and uvicorn (http/connection.py)."""
+Used for Connexion (http/server/connexion_overrides/) and uvicorn (http/server/connection.py)."""
 
 from __future__ import annotations
 

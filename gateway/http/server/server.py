@@ -1,4 +1,4 @@
-"""Running the app under uvicorn, with our connection protocol (http/connection.py: header and
+"""Running the app under uvicorn, with our connection protocol (http/server/connection.py: header and
 keep-alive limits, errors the server writes itself, shutdown), in this process or in `workers`
 processes serving one port.
 
@@ -98,7 +98,7 @@ def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redacto
         signal.signal(number, lambda *_: None)
     server = _Server(config, ready, parent)
     server.run(sockets=sockets)
-    log_stream.flush_all()  # the access lines still waiting for their timer (http/log_stream.py)
+    log_stream.flush_all()  # the access lines still waiting for their timer (http/observe/log_stream.py)
     return 0 if server.started else STARTUP_FAILED
 
 

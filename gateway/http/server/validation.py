@@ -207,7 +207,7 @@ _PARAMETER_SCHEMAS = SchemaValidators(validate_formats=True)  # the spec's param
 
 class ParameterValidator:
     """Connexion's `validator_map["parameter"]`, made once per operation
-    (http/connexion_overrides/prepared_validation.py); the compiled validators are shared."""
+    (http/server/connexion_overrides/prepared_validation.py); the compiled validators are shared."""
 
     def __init__(self, parameters: list[dict[str, Any]], uri_parser: Any, strict_validation: bool = False,
                  security_query_params: list[str] | None = None) -> None:

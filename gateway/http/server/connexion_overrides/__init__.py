@@ -11,9 +11,9 @@ docs/decisions/0001-connexion.md.
 - fixed_routes.py: the contract's fixed paths routed by one lookup, past Connexion's routing.
 - chain.py: each operation's chain linked out of the layers Connexion built, link to link.
 - prepared_validation.py: the validation layer, its validators built once per operation, and the
-  class through which Connexion hands a JSON body to http/validation.py.
+  class through which Connexion hands a JSON body to http/server/validation.py.
 - direct_call.py: the handler called with one HandlerRequest, not with injected arguments.
-- key_check.py: the security schemes answered by http/security.py's key check, called directly.
+- key_check.py: the security schemes answered by http/server/security.py's key check, called directly.
 - docs_page.py: Connexion's docs page layer, naming the one path it serves.
 """
 
@@ -38,7 +38,7 @@ log = logging.getLogger("gateway")
 
 CONNEXION_VERSION = "3.3.0"
 
-# (owner, private attribute) pairs these modules rely on (checked by gateway/http/hooks.py).
+# (owner, private attribute) pairs these modules rely on (checked by gateway/http/server/hooks.py).
 _HOOKS: tuple[tuple[Any, str], ...] = (
     direct_call.HOOKS + spec_loading.HOOKS + prepared_validation.HOOKS + key_check.HOOKS + docs_page.HOOKS
     + chain.HOOKS + fixed_routes.HOOKS
@@ -54,8 +54,8 @@ def check_hooks() -> None:
     missing = hooks.missing(_HOOKS)
     if missing:
         raise ConnexionHookMissing(
-            f"Connexion {version('connexion')} lacks what gateway/http/connexion_overrides/ relies on "
+            f"Connexion {version('connexion')} lacks what gateway/http/server/connexion_overrides/ relies on "
             f"(written for {CONNEXION_VERSION}): {', '.join(missing)}")
     if version("connexion") != CONNEXION_VERSION:
-        log.warning("Connexion %s is installed; gateway/http/connexion_overrides/ was written for %s",
+        log.warning("Connexion %s is installed; gateway/http/server/connexion_overrides/ was written for %s",
                     version("connexion"), CONNEXION_VERSION)

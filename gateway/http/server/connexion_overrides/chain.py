@@ -2,7 +2,7 @@
 validation, response validation when on, the handler call) holds one operation object per
 operationId, which calls the next *layer*, and that layer looks the same operation up again. Linked
 here, each operation object calls the next one directly; the objects, and what they check, are
-Connexion's (and ours where http/connexion_overrides/ replaces them), built from openapi.json.
+Connexion's (and ours where http/server/connexion_overrides/ replaces them), built from openapi.json.
 
 Linking is refused (`Unlinkable`) unless the stack is one this module understands: between the
 layer asking and Connexion's routing, only layers that serve the paths under their own `prefix`;

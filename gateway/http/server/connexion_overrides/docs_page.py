@@ -1,5 +1,5 @@
 """The docs page (/docs/, Swagger UI): Connexion's own layer, declaring the one path it serves, its
-answers sent with a Content-Security-Policy (as the dashboard's are: http/dashboard.py).
+answers sent with a Content-Security-Policy (as the dashboard's are: http/ui/dashboard.py).
 
 Its `prefix` tells FixedRoutes (fixed_routes.py) that this layer serves nothing outside it (with
 `serve_spec` off, Connexion's Swagger UI routes are the page, its config and its assets, all

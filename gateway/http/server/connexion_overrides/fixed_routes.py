@@ -1,6 +1,6 @@
 """The contract's fixed paths, routed by one lookup. A request for one of openapi.json's paths
 without parameters, with a method of that path, goes from one dict lookup to its operation's own
-chain (http/connexion_overrides/chain.py: security, validation, the handler). Connexion would route
+chain (http/server/connexion_overrides/chain.py: security, validation, the handler). Connexion would route
 it through Starlette's router (a Mount and a Route matched, a copy of the scope, a context
 variable) and then look the operation up again in every routed layer (what that costs:
 docs/decisions/0001-connexion.md). Every other request (404, 405, /docs, /ui, HEAD) takes

@@ -1,5 +1,5 @@
 """Connexion's security handlers for the spec's two schemes (`apiKey` in x-api-key, and `bearer`),
-answered by the gateway's own key check (http/security.py), with the scopes the operation's
+answered by the gateway's own key check (http/server/security.py), with the scopes the operation's
 security requirement names (openapi.json: `{"APIKeyHeader": ["admin"]}`). Connexion still reads the key from
 the header the spec names, tries the operation's security requirements in order and puts what
 the check returns in the request's context; these subclasses only change which function it

@@ -4,7 +4,7 @@ re-derives the operation's body definition several times. This one builds the pa
 validator once, and a body validator once per media type the operation accepts (remembering,
 for a few content-type headers as sent, which one they lead to). The rules still come from
 openapi.json alone, through Connexion's operation; the validators are the gateway's own
-(http/validation.py), given to Connexion as its `validator_map`."""
+(http/server/validation.py), given to Connexion as its `validator_map`."""
 
 from __future__ import annotations
 
