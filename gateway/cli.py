@@ -36,12 +36,12 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway import __version__, cli_output, limits_cli
+from gateway import __version__, admin, cli_output, limits_cli
 from gateway.cli_output import as_json, as_text, emit
 from gateway.core import config
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
-from gateway.store import accounts, admin, database, usage
+from gateway.store import accounts, database, usage
 from gateway.store.accounts import AccountsError, NewKey
 from gateway.store.meter import OUTCOMES
 from gateway.vendors.registry import load_settings

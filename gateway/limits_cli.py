@@ -18,13 +18,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway import admin
 from gateway.core.config import Settings
-from gateway.http.limiting import duration
-from gateway.store import admin
+from gateway.limits.admin_limits import MAX_AMOUNT, Consumed, check_pattern, consumption
+from gateway.limits.on_request import duration
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
 from gateway.store.accounts import AccountsError
-from gateway.store.admin_limits import MAX_AMOUNT, Consumed, check_pattern, consumption
-from gateway.store.counters_redis import RedisCounters
-from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
 _CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models", "cache")

@@ -19,17 +19,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gateway.core.config import Settings
 from gateway.core.errors import StartupFailed
 from gateway.core.redaction import Redactor
+from gateway.http.context import Services
 from gateway.http.server import app as http_app
 from gateway.http.server import security, server
 from gateway.http.server.connexion_overrides.direct_call import DirectCallApp
-from gateway.http.context import Services
+from gateway.limits.counters import Counters, MemoryCounters
+from gateway.limits.limiter import Limiter
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import LimitsTable
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database, key_cache
-from gateway.store.counters import Counters, MemoryCounters
-from gateway.store.counters_redis import RedisCounters
 from gateway.store.ledger import Ledger
-from gateway.store.limiter import Limiter
-from gateway.store.limits import LimitsTable
 from gateway.store.prices import Prices
 from gateway.store.response_cache import MemoryStore, RedisStore, Store
 from gateway.store.stored_prices import StoredPriceReader

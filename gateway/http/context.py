@@ -17,10 +17,10 @@ from starlette.types import Scope
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected
 from gateway.core.redaction import Redactor
+from gateway.limits.limiter import Limiter
 from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
 from gateway.store.ledger import Ledger
-from gateway.store.limiter import Limiter
 from gateway.store.response_cache import Store
 from gateway.vendors.registry import Registry
 

@@ -11,9 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from gateway.store import accounts, admin, database, limits
+from gateway import admin
+from gateway.limits import rules
+from gateway.limits.rules import ACCOUNT, KEY, Subject
+from gateway.store import accounts, database
 from gateway.store.accounts import AccountsError, Conflict, UnknownObject
-from gateway.store.limits import ACCOUNT, KEY, Subject
 from gateway.store.prices import Prices
 from gateway.store.stored_prices import read
 from gateway.store.tables import api_keys, audit_log
@@ -62,7 +64,7 @@ def test_a_creation_that_fails_halfway_leaves_no_key_no_limit_and_no_audit_line(
         async def broken(connection, subject, values):
             raise RuntimeError("the database went away after the key was written")
 
-        monkeypatch.setattr(limits, "set_limits", broken)
+        monkeypatch.setattr(rules, "set_limits", broken)
         with pytest.raises(RuntimeError):
             await admin.create_key(engine, ACTOR, ["acct"], "svc", ["inference"], None, ["fake/*"])
         with pytest.raises(UnknownObject, match="no such account: nobody"):

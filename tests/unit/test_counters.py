@@ -12,10 +12,10 @@ import signal
 import pytest
 import redis
 
-from gateway.store import counters
-from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
-from gateway.store.counters_redis import LEASE_SECONDS, LateClaim, RedisCounters
-from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.limits import counters
+from gateway.limits.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
+from gateway.limits.redis_counters import LEASE_SECONDS, LateClaim, RedisCounters
+from gateway.limits.rules import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
 from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
 from tests.support.redis_servers import RedisServer, commands_run, redis_prefix, redis_url, remove_redis_keys

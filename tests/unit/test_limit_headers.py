@@ -4,10 +4,10 @@ names and formats; none without a per-minute limit."""
 
 from __future__ import annotations
 
-from gateway.http.limiting import duration, headers
-from gateway.store.counters import RPM, TPM, window
-from gateway.store.limiter import Grant
-from gateway.store.limits import ACCOUNT, KEY, Subject
+from gateway.limits.counters import RPM, TPM, window
+from gateway.limits.limiter import Grant
+from gateway.limits.on_request import duration, headers
+from gateway.limits.rules import ACCOUNT, KEY, Subject
 
 KEY_A, ACCT = Subject(KEY, "key_a"), Subject(ACCOUNT, "acct")
 

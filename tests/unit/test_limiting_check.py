@@ -1,4 +1,4 @@
-"""A request's limits check (gateway/http/limiting.py `Check`) when the verdict comes from a shared
+"""A request's limits check (gateway/http/on_request.py `Check`) when the verdict comes from a shared
 store and is awaited late, by the vendor layer: a refusal is Withheld (not a vendor's failure) and
 answers every later ask the same way, with one ledger row; a client that leaves while the answer
 is on its way never loses a claim the store granted. The store here is a stand-in whose answer the
@@ -12,15 +12,15 @@ import pytest
 
 from gateway.core.completion import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
-from gateway.http import limiting
-from gateway.store.counters import RPM, Claim, Refusal
-from gateway.store.limiter import Grant
-from gateway.store.limits import KEY, Limits, Subject
+from gateway.limits import on_request
+from gateway.limits.counters import RPM, Claim, Refusal
+from gateway.limits.limiter import Grant
+from gateway.limits.rules import KEY, Limits, Subject
 from generated.models import CompletionRequest
 
 SUBJECT = Subject(KEY, "key_a")
 LIMITS = Limits(rpm=3, concurrent=1)
-DEMAND = limiting.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}))
+DEMAND = on_request.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}))
 
 
 class Store:
@@ -66,7 +66,7 @@ def test_a_client_that_leaves_while_the_verdict_is_on_its_way_gives_back_what_wa
         claim = Claim("cmpl-1", 20, [])
         asking = Asking(Grant(store, claim, subjects=((SUBJECT, LIMITS),)))  # type: ignore[arg-type]
         meter = Meter()
-        check = limiting.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
+        check = on_request.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
         assert check.remote and check.subjects == ((SUBJECT, LIMITS),)
         check.defer()
         waiting = asyncio.create_task(check.go_ahead())  # the vendor layer, about to send
@@ -75,7 +75,7 @@ def test_a_client_that_leaves_while_the_verdict_is_on_its_way_gives_back_what_wa
         with pytest.raises(asyncio.CancelledError):
             await waiting
         left = ClientDisconnected()
-        assert await check.failed(left) == (limiting.NO_LIMITS, left)  # nothing waits for the store
+        assert await check.failed(left) == (on_request.NO_LIMITS, left)  # nothing waits for the store
         assert store.settled == []
         asking.answered.set()  # the store's answer comes after all: the claim it took is given back
         await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))  # the verdict's own task
@@ -85,12 +85,12 @@ def test_a_client_that_leaves_while_the_verdict_is_on_its_way_gives_back_what_wa
     asyncio.run(scenario())
 
 
-def refused_and_deferred() -> tuple[limiting.Check, Meter]:
+def refused_and_deferred() -> tuple[on_request.Check, Meter]:
     """A check whose verdict, an rpm refusal, is read in a task of its own (`defer`), and its meter."""
     asking = Asking(Grant(refusal=Refusal(SUBJECT, RPM, 3, retry_after=20.0, wanted=1), subjects=((SUBJECT, LIMITS),)))
     asking.answered.set()
     meter = Meter()
-    check = limiting.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
+    check = on_request.Check(asking, "key_a", DEMAND, meter)  # type: ignore[arg-type]
     check.defer()
     return check, meter
 
@@ -107,7 +107,7 @@ def test_a_refusal_awaited_by_the_vendor_layer_is_withheld_and_answers_every_lat
             await check.grant()
         assert again.value is error
         # The handler's answer to the Withheld: the refusal itself, and one ledger row in all.
-        assert await check.failed(withheld.value) == (limiting.NO_LIMITS, error)
+        assert await check.failed(withheld.value) == (on_request.NO_LIMITS, error)
         assert meter.refusals == 1
 
     asyncio.run(scenario())
@@ -118,6 +118,6 @@ def test_a_failure_before_the_vendor_layer_awaited_the_verdict_is_answered_by_a_
         check, meter = refused_and_deferred()
         mistake = ValueError("the adapter refused the request before sending it")
         grant, answer = await check.failed(mistake)
-        assert grant is limiting.NO_LIMITS and isinstance(answer, RateLimited) and meter.refusals == 1
+        assert grant is on_request.NO_LIMITS and isinstance(answer, RateLimited) and meter.refusals == 1
 
     asyncio.run(scenario())

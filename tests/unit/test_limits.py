@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.store import limits
-from gateway.store.limits import KEY, TOKENS, USD, Limits, LimitsTable, Subject
+from gateway.limits import rules
+from gateway.limits.rules import KEY, TOKENS, USD, Limits, LimitsTable, Subject
 from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import Price, Prices, Rates
 
@@ -47,7 +47,7 @@ class Engine:
 @pytest.fixture
 def reads(monkeypatch) -> Reads:
     reads = Reads()
-    monkeypatch.setattr(limits, "read_all", reads.read_all)
+    monkeypatch.setattr(rules, "read_all", reads.read_all)
     return reads
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied, StorageUnavailable
 from gateway.http.server.security import limits_known, refused
+from gateway.limits.rules import KEY, Limits, Subject
 from gateway.store.accounts import SCOPES, Caller
-from gateway.store.limits import KEY, Limits, Subject
 
 SPEC = json.loads((Path(__file__).resolve().parents[2] / "openapi.json").read_text())
 NOW = 1_800_000_000.0

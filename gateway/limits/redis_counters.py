@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.core.ids import ids
-from gateway.store.counters import (
+from gateway.limits.counters import (
     RPM,
     TPM,
     Charge,
@@ -36,8 +36,8 @@ from gateway.store.counters import (
     refill,
     window,
 )
-from gateway.store.counters_scripts import ACQUIRE, LEASE_SECONDS, SETTLE, header
-from gateway.store.limits import Limits, Subject
+from gateway.limits.redis_scripts import ACQUIRE, LEASE_SECONDS, SETTLE, header
+from gateway.limits.rules import Limits, Subject
 from gateway.store.resp import Redis, Script, bulk
 
 __all__ = ["LEASE_SECONDS", "RedisCounters"]

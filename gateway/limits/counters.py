@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from gateway.store.limits import Budget, Limits, Period, Subject
+from gateway.limits.rules import Budget, Limits, Period, Subject
 
 REFILL_SECONDS = 60.0  # a per-minute bucket refills completely in this long
 RETRY_IN_FLIGHT = 1.0  # seconds a client is asked to wait for requests in flight to finish

@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.store import limiter
+from gateway.limits import limiter
+from gateway.limits.consumption import consumed, of_subject
+from gateway.limits.counters import Counters, Reading
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import PERIODS, RATES, UNITS, Limits, Subject, counted_as
 from gateway.store.accounts import AccountsError
-from gateway.store.consumption import consumed, of_subject
-from gateway.store.counters import Counters, Reading
-from gateway.store.counters_redis import RedisCounters
-from gateway.store.limits import PERIODS, RATES, UNITS, Limits, Subject, counted_as
 from gateway.store.meter import REFUSED
 from gateway.store.resp import RedisError, RedisUnavailable
 from gateway.store.tables import ledger

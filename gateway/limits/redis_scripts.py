@@ -25,7 +25,7 @@ Made safe against what a shared store does to its callers:
 Every reply starts with the verdict and Redis's now, from which callers learn their offset.
 """
 
-from gateway.store.counters import REFILL_SECONDS, RETRY_IN_FLIGHT
+from gateway.limits.counters import REFILL_SECONDS, RETRY_IN_FLIGHT
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long is a dead process's (renewed every third of it)
 SETTLED_SECONDS = 3 * 86_400  # how long a settlement's mark is kept (a replay comes long before)

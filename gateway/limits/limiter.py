@@ -32,10 +32,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
-from gateway.store.consumption import consumed, consumed_since
-from gateway.store.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
-from gateway.store.limits import Limits, LimitsTable, Period, Subject
-from gateway.store.limits_plan import Plan, Plans
+from gateway.limits.applicable import Plan, Plans
+from gateway.limits.consumption import consumed, consumed_since
+from gateway.limits.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
+from gateway.limits.rules import Limits, LimitsTable, Period, Subject
 from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import Prices
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.store.limits import KEY, Period, Subject, Unit
+from gateway.limits.rules import KEY, Period, Subject, Unit
 from gateway.store.meter import CACHE_HIT
 from gateway.store.tables import api_keys, ledger
 

@@ -28,12 +28,13 @@ from gateway.core.errors import (
     RequestTooLarge,
     clip,
 )
+from gateway.limits import counters
+from gateway.limits import limiter as limits_on_path
+from gateway.limits.counters import RPM
+from gateway.limits.limiter import NO_LIMITS, Asking, Grant, Limiter
+from gateway.limits.rules import Budget, Limits, Subject, Unit
 from gateway.planner.plan import Plan
-from gateway.store import counters, tokens
-from gateway.store import limiter as limits_on_path
-from gateway.store.counters import RPM
-from gateway.store.limiter import NO_LIMITS, Asking, Grant, Limiter
-from gateway.store.limits import Budget, Limits, Subject, Unit
+from gateway.store import tokens
 from gateway.store.meter import Meter
 from generated.models import CompletionRequest
 

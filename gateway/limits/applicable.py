@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.store.counters import settles
-from gateway.store.limits import ACCOUNT, KEY, Limits, Period, Subject, counted_as
+from gateway.limits.counters import settles
+from gateway.limits.rules import ACCOUNT, KEY, Limits, Period, Subject, counted_as
 
 MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
 MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
