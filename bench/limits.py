@@ -56,8 +56,9 @@ from bench.harness import (
     revision,
     start_vendor,
 )
-from gateway.limits.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
+from gateway.limits.counters import BudgetClaim, Charge, Claim, settled
 from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
 from gateway.limits.redis_counters import RedisCounters
 from gateway.limits.rules import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
 from tests.support.fakes.server import free_port

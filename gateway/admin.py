@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.limits import rules
-from gateway.limits.admin_limits import checked, whole
-from gateway.limits.rules import KEY, Limits, Subject
+from gateway.limits import table
+from gateway.limits.rules import KEY, Limits, Subject, checked, whole
 from gateway.store import accounts, database, stored_prices
 from gateway.store.accounts import Account, AccountsError, KeyInfo, NewKey
 from gateway.store.tables import audit_log
@@ -128,7 +127,7 @@ async def create_key(engine: AsyncEngine, actor: Actor, account_ids: Sequence[st
     async def work(connection: AsyncConnection) -> NewKey:
         new = await accounts.create_key(connection, account_ids, name, scopes, expires_at)
         if wanted:
-            await rules.set_limits(connection, Subject(KEY, new.info.id), wanted)
+            await table.set_limits(connection, Subject(KEY, new.info.id), wanted)
         return new
 
     def described(new: NewKey) -> tuple[str, dict[str, Any]]:
@@ -158,8 +157,8 @@ async def get_key(engine: AsyncEngine, key_id: str) -> KeyView:
 
 
 async def _views(connection: AsyncConnection, keys: list[KeyInfo]) -> list[KeyView]:
-    table = await rules.read_all(connection)
-    return [KeyView(info, found.models if (found := table.get(Subject(KEY, info.id))) else None) for info in keys]
+    known = await table.read_all(connection)
+    return [KeyView(info, found.models if (found := known.get(Subject(KEY, info.id))) else None) for info in keys]
 
 
 async def revoke_key(engine: AsyncEngine, actor: Actor, key_id: str) -> KeyInfo:
@@ -189,9 +188,9 @@ async def rotate_key(engine: AsyncEngine, actor: Actor, key_id: str, grace_secon
 
     async def work(connection: AsyncConnection) -> tuple[KeyInfo, NewKey]:
         old, new = await accounts.replace_key(connection, key_id, timedelta(seconds=grace_seconds))
-        kept = await rules.read_all(connection)
+        kept = await table.read_all(connection)
         if (found := kept.get(Subject(KEY, key_id))) is not None:
-            await rules.set_limits(connection, Subject(KEY, new.info.id), _columns(found))
+            await table.set_limits(connection, Subject(KEY, new.info.id), _columns(found))
         return old, new
 
     return await _change(engine, actor, "key.rotate", "key", work, lambda done: (done[0].id, {
@@ -218,11 +217,11 @@ async def set_limits(engine: AsyncEngine, actor: Actor, subject: Subject, values
     put = {name: value for name, value in wanted.items() if value is not None or name == "budget_period"}
 
     async def work(connection: AsyncConnection) -> Limits | None:
-        left = await rules.clear_limits(connection, subject, cleared) if cleared else None
+        left = await table.clear_limits(connection, subject, cleared) if cleared else None
         if put or not cleared:
-            left = await rules.set_limits(connection, subject, put)
+            left = await table.set_limits(connection, subject, put)
             if left is not None and left.empty:  # nothing left of it: no row
-                left = await rules.clear_limits(connection, subject, None)
+                left = await table.clear_limits(connection, subject, None)
         return left
 
     return await _change(engine, actor, "limits.set", subject.kind, work, lambda left: (subject.id, dict(wanted)))
@@ -232,17 +231,17 @@ async def clear_limits(engine: AsyncEngine, actor: Actor, subject: Subject,
                        names: Sequence[str] | None) -> Limits | None:
     """Remove some limits of `subject`, or all of them (None)."""
     return await _change(engine, actor, "limits.clear", subject.kind,
-                         lambda c: rules.clear_limits(c, subject, names),
+                         lambda c: table.clear_limits(c, subject, names),
                          lambda left: (subject.id, {"cleared": list(names) if names is not None else "all"}))
 
 
 async def limits_of(engine: AsyncEngine, subject: Subject | None = None) -> dict[Subject, Limits]:
     """Every subject's limits, or those of `subject` (checked to exist)."""
     async def work(connection: AsyncConnection) -> dict[Subject, Limits]:
-        found = await rules.read_all(connection)
+        found = await table.read_all(connection)
         if subject is None:
             return found
-        await rules.check_subject(connection, subject)
+        await table.check_subject(connection, subject)
         return {subject: found[subject]} if subject in found else {}
 
     return await _read(engine, work)

@@ -13,7 +13,7 @@
 Lists and reports print as a table, or with --format json or csv. Every command works on the
 database of GATEWAY_DATABASE_URL (or the config file), says which on standard error, and upgrades
 its schema first if needed; only `serve` creates a database (a SQLite file that is missing is an
-error naming the URL). Changes go through gateway/store/admin.py, as the HTTP API's do, and are
+error naming the URL). Changes go through gateway/admin.py, as the HTTP API's do, and are
 in its audit trail as made by "cli (<OS user>)".
 """
 

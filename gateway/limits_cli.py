@@ -7,8 +7,8 @@
                          --budget-tokens | --budget-usd | --models ...)
 
 `show` puts what is being consumed next to each limit: the live counters when GATEWAY_REDIS_URL
-names the gateways' Redis, else what the ledger says (gateway/store/admin_limits.py). The changes
-are gateway/store/admin.py's, as those of /v5/admin/limits/... are.
+names the gateways' Redis, else what the ledger says (gateway/limits/consumption.py). The changes
+are gateway/admin.py's, as those of /v5/admin/limits/... are.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway import admin
 from gateway.core.config import Settings
-from gateway.limits.admin_limits import MAX_AMOUNT, Consumed, check_pattern, consumption
+from gateway.limits.consumption import Consumed, consumption
 from gateway.limits.on_request import duration
 from gateway.limits.redis_counters import RedisCounters
 from gateway.limits.rules import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
+from gateway.limits.rules import MAX_AMOUNT, check_pattern
 from gateway.store.accounts import AccountsError
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")

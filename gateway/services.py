@@ -23,10 +23,11 @@ from gateway.http.context import Services
 from gateway.http.server import app as http_app
 from gateway.http.server import security, server
 from gateway.http.server.connexion_overrides.direct_call import DirectCallApp
-from gateway.limits.counters import Counters, MemoryCounters
+from gateway.limits.counters import Counters
 from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
 from gateway.limits.redis_counters import RedisCounters
-from gateway.limits.rules import LimitsTable
+from gateway.limits.table import LimitsTable
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database, key_cache
 from gateway.store.ledger import Ledger
@@ -141,7 +142,7 @@ async def _no_bootstrap(connection: AsyncConnection) -> None:
 
 def limits_store(settings: Settings, engine: AsyncEngine, prices: Prices | None = None) -> Limiter:
     """The limiter, counting in Redis when there is one, else in memory (one worker), else not at
-    all (several workers without Redis: see gateway/store/limiter.py)."""
+    all (several workers without Redis: see gateway/limits/limiter.py)."""
     table = LimitsTable(engine, settings.limits_cache_seconds)
     if redis_url := settings.redis_url.get_secret_value():
         counter_store: Counters | None = RedisCounters(redis_url, settings.redis_prefix)

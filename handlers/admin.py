@@ -1,5 +1,5 @@
 """Everything under /v5/admin/: accounts, keys, limits, prices and the audit trail over HTTP, for
-keys with the `admin` scope. The work is gateway/store/admin.py's, as the CLI's is; this module
+keys with the `admin` scope. The work is gateway/admin.py's, as the CLI's is; this module
 only turns bodies into its arguments and its answers and refusals into the contract's shapes."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gateway.core import errors
 from gateway.core.ids import ids
 from gateway.http.context import HandlerRequest
 from gateway.limits import on_request
-from gateway.limits.admin_limits import consumption
+from gateway.limits.consumption import consumption
 from gateway.limits.rules import ACCOUNT, KEY, UNITS, Limits, Subject
 from gateway.store import stored_prices, usage
 from gateway.store.accounts import Account, AccountsError, Conflict, UnknownObject

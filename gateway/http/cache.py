@@ -41,7 +41,8 @@ from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
 from gateway.limits import on_request
-from gateway.limits.rules import ACCOUNT, KEY, LimitsTable, Subject
+from gateway.limits.rules import ACCOUNT, KEY, Subject
+from gateway.limits.table import LimitsTable
 from gateway.store.response_cache import Store
 
 # Of the key's canonical form and of the entry's shape: a change makes every old entry unreachable

@@ -39,7 +39,7 @@ from gateway.http import event_stream
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import observability
 from gateway.limits import on_request
-from gateway.limits.limiter import Grant
+from gateway.limits.verdicts import Grant
 from gateway.store.meter import Meter
 
 log = logging.getLogger("gateway")
@@ -175,7 +175,7 @@ class Lifecycle:
 
     def _settle(self, row: dict[str, Any] | None) -> None:
         """The meter's row is written (None: no vendor was called): the limits' claim is settled by it
-        (a cache hit's: no tokens, and what it was billed in a budget in dollars: store/limiter.py)."""
+        (a cache hit's: no tokens, and what it was billed in a budget in dollars: limits/limiter.py)."""
         self.grant.settle(row)
 
     def answer(self, body: bytes, headers: dict[str, str], billed: Usage | None,

@@ -1,6 +1,6 @@
-"""What the limits of a key and of its account ask of each of their requests (`Plan`), worked out
-once per copy of the limits table rather than on every request, and kept per (key, account)
-(`Plans`): which subjects have limits, which need counters, whether a request's end must be
+"""The limits that apply to the requests of one key on one account (`Applicable`), worked out once
+per copy of the limits table rather than on every request, and kept per (key, account) pair
+(`KnownPairs`): which subjects have limits, which need counters, whether a request's end must be
 settled, and the allow-lists' verdicts per model."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from typing import Any
 from gateway.limits.counters import settles
 from gateway.limits.rules import ACCOUNT, KEY, Limits, Period, Subject, counted_as
 
-MAX_PLANS = 10_000  # (key, account) pairs whose plan is kept; past it they are forgotten and made again
-MAX_MODELS = 64  # models whose allow-list verdict a plan keeps
+MAX_PAIRS = 10_000  # (key, account) pairs whose Applicable is kept; past it they are forgotten and made again
+MAX_MODELS = 64  # models whose allow-list verdict an Applicable keeps
 _UNKNOWN: Any = object()
 
 
 @dataclass(slots=True)
-class Plan:
+class Applicable:
     # The subjects with limits, the key first: each as its counters are named (a rotated key by its
-    # lineage, store/limits.py counted_as), its own limits beside it.
+    # lineage, limits/rules.py counted_as), its own limits beside it.
     found: tuple[tuple[Subject, Limits], ...]
     counted: tuple[tuple[Subject, Limits], ...]  # those of them with limits that need counters
     settles: bool  # whether a request's end changes a counter (a second call to the store)
@@ -31,7 +31,7 @@ class Plan:
     prepared: tuple[list[Period], object] | None = None
 
     @classmethod
-    def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> Plan | None:
+    def of(cls, table: Mapping[Subject, Limits], key_id: str, account: str) -> Applicable | None:
         found = tuple((counted_as(s, limits), limits) for s in (Subject(KEY, key_id), Subject(ACCOUNT, account))
                       if (limits := table.get(s)) is not None)
         if not found:
@@ -41,8 +41,8 @@ class Plan:
                    any(limits.models is not None for _, limits in found))
 
     @classmethod
-    def of_calls(cls, table: Mapping[Subject, Limits], key_id: str) -> Plan | None:
-        """The plan of a call that reaches no model (administration): its key's own request rate
+    def of_calls(cls, table: Mapping[Subject, Limits], key_id: str) -> Applicable | None:
+        """What applies to a call that reaches no model (administration): its key's own request rate
         and concurrency, counted with its other requests. Token limits and budgets count what a
         key spends on models, which such a call does not (and a key past its budget must still be
         able to raise it); its account's limits are for requests on the account's behalf."""
@@ -63,21 +63,21 @@ class Plan:
         return refusing
 
 
-class Plans:
-    """The plans of the (key, account) pairs seen, for one copy of the limits table."""
+class KnownPairs:
+    """The (key, account) pairs seen, each with what applies to it, for one copy of the limits table."""
 
-    __slots__ = ("_plans", "_of")
+    __slots__ = ("_pairs", "_of")
 
     def __init__(self) -> None:
-        self._plans: dict[tuple[str, str], Plan | None] = {}  # (key id, account) -> its plan (None: no limits)
-        self._of: Mapping[Subject, Limits] | None = None  # the copy of the table the plans were made from
+        self._pairs: dict[tuple[str, str], Applicable | None] = {}  # (key id, account) -> what applies (None: no limits)
+        self._of: Mapping[Subject, Limits] | None = None  # the copy of the table they were worked out from
 
-    def get(self, table: Mapping[Subject, Limits], key_id: str, account: str) -> Plan | None:
+    def get(self, table: Mapping[Subject, Limits], key_id: str, account: str) -> Applicable | None:
         if self._of is not table:  # the table was read again, and changed
-            self._plans, self._of = {}, table
-        plan = self._plans.get((key_id, account), _UNKNOWN)
-        if plan is _UNKNOWN:
-            if len(self._plans) >= MAX_PLANS:
-                self._plans.clear()
-            plan = self._plans[key_id, account] = Plan.of(table, key_id, account)
-        return plan
+            self._pairs, self._of = {}, table
+        applicable = self._pairs.get((key_id, account), _UNKNOWN)
+        if applicable is _UNKNOWN:
+            if len(self._pairs) >= MAX_PAIRS:
+                self._pairs.clear()
+            applicable = self._pairs[key_id, account] = Applicable.of(table, key_id, account)
+        return applicable

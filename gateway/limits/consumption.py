@@ -1,56 +1,94 @@
-"""What a key or an account has consumed of a budget, from the ledger: the seed of a budget's
-counter (limiter._seed) and what `gateway limits show` prints. A cache hit counts in a budget whose
-unit counts hits (dollars: what it was billed), in no other."""
+"""What each limit of a key or an account has consumed so far, as administration shows it (the CLI's
+`gateway limits show` and `/v5/admin/limits/...`): from the live counters when the gateways count in
+Redis, else from the ledger (requests and tokens of the last minute, the budget period's
+consumption); requests in flight are known only to Redis (or to the gateway process counting them)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.limits.rules import KEY, Period, Subject, Unit
-from gateway.store.meter import CACHE_HIT
-from gateway.store.tables import api_keys, ledger
+from gateway.limits import limiter
+from gateway.limits.counters import Counters, Reading
+from gateway.limits.ledger_sums import consumed, of_subject
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import Limits, Subject, counted_as
+from gateway.store.meter import REFUSED
+from gateway.store.resp import RedisError, RedisUnavailable
+from gateway.store.tables import ledger
 
 
-def of_subject(subject: Subject) -> ColumnElement[bool]:
-    """The ledger rows of `subject`: an account's, or a key's and those of every key of its
-    lineage (a key counts under its rotation chain's first: store/limits.py counted_as)."""
-    if subject.kind != KEY:
-        return ledger.c.account_id == subject.id
-    chain = select(api_keys.c.id).where((api_keys.c.id == subject.id) | (api_keys.c.lineage == subject.id))
-    return ledger.c.key_id.in_(chain)
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """One limit beside what it has consumed. Amounts are the unit's (requests, tokens, nano-dollars)."""
+
+    limit: str  # "rpm", "tpm", "concurrent", "budget_<unit>", "models"
+    value: int | tuple[str, ...]
+    used: int | None
+    remaining: int | None
+    source: str  # "redis", "ledger", ...
+    resets_in: float | None = None  # seconds until a rate's bucket is full again (live counters only)
+    resets_at: datetime | None = None  # a budget's period end
+    period: str | None = None  # a budget's
+    last_minute: bool = False  # a rate read from the ledger's last 60 s, not from a bucket
 
 
-def _counted(subject: Subject, unit: Unit, period: Period) -> tuple[ColumnElement[bool], ...]:
-    """The ledger rows that count in `subject`'s budget in `unit` of `period`: its requests that
-    started in it, cache hits aside unless the unit counts them."""
-    counted = (of_subject(subject), ledger.c.started_at >= period.start, ledger.c.started_at < period.end)
-    return counted if unit.counts_hits else (*counted, ledger.c.outcome != CACHE_HIT)
+async def consumption(engine: AsyncEngine, counters: Counters | None, subject: Subject, limits: Limits,
+                      now: float | None = None) -> list[Consumed]:
+    """What each of `subject`'s limits has consumed: from `counters` (the live ones: the gateways'
+    Redis, or a gateway's own memory) when given and reachable, else from the ledger. (A rotated
+    key's consumption is its lineage's, counted with its predecessors'.)"""
+    now = limiter.wall_clock() if now is None else now
+    subject = counted_as(subject, limits)
+    reading, source = Reading(), "ledger"
+    if counters is not None:
+        try:
+            reading = await counters.read(subject, limits, now)
+            source = "redis" if isinstance(counters, RedisCounters) else "the gateway's memory"
+        except (RedisError, RedisUnavailable) as exc:
+            counters, source = None, f"ledger (redis unavailable: {type(exc).__name__})"
+    minute = await _last_minute(engine, subject, now) if counters is None else (0, 0)
+    rows = []
+    for name, window, used_last_minute in (("rpm", reading.requests, minute[0]), ("tpm", reading.tokens, minute[1])):
+        limit = getattr(limits, name)
+        if limit is None:
+            continue
+        if window is not None:
+            # A limit set before MAX_AMOUNT bounded it reads back rounded as a double: never "used -1".
+            remaining = min(window.remaining, limit)
+            rows.append(Consumed(name, limit, limit - remaining, remaining, source, resets_in=window.reset))
+        else:
+            rows.append(Consumed(name, limit, used_last_minute, max(limit - used_last_minute, 0), source,
+                                 last_minute=True))
+    if limits.concurrent is not None:
+        in_flight = reading.in_flight
+        rows.append(Consumed("concurrent", limits.concurrent, in_flight,
+                             None if in_flight is None else max(limits.concurrent - in_flight, 0),
+                             source if in_flight is not None else "(in the gateway's memory)"))
+    for budget in limits.budgets:
+        period = budget.period_at(now)
+        counter = f"{budget.unit.name}:{period.id}"
+        if counter in reading.budgets:
+            used, reserved = reading.budgets[counter]
+            row_source = f"{source} ({budget.unit.show(reserved)} reserved in flight)"
+        else:
+            used, row_source = await consumed(engine, subject, budget.unit, period), "ledger"
+        rows.append(Consumed(budget.unit.limit_column, budget.limit, used, max(budget.limit - used, 0), row_source,
+                             resets_at=period.end, period=budget.period))
+    if limits.cache is not None:
+        rows.append(Consumed("cache", limits.cache, None, None, ""))
+    if limits.models is not None:
+        rows.append(Consumed("models", limits.models, None, None, ""))
+    return rows
 
 
-async def consumed(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period,
-                   ended_before: datetime | None = None) -> int:
-    """What `subject` consumed of `unit` in `period`, from the ledger (of the requests that ended
-    before `ended_before`, when given)."""
-    query = select(func.coalesce(func.sum(ledger.c[unit.column]), 0)).where(*_counted(subject, unit, period))
-    if ended_before is not None:
-        query = query.where(ledger.c.ended_at < ended_before)
+async def _last_minute(engine: AsyncEngine, subject: Subject, now: float) -> tuple[int, int]:
+    since = datetime.fromtimestamp(now, UTC) - timedelta(seconds=60)
+    query = select(func.count(), func.coalesce(func.sum(ledger.c.total_tokens), 0)).where(
+        of_subject(subject), ledger.c.started_at >= since, ledger.c.outcome != REFUSED)
     async with engine.connect() as connection:
-        return int(await connection.scalar(query))
-
-
-MAX_RECENT = 10_000  # rows of the last SEED_LAG seconds told by id (past it, the oldest are left out)
-
-
-async def consumed_since(engine: AsyncEngine, subject: Subject, unit: Unit, period: Period,
-                         since: datetime) -> dict[str, int]:
-    """What each of `subject`'s requests in `period` that ended at or after `since` consumed of
-    `unit`, by request id."""
-    amount = ledger.c[unit.column]
-    query = (select(ledger.c.request_id, amount)
-             .where(*_counted(subject, unit, period), ledger.c.ended_at >= since, amount > 0)
-             .order_by(ledger.c.ended_at.desc()).limit(MAX_RECENT))
-    async with engine.connect() as connection:
-        return {request_id: int(value) for request_id, value in await connection.execute(query)}
+        count, tokens = (await connection.execute(query)).one()
+    return int(count), int(tokens)

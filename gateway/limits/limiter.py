@@ -1,13 +1,13 @@
 """Limits on the request path: `Limiter.ask` before a request reaches a vendor (`ask_call` for a
 call that reaches none, an administrative one), the store asked at once and its verdict,
-`Asking.grant()`, awaited later (http/limiting.py `Check`); `Grant.settle` when it has ended
+`Asking.grant()`, awaited later (limits/on_request.py `Check`); `Grant.settle` when it has ended
 (completed, failed, cut short or left), with its ledger row.
 
 What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
 prompts' tokens plus `max_tokens` x choices (OpenAI's rule), which a per-minute token limit and a
 budget reserve until settlement replaces it with what the request used.
 
-Where the counters live (gateway/store/counters.py): with `redis_url`, in Redis, shared exactly by
+Where the counters live (limits/counters.py): with `redis_url`, in Redis, shared exactly by
 every worker and host; without it, in this process's memory, exact for one process. With several
 workers and no Redis they could only be per process, which no limit means: such a gateway refuses
 to start while limits exist, and a limit set later is refused per request (503) and logged, never
@@ -24,88 +24,25 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.core.errors import ConfigError
-from gateway.limits.applicable import Plan, Plans
-from gateway.limits.consumption import consumed, consumed_since
-from gateway.limits.counters import BudgetClaim, Charge, Claim, Counters, Refusal, Verdict, Window, settled
-from gateway.limits.rules import Limits, LimitsTable, Period, Subject
-from gateway.store.meter import CACHE_HIT
+from gateway.limits.applicable import Applicable, KnownPairs
+from gateway.limits.counters import BudgetClaim, Charge, Claim, Counters, Refusal, settled
+from gateway.limits.ledger_sums import consumed, consumed_since
+from gateway.limits.rules import Limits, Subject
+from gateway.limits.table import LimitsTable
+from gateway.limits.verdicts import MODEL, NO_LIMITS, STORE_DOWN, UNPRICED, UNSHARED, Asking, Grant
 from gateway.store.prices import Prices
 
 log = logging.getLogger("gateway.limits")
 
-MODEL = "model"  # a refusal's kind: the model is outside an allow-list
-UNPRICED = "unpriced"  # ... a budget in dollars applies and the model has no price
-UNSHARED = "unshared"  # ... counted limits that several workers without Redis cannot count
-STORE_DOWN = "store_down"  # ... the counters' store is away and the policy is `closed`
 RETRY_STORE = 1.0  # seconds between attempts to reach a store that failed
 TICK = 1.0  # seconds between the housekeeping rounds (replaying settlements, renewing leases)
 MAX_UNSETTLED = 100_000  # settlements kept while the store is away; beyond, the oldest are dropped
-
-
-@dataclass(slots=True)
-class Grant:
-    """What the limits decided. A request that is let through settles its grant once, when it ends."""
-
-    limiter: Limiter | None = None
-    claim: Claim | None = None
-    windows: dict[tuple[Subject, str], Window] = field(default_factory=dict)
-    refusal: Refusal | None = None
-    subjects: tuple[tuple[Subject, Limits], ...] = ()  # the subjects whose limits applied
-    settled: bool = False
-
-    # The verdict's interface, shared with `Asking` (a verdict on its way): this one is here already.
-    remote = False
-
-    async def grant(self) -> Grant:
-        return self
-
-    def settle(self, row: Mapping[str, Any] | None) -> None:
-        """The request ended; `row` is its ledger row (None: it reached no vendor, used nothing)."""
-        if self.settled or self.claim is None or self.limiter is None:
-            return
-        self.settled = True
-        claim = self.claim
-        tokens = int(row.get("total_tokens") or 0) if row and row.get("outcome") != CACHE_HIT else 0
-        spent = {b.counter: b.budget.unit.used(row) if row else 0 for charge in claim.charges for b in charge.budgets}
-        self.limiter.settle(claim, tokens, spent)
-
-
-NO_LIMITS = Grant()
-
-
-@dataclass(slots=True, eq=False)
-class Asking:
-    """A claim the store has been asked to take (`Limiter.ask`): its verdict is on its way, and
-    `grant()` awaits it. Awaited once, always (until then the claim may hold a slot)."""
-
-    limiter: Limiter
-    plan: Plan
-    claim: Claim
-    periods: list[Period]
-    now: float
-    verdict: Awaitable[Verdict]
-
-    @property
-    def remote(self) -> bool:
-        """Whether the verdict comes from a shared store (a round trip, not this process's memory)."""
-        return self.limiter.counters.remote  # type: ignore[union-attr]
-
-    @property
-    def subjects(self) -> tuple[tuple[Subject, Limits], ...]:
-        """The key and account whose limits apply (known before the verdict)."""
-        return self.plan.found
-
-    async def grant(self) -> Grant:
-        return await self.limiter._granted(self)
-
 
 Settlement = tuple[Claim, int, dict[str, int]]  # a claim, the tokens its request used, and what it spent per budget
 
@@ -124,7 +61,7 @@ class Limiter:
         self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
         self._sending = 0  # settlements the store has not answered yet
         self._drained: asyncio.Future[None] | None = None  # `drain` waits for them
-        self._plans = Plans()
+        self._pairs = KnownPairs()
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._failure = ""
@@ -191,28 +128,28 @@ class Limiter:
         table = self.table.subjects
         if not table:
             return NO_LIMITS
-        plan = self._plans.get(table, key_id, account)
-        if plan is None:
+        applicable = self._pairs.get(table, key_id, account)
+        if applicable is None:
             return NO_LIMITS
-        if plan.listed and (refusing := plan.refusing(model)) is not None:
-            return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=plan.found)
-        return self._claim(plan, model, prompt_tokens, completion_tokens, request_id, hit_share)
+        if applicable.listed and (refusing := applicable.refusing(model)) is not None:
+            return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=applicable.found)
+        return self._claim(applicable, model, prompt_tokens, completion_tokens, request_id, hit_share)
 
     def ask_call(self, *, key_id: str, request_id: str) -> Grant | Asking:
-        """The verdict on a call that reaches no model, an administrative one (Plan.of_calls)."""
-        plan = Plan.of_calls(self.table.subjects, key_id)
-        return NO_LIMITS if plan is None else self._claim(plan, "", 0, 0, request_id)
+        """The verdict on a call that reaches no model, an administrative one (Applicable.of_calls)."""
+        applicable = Applicable.of_calls(self.table.subjects, key_id)
+        return NO_LIMITS if applicable is None else self._claim(applicable, "", 0, 0, request_id)
 
-    def _claim(self, plan: Plan, model: str, prompt: int, completion: int, request_id: str,
+    def _claim(self, applicable: Applicable, model: str, prompt: int, completion: int, request_id: str,
                hit_share: float | None = None) -> Grant | Asking:
-        found = plan.found
-        if not plan.counted:
+        found = applicable.found
+        if not applicable.counted:
             return Grant(subjects=found)
         if self.counters is None:
-            return Grant(refusal=Refusal(plan.counted[0][0], UNSHARED, 0), subjects=found)
+            return Grant(refusal=Refusal(applicable.counted[0][0], UNSHARED, 0), subjects=found)
         now = self.counters.time(self._clock())  # the store's clock: periods are the store's
         charges, periods = [], []
-        for subject, limits in plan.counted:
+        for subject, limits in applicable.counted:
             budgets = []
             for budget in limits.budgets:
                 reserve = budget.unit.reserved(self.prices, model, prompt, completion, hit_share)
@@ -226,22 +163,23 @@ class Limiter:
         claim = Claim(request_id, 0 if hit_share is not None else prompt + completion, charges)
         if self._down_since is not None and time.monotonic() < self._retry_at:
             return self._without_store(claim, found)
-        prepared = plan.prepared
-        if prepared is not None and prepared[0] == periods:  # the same counters as the plan's last claim
+        prepared = applicable.prepared
+        if prepared is not None and prepared[0] == periods:  # the same counters as the last claim of this pair
             claim.prepared = prepared[1]
         try:
             verdict = self.counters.acquire(claim, now)
         except Exception as exc:
             self._failed(exc)
             return self._without_store(claim, found)
-        return Asking(self, plan, claim, periods, now, verdict)
+        return Asking(self, applicable, claim, periods, now, verdict)
 
-    async def _granted(self, asking: Asking) -> Grant:
-        plan, claim, found = asking.plan, asking.claim, asking.plan.found
+    async def granted(self, asking: Asking) -> Grant:
+        """The verdict on `asking`, awaited (Asking.grant)."""
+        applicable, claim, found = asking.applicable, asking.claim, asking.applicable.found
         assert self.counters is not None
         try:
             verdict = await asking.verdict
-            plan.prepared = (asking.periods, claim.prepared)
+            applicable.prepared = (asking.periods, claim.prepared)
             # A counter new to the store starts from the ledger (it may expire meanwhile); a claim
             # made in periods that are not the store's (this host's clock is off) is made again.
             for _ in range(3):
@@ -266,7 +204,7 @@ class Limiter:
             self._back()
         if verdict.refusal is not None:
             return Grant(windows=verdict.windows, refusal=verdict.refusal, subjects=found)
-        if not plan.settles:
+        if not applicable.settles:
             return Grant(windows=verdict.windows, subjects=found)  # nothing to settle: no second round trip
         self._live[claim.request_id] = claim
         return Grant(self, claim, verdict.windows, subjects=found)
@@ -278,7 +216,7 @@ class Limiter:
             return Grant(subjects=found)
         # Served uncounted; what it uses is charged once the store is back. The claim goes with it
         # as it was asked for: if the store took it after all, its settlement gives back what it
-        # reserved; if not, the store knows it holds nothing of it (counters_scripts.py).
+        # reserved; if not, the store knows it holds nothing of it (redis_scripts.py).
         return Grant(self, claim, subjects=found)
 
     def settle(self, claim: Claim, tokens: int, spent: dict[str, int]) -> None:
@@ -332,7 +270,7 @@ class Limiter:
                     # One moment on both clocks, SEED_LAG ago: the rows of requests that ended
                     # before it (all committed by now) are the seed, and settlements of those add
                     # nothing to it; the rows since are told by id, each counted by its row or by
-                    # its settlement, whichever the store had first (counters_scripts.py).
+                    # its settlement, whichever the store had first (redis_scripts.py).
                     b.seeded = self.counters.time(self._clock()) - SEED_LAG
                     since = datetime.now(UTC) - timedelta(seconds=SEED_LAG)  # the ledger's clock
                     b.seed = await consumed(self._engine, charge.subject, b.budget.unit, b.period, since)
@@ -391,7 +329,7 @@ class Limiter:
                     self._failed(exc)
 
 
-RENEW_EVERY = 20.0  # seconds; a third of a shared store's lease (counters_redis.LEASE_SECONDS)
+RENEW_EVERY = 20.0  # seconds; a third of a shared store's lease (redis_counters.LEASE_SECONDS)
 SEED_LAG = 2.0  # seconds a ledger row may take from its request's end to its commit (docs/limits.md)
 
 

@@ -1,4 +1,4 @@
-"""Limits as a completion request meets them (gateway/store/limiter.py does the counting): the
+"""Limits as a completion request meets them (limits/limiter.py does the counting): the
 request's estimate, the answer to a refusal, and OpenAI's x-ratelimit-* headers.
 
 A refused request reaches no vendor and is billed nothing; its ledger row (outcome `refused`, no
@@ -29,10 +29,11 @@ from gateway.core.errors import (
     clip,
 )
 from gateway.limits import counters
-from gateway.limits import limiter as limits_on_path
+from gateway.limits import verdicts
 from gateway.limits.counters import RPM
-from gateway.limits.limiter import NO_LIMITS, Asking, Grant, Limiter
+from gateway.limits.limiter import Limiter
 from gateway.limits.rules import Budget, Limits, Subject, Unit
+from gateway.limits.verdicts import NO_LIMITS, Asking, Grant
 from gateway.planner.plan import Plan
 from gateway.store import tokens
 from gateway.store.meter import Meter
@@ -208,12 +209,12 @@ async def admit_call(limiter: Limiter, key_id: str, request_id: str) -> Grant:
     else:
         grant = await asked.grant()
     refusal = grant.refusal
-    if refusal is not None and refusal.kind in (limits_on_path.UNSHARED, limits_on_path.STORE_DOWN):
+    if refusal is not None and refusal.kind in (verdicts.UNSHARED, verdicts.STORE_DOWN):
         # The limits cannot be counted now (several workers without Redis, or Redis away under
         # `closed`): an administrative call is not refused for it. Administration is how an
         # operator mends such a state, and revokes a leaked key during it.
         log.warning("administrative call of key %s served without counting its limits: %s", key_id,
-                    "several workers without GATEWAY_REDIS_URL" if refusal.kind == limits_on_path.UNSHARED
+                    "several workers without GATEWAY_REDIS_URL" if refusal.kind == verdicts.UNSHARED
                     else "the limits store is unavailable")
         return NO_LIMITS
     if refusal is not None:
@@ -304,19 +305,19 @@ def _error(grant: Grant, key_id: str, model: str) -> GatewayError:
                                f"requests in flight: {show(refusal.used)} used, {show(refusal.reserved)} reserved, "
                                f"this request may use up to {show(refusal.wanted)}; retry when they end",
                                code="budget_in_flight", retry_after=wait, headers=rate)
-        case limits_on_path.MODEL:
+        case verdicts.MODEL:
             patterns = next(limits.models for s, limits in grant.subjects if s == refusal.subject)
             return PermissionDenied(f"model '{clip(model)}' is not allowed for {who} (allowed: "
                                     f"{', '.join(patterns or ())})", code="model_not_allowed", param="model")
-        case limits_on_path.UNPRICED:
+        case verdicts.UNPRICED:
             return PermissionDenied(f"model '{clip(model)}' has no price, so the budget in dollars of {who} cannot "
                                     "be kept on it: give it one in [prices] (docs/usage.md)", code="model_unpriced",
                                     param="model")
-        case limits_on_path.UNSHARED:
+        case verdicts.UNSHARED:
             return LimitsUnavailable(f"{who} has limits this gateway cannot count exactly: it serves several workers "
                                      "without GATEWAY_REDIS_URL (the operator must set it, or serve one worker)",
                                      code="limits_unenforceable")
-        case limits_on_path.STORE_DOWN:
+        case verdicts.STORE_DOWN:
             return LimitsUnavailable(f"the store that counts the limits of {who} is unavailable; retry shortly",
                                      code="limits_store_unavailable", retry_after=1)
     raise AssertionError(f"unknown refusal {refusal.kind}")

@@ -1,4 +1,4 @@
-"""The counters of gateway/store/counters.py in Redis, shared exactly by every worker and host: a
+"""The counters of limits/counters.py in Redis, shared exactly by every worker and host: a
 claim is checked and taken by one Lua script (one round trip, atomic), and settled by another.
 
 Per subject (a key or an account; `<p>` is `redis_prefix` + "key:<id>" or "account:<id>"):
@@ -10,7 +10,7 @@ A lease not renewed (`renew`, by the process that holds it) expires: its slot an
 reservations are released by the next claim on that subject, so a process that died frees them.
 Buckets expire once full again (a missing bucket is a full one); budget counters after their
 period. The time is Redis's own (TIME, in the scripts), and so is every lease's and period's: how
-the scripts stay right under stalls, restarts and clock skew is gateway/store/counters_scripts.py.
+the scripts stay right under stalls, restarts and clock skew is limits/redis_scripts.py.
 The keys of one claim must live on one Redis (not a Redis Cluster: a key's and its account's
 counters share no hash slot).
 """

@@ -1,4 +1,4 @@
-"""The Lua scripts of gateway/store/counters_redis.py: a claim checked and taken (ACQUIRE) and a
+"""The Lua scripts of limits/redis_counters.py: a claim checked and taken (ACQUIRE) and a
 request's end settled (SETTLE), each atomic, in one round trip.
 
 Made safe against what a shared store does to its callers:

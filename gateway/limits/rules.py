@@ -1,11 +1,7 @@
-"""Limits on a key or an account, as data: requests and tokens per minute, requests in flight,
-budgets per UTC day or month, and a model allow-list of glob patterns. Both a key's and its
-account's limits apply to a request; the tighter one refuses it.
-
-This module is the data: the `limits` table, what the CLI writes into it, and the copy a running
-gateway keeps (`LimitsTable`, reread whole every `limits_cache_seconds`, so a change reaches every
-gateway within that). The counting is gateway/store/counters.py (in memory) or
-gateway/store/counters_redis.py (shared), driven per request by gateway/store/limiter.py.
+"""What a limit is: requests and tokens per minute, requests in flight, budgets per UTC day or month,
+and a model allow-list of glob patterns, on a key or an account (`Subject`). Both a key's and its
+account's limits apply to a request; the tighter one refuses it. And what a change may set of them
+(`checked`), the same from the CLI and from the HTTP API.
 
 A budget is generic over its unit (`Unit`): a unit names the ledger column a period's consumption
 is summed from, how an operator writes an amount, and what a request may cost before it runs. The
@@ -15,26 +11,16 @@ store/prices.py); a unit is one entry of UNITS plus its `budget_<name>` column.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
-import json
-import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from gateway.store.accounts import AccountsError, UnknownObject
+from gateway.store.accounts import AccountsError
 from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import NANOS_PER_USD, Prices
-from gateway.store.tables import accounts, api_keys, limits
-
-log = logging.getLogger("gateway.limits")
 
 KEY, ACCOUNT = "key", "account"
 PERIODS = ("day", "month")
@@ -219,163 +205,66 @@ class Subject(NamedTuple):  # a tuple: hashed and compared in C, on every reques
         return f"{self.kind} {self.id}"
 
 
-# -- the table ----------------------------------------------------------------------------------
-def _from_row(row: Any) -> Limits:
-    period = row.budget_period or "month"
-    budgets = tuple(Budget(unit, value, period) for unit in UNITS.values()
-                    if (value := getattr(row, unit.limit_column)) is not None)
-    return Limits(rpm=row.rpm, tpm=row.tpm, concurrent=row.concurrent, budgets=budgets,
-                  models=tuple(json.loads(row.models)) if row.models is not None else None, cache=row.cache,
-                  lineage=row.lineage if row.lineage != row.subject_id else None,
-                  ends_at=min((end.timestamp() for end in (row.revoked_at, row.expires_at) if end is not None),
-                              default=None))
-
-
-# The limits' rows, a key's with its lineage (store/accounts.py replace_key).
-_ROWS = select(limits, api_keys.c.lineage, api_keys.c.revoked_at, api_keys.c.expires_at).outerjoin(
-    api_keys, (limits.c.subject == KEY) & (api_keys.c.id == limits.c.subject_id))
-
-
 def counted_as(subject: Subject, found: Limits) -> Subject:
     """The subject whose counters `subject`'s requests count in: a rotated key's lineage, else itself."""
     return Subject(KEY, found.lineage) if found.lineage is not None and subject.kind == KEY else subject
 
 
-async def read_all(connection: AsyncConnection) -> dict[Subject, Limits]:
-    rows = await connection.execute(_ROWS)
-    return {Subject(r.subject, r.subject_id): _from_row(r) for r in rows}
+# -- what a change may set ----------------------------------------------------------------------
+# The largest count or amount a limit takes (requests, tokens, nano-dollars): Redis counts in its Lua
+# scripts with doubles, exact below 2^53, and the counters' arithmetic must stay exact to the unit
+# (a TPM of 2^63 read back as a bucket fuller than its limit: "used -1"). The same bound as
+# MAX_BUDGET_USD in nano-dollars.
+MAX_AMOUNT = 10**15
+# What a change may set or clear: the limits table's columns (budget_period is `period` over HTTP).
+FIELDS = (*RATES, *(unit.limit_column for unit in UNITS.values()), "budget_period", "models", "cache")
 
 
-async def check_subject(connection: AsyncConnection, subject: Subject) -> None:
-    table = api_keys if subject.kind == KEY else accounts
-    if not await connection.scalar(select(table.c.id).where(table.c.id == subject.id)):
-        raise UnknownObject(f"no such {subject.kind}: {subject.id!r}", field=f"{subject.kind}_id",
-                            code=f"unknown_{subject.kind}")
+def check_pattern(pattern: str) -> str:
+    """A model pattern of an allow-list: one that can match a "vendor/name" (an empty one, or one
+    naming no vendor, would set a list that refuses every model)."""
+    pattern = pattern.strip()
+    if not pattern:
+        raise AccountsError("an empty pattern matches no model (to lift the allow-list, clear `models`)",
+                            field="models")
+    if "/" not in pattern and not any(c in pattern for c in "*?["):
+        raise AccountsError(f"{pattern!r} matches no model: models are written vendor/name "
+                            "(e.g. openai/* or local/smollm2-135m)", field="models")
+    return pattern
 
 
-async def set_limits(connection: AsyncConnection, subject: Subject, values: Mapping[str, Any]) -> Limits:
-    """Set some of a subject's limits (columns of the table: rpm, tpm, concurrent, budget_<unit>,
-    budget_period, models as a list), keeping the others. Returns them all."""
-    await check_subject(connection, subject)
-    key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
-    current = (await connection.execute(select(limits).where(key))).first()
-    merged = dict(current._mapping) if current else {"subject": subject.kind, "subject_id": subject.id}
-    merged |= {name: json.dumps(list(value)) if name == "models" else value for name, value in values.items()}
-    has_budget = any(merged.get(unit.limit_column) is not None for unit in UNITS.values())
-    if merged.get("budget_period") is not None and not has_budget:
-        raise AccountsError("--period is the period of a budget: set one with it (e.g. --budget-tokens; `budget_tokens` "
-                            "over HTTP)", field="budget_period")
-    if has_budget and merged.get("budget_period") is None:
-        merged["budget_period"] = "month"
-    merged["updated_at"] = datetime.now(UTC)
-    await connection.execute(delete(limits).where(key))
-    await connection.execute(limits.insert().values(**merged))
-    return await _read(connection, subject) or Limits()
+def checked(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (FIELDS; a None clears one), each checked: counts from 1 (budgets from 0) to
+    MAX_AMOUNT, a known period, patterns that can match a model."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in FIELDS:
+            raise AccountsError(f"unknown limit {name!r}: choose from {', '.join(FIELDS)}", field=name)
+        if value is None:
+            out[name] = None
+        elif name == "models":
+            out[name] = [check_pattern(p) for p in value]
+        elif name == "cache":  # the response cache's switch (docs/cache.md)
+            if not isinstance(value, bool):
+                raise AccountsError("cache is on or off: true or false", field="cache")
+            out[name] = value
+        elif name == "budget_period":
+            if value not in PERIODS:
+                raise AccountsError(f"period {value!r}: choose from {', '.join(PERIODS)}", field="period")
+            out[name] = value
+        else:
+            least = 0 if name.startswith("budget_") else 1
+            count = whole(value)
+            if count is None or not least <= count <= MAX_AMOUNT:
+                raise AccountsError(f"{name} must be a whole number from {least} to {MAX_AMOUNT:,}", field=name)
+            out[name] = count
+    return out
 
 
-async def clear_limits(connection: AsyncConnection, subject: Subject, names: Sequence[str] | None) -> Limits | None:
-    """Remove some of a subject's limits (`names` as for set_limits), or all of them (None)."""
-    await check_subject(connection, subject)
-    key = (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)
-    if names is None:
-        await connection.execute(delete(limits).where(key))
+def whole(value: Any) -> int | None:
+    """`value` as an int if it is a whole number (JSON's 5.0 too), else None."""
+    if isinstance(value, bool):
         return None
-    cleared = {name: None for name in names}
-    if any(name == unit.limit_column for unit in UNITS.values() for name in names):
-        remaining = await _read(connection, subject)
-        left = [b for b in (remaining.budgets if remaining else ()) if b.unit.limit_column not in names]
-        if not left:
-            cleared["budget_period"] = None
-    await connection.execute(limits.update().where(key).values(**cleared, updated_at=datetime.now(UTC)))
-    found = await _read(connection, subject)
-    if found is not None and found.empty:
-        await connection.execute(delete(limits).where(key))
-        return None
-    return found
-
-
-async def _read(connection: AsyncConnection, subject: Subject) -> Limits | None:
-    row = (await connection.execute(_ROWS.where(
-        (limits.c.subject == subject.kind) & (limits.c.subject_id == subject.id)))).first()
-    return _from_row(row) if row else None
-
-
-# -- what a running gateway knows ---------------------------------------------------------------
-@dataclass(slots=True)
-class LimitsTable:
-    """The whole limits table, reread every `ttl` seconds in the background: a request looks its
-    subjects up in a dict, and a change made with the CLI reaches every gateway within `ttl`. While
-    the database cannot be read, the last copy stays in force (and the log says so).
-
-    One read at a time, shared by whoever asks for one meanwhile (`load`), and applied in the order
-    the reads began: a burst of requests of a new key reads the table once, and an older copy
-    never replaces a newer one."""
-
-    engine: AsyncEngine
-    ttl: float
-    clock: Callable[[], float] = time.monotonic
-    subjects: dict[Subject, Limits] = field(default_factory=dict)
-    on_change: Callable[[dict[Subject, Limits]], None] | None = None
-    _task: asyncio.Task[None] | None = None
-    _failing: bool = False
-    _reading: asyncio.Task[None] | None = None  # the read under way
-    _begun: int = 0  # reads begun so far
-    _applied: int = 0  # the last read applied (the number of its beginning)
-
-    async def load(self) -> None:
-        """Returns once a read of the table begun after this call has been applied: a read under
-        way may have begun before a change the caller must see, so it is waited for, then another
-        (one that the callers arriving meanwhile share) is made."""
-        wanted = self._begun + 1
-        while self._applied < wanted:
-            if self._reading is None:
-                self._reading = asyncio.create_task(self._read(), name="limits-read")
-                self._reading.add_done_callback(_retrieved)
-            await asyncio.shield(self._reading)
-
-    async def _read(self) -> None:
-        self._begun += 1
-        number = self._begun
-        try:
-            async with self.engine.connect() as connection:
-                found = await read_all(connection)
-        finally:
-            self._reading = None
-        self._applied = number
-        if found != self.subjects:
-            self.subjects = found
-            if self.on_change is not None:
-                self.on_change(found)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._refresh_forever(), name="limits-refresh")
-
-    async def close(self) -> None:
-        for task in (self._task, self._reading):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl)
-            try:
-                await self.load()
-            except Exception as exc:
-                if not self._failing:
-                    log.warning("cannot reread the limits (%s); the last copy stays in force",
-                                f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
-                self._failing = True
-                continue
-            if self._failing:
-                log.warning("limits reread again")
-            self._failing = False
-
-    def of(self, subject: Subject) -> Limits | None:
-        return self.subjects.get(subject)
-
-
-def _retrieved(read: asyncio.Task[None]) -> None:
-    if not read.cancelled():
-        read.exception()  # a read every waiter gave up on is not reported as never retrieved
-
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None

@@ -248,8 +248,8 @@ async def revoke_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
 
 async def replace_key(connection: AsyncConnection, key_id: str, grace: timedelta) -> tuple[KeyInfo, NewKey]:
     """A rotation: a new key with the old one's accounts, name, scopes and expiry, in its lineage
-    (its counters are the old one's: store/limits.py); the old one is revoked when `grace` has
-    passed. (Its limits are the caller's to copy: store/admin.py.) A key has one successor: of two
+    (its counters are the old one's: limits/rules.py counted_as); the old one is revoked when `grace` has
+    passed. (Its limits are the caller's to copy: gateway/admin.py.) A key has one successor: of two
     rotations at once, the second is a Conflict."""
     old = await get_key(connection, key_id)
     now = _now()

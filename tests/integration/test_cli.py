@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from gateway import cli
-from gateway.limits.rules import ACCOUNT, Subject, set_limits
+from gateway.limits.rules import ACCOUNT, Subject
+from gateway.limits.table import set_limits
 from gateway.store import database
 from tests.support.cli import console_script, gateway_cli
 from tests.support.provision import empty_database

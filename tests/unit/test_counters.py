@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from gateway.limits import counters
-from gateway.limits.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
+from gateway.limits.counters import BudgetClaim, Charge, Claim, settled
+from gateway.limits.memory_counters import MemoryCounters
 from gateway.limits.redis_counters import LEASE_SECONDS, LateClaim, RedisCounters
 from gateway.limits.rules import ACCOUNT, KEY, TOKENS, Budget, Limits, Period, Subject
 from gateway.store.resp import RedisUnavailable

@@ -1,13 +1,13 @@
-"""The x-ratelimit-* headers of a grant (gateway/http/limiting.py): per kind, the tightest per-minute
+"""The x-ratelimit-* headers of a grant (gateway/limits/on_request.py): per kind, the tightest per-minute
 window of the key's and the account's (the fewest remaining, then the lowest limit), in OpenAI's
 names and formats; none without a per-minute limit."""
 
 from __future__ import annotations
 
 from gateway.limits.counters import RPM, TPM, window
-from gateway.limits.limiter import Grant
 from gateway.limits.on_request import duration, headers
 from gateway.limits.rules import ACCOUNT, KEY, Subject
+from gateway.limits.verdicts import Grant
 
 KEY_A, ACCT = Subject(KEY, "key_a"), Subject(ACCOUNT, "acct")
 

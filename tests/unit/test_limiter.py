@@ -10,10 +10,11 @@ import signal
 
 import pytest
 
-from gateway.limits.counters import MemoryCounters
-from gateway.limits.limiter import NO_LIMITS, Limiter
+from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
 from gateway.limits.redis_counters import RedisCounters
 from gateway.limits.rules import KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.limits.verdicts import NO_LIMITS
 from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
 from tests.support.redis_servers import RedisServer, commands_run, redis_prefix, redis_url, remove_redis_keys

@@ -14,8 +14,8 @@ from gateway.core.completion import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
 from gateway.limits import on_request
 from gateway.limits.counters import RPM, Claim, Refusal
-from gateway.limits.limiter import Grant
 from gateway.limits.rules import KEY, Limits, Subject
+from gateway.limits.verdicts import Grant
 from generated.models import CompletionRequest
 
 SUBJECT = Subject(KEY, "key_a")

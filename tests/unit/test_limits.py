@@ -1,4 +1,4 @@
-"""gateway/store/limits.py: its copy of the limits table (`LimitsTable`), where a load returns only
+"""gateway/limits/table.py: its copy of the limits table (`LimitsTable`), where a load returns only
 once a read begun after it was called has been applied, the callers arriving during a read share
 the next one, and a read that fails says so to each of them (the table's reads are the test's to
 answer; nothing sleeps); and what a cache hit counts in each unit of budget."""
@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.limits import rules
-from gateway.limits.rules import KEY, TOKENS, USD, Limits, LimitsTable, Subject
+from gateway.limits import table
+from gateway.limits.rules import KEY, TOKENS, USD, Limits, Subject
+from gateway.limits.table import LimitsTable
 from gateway.store.meter import CACHE_HIT
 from gateway.store.prices import Price, Prices, Rates
 
@@ -47,7 +48,7 @@ class Engine:
 @pytest.fixture
 def reads(monkeypatch) -> Reads:
     reads = Reads()
-    monkeypatch.setattr(rules, "read_all", reads.read_all)
+    monkeypatch.setattr(table, "read_all", reads.read_all)
     return reads
 
 

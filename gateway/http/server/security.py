@@ -23,7 +23,7 @@ from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, BadRequest, GatewayError, PermissionDenied, StorageUnavailable, clip
 from gateway.http.context import CALLER_KEY
 from gateway.http.server.connexion_overrides.key_check import security_map
-from gateway.limits.rules import LimitsTable
+from gateway.limits.table import LimitsTable
 from gateway.store import key_cache
 from gateway.store.accounts import Caller
 
