@@ -1,21 +1,18 @@
 """gateway/limits/table.py: its copy of the limits table (`LimitsTable`), where a load returns only
 once a read begun after it was called has been applied, the callers arriving during a read share
 the next one, and a read that fails says so to each of them (the table's reads are the test's to
-answer; nothing sleeps); and what a cache hit counts in each unit of budget."""
+answer; nothing sleeps)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
 
 import pytest
 
 from gateway.limits import table
-from gateway.limits.rules import KEY, TOKENS, USD, Limits, Subject
+from gateway.limits.rules import KEY, Limits, Subject
 from gateway.limits.table import LimitsTable
-from gateway.store.meter import CACHE_HIT
-from gateway.store.prices import Price, Prices, Rates
 
 NEW_KEY = Subject(KEY, "key_new")
 
@@ -113,17 +110,3 @@ def test_a_failed_read_fails_its_callers_and_the_next_load_reads_again(reads):
         assert table.of(NEW_KEY) is None
 
     asyncio.run(scenario())
-
-
-def test_a_cache_hit_counts_in_dollars_what_it_is_billed_and_in_no_tokens():
-    prices = Prices({"fake/priced": [Price(datetime.min.replace(tzinfo=UTC), Rates(1_000_000, 2_000_000, 0, 0))]})
-    hit = {"outcome": CACHE_HIT, "total_tokens": 14, "cost_nanos": 12_000_000}
-    request = {"outcome": "completed", "total_tokens": 14, "cost_nanos": 24_000_000}
-    assert (USD.used(hit), TOKENS.used(hit)) == (12_000_000, 0)
-    assert (USD.used(request), TOKENS.used(request)) == (24_000_000, 14)
-    # 4 + 10 tokens at $1 and $2 per 1M cost 24,000 nano-dollars: billed half, a hit reserves
-    # 12,000 of a budget in dollars, and none of one in tokens.
-    assert USD.reserved(prices, "fake/priced", 4, 10) == 24_000
-    assert USD.reserved(prices, "fake/priced", 4, 10, hit_share=0.5) == 12_000
-    assert TOKENS.reserved(prices, "fake/priced", 4, 10, hit_share=0.5) == 0
-    assert USD.reserved(prices, "fake/unpriced", 4, 10, hit_share=0.5) is None  # no price: it cannot be kept

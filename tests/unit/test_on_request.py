@@ -1,8 +1,13 @@
-"""A request's limits check (gateway/http/on_request.py `Check`) when the verdict comes from a shared
-store and is awaited late, by the vendor layer: a refusal is Withheld (not a vendor's failure) and
-answers every later ask the same way, with one ledger row; a client that leaves while the answer
-is on its way never loses a claim the store granted. The store here is a stand-in whose answer the
-test releases."""
+"""Limits as a request meets them (gateway/limits/on_request.py).
+
+Its check (`Check`) when the verdict comes from a shared store and is awaited late, by the vendor
+layer: a refusal is Withheld (not a vendor's failure) and answers every later ask the same way,
+with one ledger row; a client that leaves while the answer is on its way never loses a claim the
+store granted. The store here is a stand-in whose answer the test releases.
+
+The x-ratelimit-* headers of a grant: per kind, the tightest per-minute window of the key's and the
+account's (the fewest remaining, then the lowest limit), in OpenAI's names and formats; none
+without a per-minute limit."""
 
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ import pytest
 from gateway.core.completion import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
 from gateway.limits import on_request
-from gateway.limits.counters import RPM, Claim, Refusal
-from gateway.limits.rules import KEY, Limits, Subject
+from gateway.limits.counters import RPM, TPM, Claim, Refusal, window
+from gateway.limits.on_request import duration, headers
+from gateway.limits.rules import ACCOUNT, KEY, Limits, Subject
 from gateway.limits.verdicts import Grant
 from generated.models import CompletionRequest
 
@@ -121,3 +127,26 @@ def test_a_failure_before_the_vendor_layer_awaited_the_verdict_is_answered_by_a_
         assert grant is on_request.NO_LIMITS and isinstance(answer, RateLimited) and meter.refusals == 1
 
     asyncio.run(scenario())
+
+
+# -- the x-ratelimit-* headers -----------------------------------------------------------------------
+ACCT = Subject(ACCOUNT, "acct")
+
+
+def test_each_kind_tells_its_tightest_window():
+    grant = Grant(windows={(SUBJECT, RPM): window(100, 90.0), (SUBJECT, TPM): window(1000, 400.0),
+                           (ACCT, RPM): window(50, 10.0), (ACCT, TPM): window(5000, 4000.0)})
+    assert headers(grant) == {
+        "x-ratelimit-limit-requests": "50", "x-ratelimit-remaining-requests": "10",
+        "x-ratelimit-reset-requests": duration(window(50, 10.0).reset),
+        "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "400",
+        "x-ratelimit-reset-tokens": duration(window(1000, 400.0).reset),
+    }
+    assert headers(grant)["x-ratelimit-reset-requests"] == "48s"  # 40 of 50 to refill at 50 a minute
+
+
+def test_equal_remaining_tells_the_lower_limit_and_a_kind_without_a_window_is_left_out():
+    grant = Grant(windows={(SUBJECT, RPM): window(100, 5.0), (ACCT, RPM): window(20, 5.0)})
+    assert headers(grant) == {"x-ratelimit-limit-requests": "20", "x-ratelimit-remaining-requests": "5",
+                              "x-ratelimit-reset-requests": "45s"}
+    assert headers(Grant()) == {}
