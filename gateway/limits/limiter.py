@@ -49,7 +49,10 @@ Settlement = tuple[Claim, int, dict[str, int]]  # a claim, the tokens its reques
 
 class Limiter:
     def __init__(self, table: LimitsTable, counters: Counters | None, engine: AsyncEngine, *, policy: str = "open",
-                 workers: int = 1, clock: Callable[[], float] | None = None, prices: Prices | None = None) -> None:
+                 workers: int = 1, clock: Callable[[], float] | None = None, prices: Prices | None = None,
+                 retry_store: float = RETRY_STORE, tick: float = TICK) -> None:
+        """`retry_store` and `tick` (seconds): how soon a store that failed is tried again, and how
+        often the housekeeping looks (a test of a store's outage sets its own)."""
         self.table = table
         self.prices = prices  # what a budget in dollars reserves and settles by (store/prices.py)
         self.counters = counters  # None: several workers without Redis (nothing can be counted exactly)
@@ -57,6 +60,7 @@ class Limiter:
         self._policy = policy
         self._workers = workers
         self._clock = clock or wall_clock
+        self._retry_store, self._tick = retry_store, tick
         self._live: dict[str, Claim] = {}  # claims taken and not yet settled (their leases are renewed)
         self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
         self._sending = 0  # settlements the store has not answered yet
@@ -285,7 +289,7 @@ class Limiter:
                       "served uncounted (limits_on_store_failure=open)" if self._policy == "open"
                       else "refused with 503 (limits_on_store_failure=closed)")
         self._failure = reason
-        self._retry_at = time.monotonic() + RETRY_STORE
+        self._retry_at = time.monotonic() + self._retry_store
 
     def _back(self) -> None:
         if self._down_since is not None:
@@ -310,7 +314,7 @@ class Limiter:
         assert self.counters is not None
         renewed = time.monotonic()
         while True:
-            await asyncio.sleep(TICK)
+            await asyncio.sleep(self._tick)
             if self._down_since is not None:  # is it back? (readiness need not wait for a request)
                 if time.monotonic() < self._retry_at:
                     continue

@@ -81,12 +81,13 @@ class _Calls:
 class RedisCounters:
     remote = True
 
-    def __init__(self, url: str, prefix: str, *, callers_clock: bool = False) -> None:
+    def __init__(self, url: str, prefix: str, *, callers_clock: bool = False, timeout: float = COMMAND_TIMEOUT) -> None:
         """`callers_clock`: the scripts take `now` from the caller instead of Redis (tests of the
-        counting that move the time; never a gateway's, whose hosts' clocks may differ)."""
+        counting that move the time; never a gateway's, whose hosts' clocks may differ). `timeout`:
+        how long a command waits for Redis (a test of a stall sets its own)."""
         # No retry, no backoff: a request must not wait for a store that is away (the limiter's
         # policy applies instead, and it tries again shortly).
-        self.client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=COMMAND_TIMEOUT)
+        self.client = Redis(url, connect_timeout=CONNECT_TIMEOUT, timeout=timeout)
         self._prefix = prefix
         self._callers_clock = callers_clock
         self._offset: float | None = None  # Redis's clock less this process's monotonic clock, as last heard

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.redis
 
 NOW = start_of_today()  # a day boundary, and the day Redis lives in (tests/support/)
 KEY_A = Subject(KEY, "key_a")
+# The command timeout of a test that stops Redis, and how soon its limiter tries the store again: the
+# test waits for them, so it names them (a gateway's: redis_counters.COMMAND_TIMEOUT, limiter.RETRY_STORE
+# and TICK).
+STALL = 0.4
 
 
 class Table:
@@ -229,8 +233,8 @@ def test_a_claim_redis_runs_after_a_stall_holds_nothing(policy, heard):
 
     async def scenario(store: RedisServer):
         def process() -> Limiter:
-            made = Limiter(Table({KEY_A: limits}), RedisCounters(store.url, "t:"), engine=None, policy=policy,
-                           clock=lambda: NOW)
+            made = Limiter(Table({KEY_A: limits}), RedisCounters(store.url, "t:", timeout=STALL), engine=None,
+                           policy=policy, clock=lambda: NOW, retry_store=STALL / 4, tick=STALL / 4)
             made._seed = nothing_in_the_ledger
             return made
 

@@ -23,6 +23,10 @@ from tests.support.redis_servers import RedisServer, commands_run, redis_prefix,
 
 pytestmark = pytest.mark.redis
 
+# The command timeout of a test that stops Redis: the test waits for it, so it names it (a gateway's
+# is redis_counters.COMMAND_TIMEOUT).
+STALL = 0.4
+
 
 def test_a_lease_nobody_renews_frees_its_slot_and_its_reservation():
     """A process that died holding requests in flight: Redis forgets them after the lease."""
@@ -88,11 +92,11 @@ def test_a_claim_redis_runs_after_its_caller_gave_up_takes_nothing(heard):
     counter = f"tokens:{Period.at('month', NOW).id}"
 
     async def scenario(server: RedisServer):
-        earlier = RedisCounters(server.url, "t:")
+        earlier = RedisCounters(server.url, "t:", timeout=STALL)
         made = claim((KEY_A, limits), tokens=50)
         assert (await acquire(earlier, made)).refusal is None
         await settled(earlier, made, 5, {counter: 5}, NOW)
-        store = earlier if heard else RedisCounters(server.url, "t:")
+        store = earlier if heard else RedisCounters(server.url, "t:", timeout=STALL)
         try:
             if not heard:
                 await store.client.call("PING")  # connected; the clock not heard yet
