@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core.config import Settings
-from gateway.core.errors import StartupFailed
+from gateway.core.errors import ConfigError, StartupFailed
 from gateway.core.redaction import Redactor
 from gateway.http.context import Services
 from gateway.http.server import app as http_app
@@ -36,7 +36,7 @@ from gateway.store.response_cache import MemoryStore, RedisStore, Store
 from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
-from handlers import resolve
+from handlers import resolve, unmatched
 
 log = logging.getLogger("gateway")
 
@@ -53,9 +53,13 @@ def redactor(settings: Settings) -> Redactor:
 
 def check(settings: Settings) -> tuple[Registry, Prices]:
     """What a start refuses of `settings` beyond their own validation, found without starting:
-    the vendors' options (their adapters are built), the price table, the database URL. A
-    ConfigError here stops `gateway serve` with one line, in the one process that reads the
-    configuration, before any worker starts; `gateway config check` runs the same."""
+    the vendors' options (their adapters are built), the price table, the database URL; and of
+    the gateway itself, a contract whose operations are not the handlers' (handlers.unmatched: an
+    operation without a handler, or a handler without its operation). A ConfigError here stops
+    `gateway serve` with one line, in the one process that reads the configuration, before any
+    worker starts; `gateway config check` runs the same."""
+    if mismatched := unmatched(http_app.operation_ids(http_app.contract())):
+        raise ConfigError(f"the contract and the handlers differ: {'; '.join(mismatched)}")
     registry = Registry.from_settings(settings)
     prices = Prices.load(settings.prices)  # the packaged table and [prices]: a bad entry stops the start too
     database.engine_url(settings.database_url.get_secret_value())

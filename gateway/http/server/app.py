@@ -55,6 +55,17 @@ def spec_path() -> Path:
     return Path(str(files("generated") / "openapi.json"))
 
 
+def contract() -> dict:
+    """The contract as installed, parsed."""
+    return orjson.loads(spec_path().read_bytes())
+
+
+def operation_ids(spec: dict) -> list[str]:
+    """The operationId of every operation of the contract `spec`, each of which needs its handler."""
+    return [operation["operationId"] for item in spec["paths"].values() for operation in item.values()
+            if isinstance(operation, dict) and "operationId" in operation]
+
+
 def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handler], redact: Redactor) -> DirectCallApp:
     """The app for `settings`. `lifespan` builds and closes the Services; `resolve` maps each
     operationId of the spec to its handler (and raises for one it lacks, failing the start);
@@ -62,12 +73,12 @@ def create_app(settings: Settings, lifespan: Any, resolve: Callable[[str], Handl
     check_hooks()
     accept_openapi_31()
     observed = observability.install(settings, redact)
-    spec = orjson.loads(spec_path().read_bytes())
+    spec = contract()
     app = DirectCallApp(__name__, lifespan=lifespan, middlewares=_middlewares(settings, observed, spec))
     app.add_api(
         # The parsed document, not its path: from a path Connexion renders the file as a Jinja2
         # template and parses it as YAML, which yields the same dict for our JSON document
-        # (tests/unit/test_connexion_overrides.py) at a cost: the garbage of it stayed in the process's memory.
+        # (tests/unit/test_app.py) at a cost: the garbage of it stayed in the process's memory.
         spec,
         resolver=Resolver(function_resolver=resolve),
         validator_map=validation.validator_map(settings.max_body_bytes, settings.body_timeout),

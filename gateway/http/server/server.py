@@ -80,6 +80,10 @@ def serve_worker(factory: Callable[[], Any], settings: Settings, redact: Redacto
         loop="uvloop",
         http=connection.protocol(settings),
         ws="none",  # the API has no WebSocket routes: an upgrade request is served as plain HTTP
+        # A failure of the app's start stops the start: with "auto", uvicorn took an exception that
+        # escaped the lifespan (Connexion assembling its operations) for an app without one, and
+        # served a 500 on every path.
+        lifespan="on",
         # Nothing in the gateway reads the client's address or scheme that X-Forwarded-* headers
         # would rewrite; uvicorn's layer for them costs every request a pass over its headers.
         proxy_headers=False,
