@@ -1,7 +1,7 @@
 """Limits on the request path: `Limiter.ask` before a request reaches a vendor (`ask_call` for a
 call that reaches none, an administrative one), the store asked at once and its verdict,
 `Asking.grant()`, awaited later (limits/on_request.py `Check`); `Grant.settle` when it has ended
-(completed, failed, cut short or left), with its ledger row.
+(completed, failed, cut short or left), with its ledger row (the verdicts: limits/verdicts.py).
 
 What it takes from a request: the model (for allow-lists) and an estimate of its tokens, the
 prompts' tokens plus `max_tokens` x choices (OpenAI's rule), which a per-minute token limit and a
