@@ -9,7 +9,7 @@ meta-schema) and the plan's compiling of a strict schema, which answers are held
 (planner/chat_verify.py `answer_schema`). Meanwhile a ticker on the loop sleeps 1 ms
 at a time and records the longest gap between two ticks: how long any other request on the loop
 would have waited, with the checks on the loop and in a worker thread. Beside them, what reading
-the same body costs (parsing, the nesting check and the contract's validation, http/validation.py),
+the same body costs (parsing, the nesting check and the contract's validation, http/server/validation.py),
 and reading the largest bodies, of few objects and of many: the loop's share a request already takes.
 """
 
@@ -27,7 +27,7 @@ import jsonschema_rs
 import orjson
 
 from gateway.core import client_schemas
-from gateway.http.validation import MAX_DEPTH, _nested_deeper
+from gateway.http.server.validation import MAX_DEPTH, _nested_deeper
 from gateway.planner import chat_rules
 from gateway.planner.chat_verify import STRICT_SCHEMA, strict_schema
 

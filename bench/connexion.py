@@ -3,7 +3,7 @@ that each give one job back to Connexion (docs/decisions/0001-connexion.md quote
 
     python -m bench.connexion [--requests 1000] [--rounds 3] [--callgrind]
 
-Variants (gateway/http/connexion_overrides/ has each override):
+Variants (gateway/http/server/connexion_overrides/ has each override):
   as built       the app as `gateway serve` builds it
   routing        no FixedRoutes: each request through Connexion's routing, then a lookup of the
                  operation in every routed layer
@@ -50,9 +50,9 @@ def give_back(jobs: frozenset[str]) -> None:
     from connexion.middleware.request_validation import RequestValidationMiddleware
     from connexion.security import ApiKeySecurityHandler, BearerSecurityHandler
 
-    from gateway.http import app, security
-    from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
-    from gateway.http.connexion_overrides.prepared_validation import PreparedValidationMiddleware
+    from gateway.http.server import app, security
+    from gateway.http.server.connexion_overrides.fixed_routes import FixedRoutes
+    from gateway.http.server.connexion_overrides.prepared_validation import PreparedValidationMiddleware
 
     if "key check" in jobs:
         async def check(key: str, required_scopes: Any = None, request: Any = None) -> dict[str, Any]:

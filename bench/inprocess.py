@@ -33,7 +33,7 @@ async def drive(env: Mapping[str, str], requests: int, key: str,
     """CPU seconds per request of `requests` completions through the app, in this process.
     `counting(True)` is called as the measured requests begin, `counting(False)` as they end."""
     from gateway import services
-    from gateway.http import logs, metrics
+    from gateway.http.observe import logs, metrics
     from gateway.store.ledger import Ledger
 
     if counting:

@@ -56,10 +56,11 @@ from bench.harness import (
     revision,
     start_vendor,
 )
-from gateway.store.counters import BudgetClaim, Charge, Claim, MemoryCounters, settled
-from gateway.store.counters_redis import RedisCounters
-from gateway.store.limiter import Limiter
-from gateway.store.limits import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
+from gateway.limits.counters import BudgetClaim, Charge, Claim, settled
+from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import ACCOUNT, KEY, TOKENS, Budget, Limits, Subject
 from tests.support.fakes.server import free_port
 from tests.support.gateway_process import GatewayProcess
 from tests.support.provision import new_key, run_cli, sqlite_database

@@ -3,16 +3,20 @@ contract) in front of many model vendors, with one key system and one usage ledg
 
 The package's folders are its layers; imports run one way (tests/unit/test_layers.py checks it):
 
-    http/      Connexion assembly and fast path, validation, security, SSE writer, server, logs
+    http/      request orchestration (the lifecycle, the SSE writer, the response cache); server/:
+               uvicorn, the connection, Connexion assembly and fast path, validation, security;
+               observe/: metrics, traces, logs; ui/: the dashboard
       -> planner/   request -> vendor calls -> answer: capabilities, emulations, fan-out, fallbacks,
                     admission
            -> vendors/   one module per wire protocol (openai, anthropic, gemini, local) + registry
                 -> core/      errors, the vendor call/result types, parameters and their support
                               records, configuration
-      -> store/     database, tables, migrations, ledger, accounts and keys, usage reports, token
-                    counting (-> core/ only)
+      -> limits/    limits on a key or an account: rules, table, counters, limiter, a request's check
+           -> store/     database, tables, migrations, ledger, accounts and keys, usage reports, token
+                         counting, the Redis client (-> core/ only)
 
-At the top: `cli` (the `gateway` command) and `services` (the assembly of settings, vendors,
+Administration (`admin`: accounts, keys, limits, prices, each change audited) sits above limits and
+store. At the top: `cli` (the `gateway` command) and `services` (the assembly of settings, vendors,
 database, ledger and app). The contract (openapi.json), its generated models (generated/) and the
 handlers per operation (handlers/) sit beside this package, as the design card asks.
 """

@@ -13,7 +13,7 @@
 Lists and reports print as a table, or with --format json or csv. Every command works on the
 database of GATEWAY_DATABASE_URL (or the config file), says which on standard error, and upgrades
 its schema first if needed; only `serve` creates a database (a SQLite file that is missing is an
-error naming the URL). Changes go through gateway/store/admin.py, as the HTTP API's do, and are
+error naming the URL). Changes go through gateway/admin.py, as the HTTP API's do, and are
 in its audit trail as made by "cli (<OS user>)".
 """
 
@@ -36,12 +36,12 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway import __version__, cli_output, limits_cli
+from gateway import __version__, admin, cli_output, limits_cli
 from gateway.cli_output import as_json, as_text, emit
 from gateway.core import config
 from gateway.core.config import Settings
 from gateway.core.errors import ConfigError
-from gateway.store import accounts, admin, database, usage
+from gateway.store import accounts, database, usage
 from gateway.store.accounts import AccountsError, NewKey
 from gateway.store.meter import OUTCOMES
 from gateway.vendors.registry import load_settings
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
 
     What a command prints holds names others chose (accounts, keys, the audit's actors, clients'
     `user`): it is all written through cli_output's escaping writers, argparse's messages and
-    every error included. The server's lines are its logs' (gateway/http/logs.py)."""
+    every error included. The server's lines are its logs' (gateway/http/observe/logs.py)."""
     with cli_output.escaping_output():
         args = _parser().parse_args(argv)
         if args.command != "serve":
@@ -335,7 +335,8 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
     # pygments are installed, as they are beside the dev tools: megabytes of every worker that a
     # server never uses. Without them httpx does without it, as here.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
-    from gateway.http import metrics, server
+    from gateway.http.observe import metrics
+    from gateway.http.server import server
     from gateway.services import create_app, redactor
 
     if workers is not None and workers < 1:

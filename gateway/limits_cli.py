@@ -7,8 +7,8 @@
                          --budget-tokens | --budget-usd | --models ...)
 
 `show` puts what is being consumed next to each limit: the live counters when GATEWAY_REDIS_URL
-names the gateways' Redis, else what the ledger says (gateway/store/admin_limits.py). The changes
-are gateway/store/admin.py's, as those of /v5/admin/limits/... are.
+names the gateways' Redis, else what the ledger says (gateway/limits/consumption.py). The changes
+are gateway/admin.py's, as those of /v5/admin/limits/... are.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway import admin
 from gateway.core.config import Settings
-from gateway.http.limiting import duration
-from gateway.store import admin
+from gateway.limits.consumption import Consumed, consumption
+from gateway.limits.on_request import duration
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
+from gateway.limits.rules import MAX_AMOUNT, check_pattern
 from gateway.store.accounts import AccountsError
-from gateway.store.admin_limits import MAX_AMOUNT, Consumed, check_pattern, consumption
-from gateway.store.counters_redis import RedisCounters
-from gateway.store.limits import ACCOUNT, KEY, PERIODS, UNITS, Limits, Subject
 
 COLUMNS = ("subject", "id", "limit", "value", "used", "remaining", "resets", "source")
 _CLEARABLE = ("rpm", "tpm", "concurrent", *(unit.limit_column for unit in UNITS.values()), "models", "cache")

@@ -1,7 +1,7 @@
 """The service assembly: settings, the vendors, the database, the key store, the ledger and
 admission, built into one app and kept for the gateway's life.
 
-`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/app.py) with the handlers'
+`create_app` is what `gateway serve` runs: the HTTP app (gateway/http/server/app.py) with the handlers'
 operation table and a lifespan that opens everything at start and closes it at shutdown, in order.
 """
 
@@ -17,25 +17,26 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.core.config import Settings
-from gateway.core.errors import StartupFailed
+from gateway.core.errors import ConfigError, StartupFailed
 from gateway.core.redaction import Redactor
-from gateway.http import app as http_app
-from gateway.http import security, server
-from gateway.http.connexion_overrides.direct_call import DirectCallApp
 from gateway.http.context import Services
+from gateway.http.server import app as http_app
+from gateway.http.server import security, server
+from gateway.http.server.connexion_overrides.direct_call import DirectCallApp
+from gateway.limits.counters import Counters
+from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.table import LimitsTable
 from gateway.planner.admission import Admission
 from gateway.store import accounts, database, key_cache
-from gateway.store.counters import Counters, MemoryCounters
-from gateway.store.counters_redis import RedisCounters
 from gateway.store.ledger import Ledger
-from gateway.store.limiter import Limiter
-from gateway.store.limits import LimitsTable
 from gateway.store.prices import Prices
 from gateway.store.response_cache import MemoryStore, RedisStore, Store
 from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
-from handlers import resolve
+from handlers import resolve, unmatched
 
 log = logging.getLogger("gateway")
 
@@ -52,9 +53,13 @@ def redactor(settings: Settings) -> Redactor:
 
 def check(settings: Settings) -> tuple[Registry, Prices]:
     """What a start refuses of `settings` beyond their own validation, found without starting:
-    the vendors' options (their adapters are built), the price table, the database URL. A
-    ConfigError here stops `gateway serve` with one line, in the one process that reads the
-    configuration, before any worker starts; `gateway config check` runs the same."""
+    the vendors' options (their adapters are built), the price table, the database URL; and of
+    the gateway itself, a contract whose operations are not the handlers' (handlers.unmatched: an
+    operation without a handler, or a handler without its operation). A ConfigError here stops
+    `gateway serve` with one line, in the one process that reads the configuration, before any
+    worker starts; `gateway config check` runs the same."""
+    if mismatched := unmatched(http_app.operation_ids(http_app.contract())):
+        raise ConfigError(f"the contract and the handlers differ: {'; '.join(mismatched)}")
     registry = Registry.from_settings(settings)
     prices = Prices.load(settings.prices)  # the packaged table and [prices]: a bad entry stops the start too
     database.engine_url(settings.database_url.get_secret_value())
@@ -141,7 +146,7 @@ async def _no_bootstrap(connection: AsyncConnection) -> None:
 
 def limits_store(settings: Settings, engine: AsyncEngine, prices: Prices | None = None) -> Limiter:
     """The limiter, counting in Redis when there is one, else in memory (one worker), else not at
-    all (several workers without Redis: see gateway/store/limiter.py)."""
+    all (several workers without Redis: see gateway/limits/limiter.py)."""
     table = LimitsTable(engine, settings.limits_cache_seconds)
     if redis_url := settings.redis_url.get_secret_value():
         counter_store: Counters | None = RedisCounters(redis_url, settings.redis_prefix)

@@ -1,5 +1,7 @@
 """operationId -> handler, explicitly: the spec's ids ("POST-V5-/v5/completions") are not Python
-paths, and a missing entry must fail at start-up rather than as a 500 later."""
+paths, and a missing entry must fail at start-up rather than as a 500 later: `gateway serve` and
+`gateway config check` stop naming each operation without a handler, and each handler without its
+operation (`unmatched`, asked by gateway/services.py `check`)."""
 
 from __future__ import annotations
 

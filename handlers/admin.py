@@ -1,5 +1,5 @@
 """Everything under /v5/admin/: accounts, keys, limits, prices and the audit trail over HTTP, for
-keys with the `admin` scope. The work is gateway/store/admin.py's, as the CLI's is; this module
+keys with the `admin` scope. The work is gateway/admin.py's, as the CLI's is; this module
 only turns bodies into its arguments and its answers and refusals into the contract's shapes."""
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
+from gateway import admin
 from gateway.core import errors
 from gateway.core.ids import ids
-from gateway.http import limiting
 from gateway.http.context import HandlerRequest
-from gateway.store import admin, stored_prices, usage
+from gateway.limits import on_request
+from gateway.limits.consumption import consumption
+from gateway.limits.rules import ACCOUNT, KEY, UNITS, Limits, Subject
+from gateway.store import stored_prices, usage
 from gateway.store.accounts import Account, AccountsError, Conflict, UnknownObject
-from gateway.store.admin_limits import consumption
-from gateway.store.limits import ACCOUNT, KEY, UNITS, Limits, Subject
 from gateway.store.prices import NANOS_PER_USD, Price, usd
 
 log = logging.getLogger("gateway")
@@ -71,8 +72,8 @@ def limited(handler: Callable[[HandlerRequest], Awaitable[Response]]) -> Callabl
 
     @functools.wraps(handler)
     async def under_limits(request: HandlerRequest) -> Response:
-        grant = await limiting.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
-        rate = limiting.headers(grant)
+        grant = await on_request.admit_call(request.services.limiter, request.caller.key_id, f"admin-{ids.next()}")
+        rate = on_request.headers(grant)
         try:
             _refuse_nul(request)
             response = await handler(request)

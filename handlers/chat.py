@@ -12,11 +12,13 @@ from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
-from gateway.http import cache, limiting, security
+from gateway.http import cache
 from gateway.http.answer_stream import EventStream, no_echo, parsed_body, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
+from gateway.http.server import security
 from gateway.http.serving import serve
+from gateway.limits import on_request
 from gateway.planner import chat_rules
 from gateway.planner.chat_plan import ChatPlan, plan_chat
 from generated.models import ChatCompletionRequest
@@ -42,13 +44,13 @@ async def create(request: HandlerRequest) -> Response:
                        looked)
 
 
-def demand(body: dict[str, Any]) -> limiting.Demand:
+def demand(body: dict[str, Any]) -> on_request.Demand:
     """What a chat request can cost at most: the conversation once per choice (the embedded model
     makes a call per choice; a vendor that bills it once costs less), counted as the ledger counts
-    (limiting.Demand), plus the most tokens every choice may generate."""
+    (on_request.Demand), plus the most tokens every choice may generate."""
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     choices = body.get("n") or 1
-    return limiting.Demand(body["model"], [prompt_text(body["messages"])] * choices, max_tokens * choices,
+    return on_request.Demand(body["model"], [prompt_text(body["messages"])] * choices, max_tokens * choices,
                            bool(body.get("stream")), body.get("user"), endpoint="chat")
 
 

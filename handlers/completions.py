@@ -12,11 +12,13 @@ from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
-from gateway.http import cache, limiting, security
+from gateway.http import cache
 from gateway.http.answer_stream import EventStream, no_echo, parsed, usage_body
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
+from gateway.http.server import security
 from gateway.http.serving import serve
+from gateway.limits import on_request
 from gateway.planner import plan as planning
 from gateway.planner.plan import Plan
 from generated.models import CompletionRequest
@@ -47,7 +49,7 @@ async def create(request: HandlerRequest) -> Response:
         planned = plan_for(completion_request.model)
     except (GatewayError, ValidationFailed) as exc:
         planned = exc
-    demand = limiting.demand(completion_request, planned if isinstance(planned, Plan) else None,
+    demand = on_request.demand(completion_request, planned if isinstance(planned, Plan) else None,
                              falls_back=completion_request.model in services.settings.fallbacks)
     # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
     looked = await cache.look_up(request, account, "completions", completion_request.model,

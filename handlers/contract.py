@@ -6,7 +6,7 @@ import functools
 
 from starlette.responses import Response
 
-from gateway.http.app import spec_path
+from gateway.http.server.app import spec_path
 from gateway.http.context import HandlerRequest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from gateway.http import security
+from gateway.http.server import security
 from gateway.http.context import HandlerRequest
 
 
@@ -14,7 +14,7 @@ async def live(request: HandlerRequest) -> JSONResponse:
 
 async def ready(request: HandlerRequest) -> JSONResponse:
     """The status for anyone (load balancers send no key); what each check says, only to an
-    operator (http/security.py `is_operator`): it names the database and Redis and quotes their errors."""
+    operator (http/server/security.py `is_operator`): it names the database and Redis and quotes their errors."""
     services = request.services
     problems = services.registry.not_ready()
     # A database outage leaves the gateway ready: completions are served, usage rows wait in memory.

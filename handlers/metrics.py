@@ -1,4 +1,4 @@
-"""GET /metrics: the Prometheus exposition of every process's counts (gateway/http/metrics.py)."""
+"""GET /metrics: the Prometheus exposition of every process's counts (gateway/http/observe/metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from starlette.responses import Response
 
 from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, NotFound
-from gateway.http import metrics, security
+from gateway.http.observe import metrics
+from gateway.http.server import security
 from gateway.http.context import HandlerRequest
 
 

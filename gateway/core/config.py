@@ -169,7 +169,7 @@ class Settings(Frozen):
     ledger_buffer_rows: PositiveInt = 100_000
     # Processes serving the one port (`gateway serve --workers N`), sharing the database.
     workers: PositiveInt = 1
-    # Per-key and per-account limits (gateway/store/limits.py): with a Redis URL their counters live
+    # Per-key and per-account limits (gateway/limits/): with a Redis URL their counters live
     # there, shared exactly by every worker and host; without one, in this process's memory.
     redis_url: SecretStr = SecretStr("")  # secret: the URL may hold a password
     redis_prefix: str = "gateway:"  # of every Redis key the gateway writes

@@ -38,7 +38,7 @@ class ConfigError(Exception):
 
 class StartupFailed(Exception):
     """The gateway cannot start for a reason already logged in one line (a database it cannot
-    reach): no traceback follows it (http/connexion_overrides/direct_call.py)."""
+    reach): no traceback follows it (http/server/connexion_overrides/direct_call.py)."""
 
 
 class ClientDisconnected(Exception):

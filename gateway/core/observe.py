@@ -1,7 +1,7 @@
 """What the layers below http report as they work, for metrics and traces.
 
 The planner, the vendor adapters and the ledger cannot import the HTTP layer, where Prometheus and
-OpenTelemetry are wired (gateway/http/observability.py); they call the process's `Observer`
+OpenTelemetry are wired (gateway/http/observe/observability.py); they call the process's `Observer`
 instead, which `current()` returns. The default one hears nothing and costs a method call, so the
 code below needs no "is observability on?" checks, and tests of a layer run without any of it.
 

@@ -1,5 +1,7 @@
-"""The HTTP side: Connexion assembly and its fast path, validation, security, the SSE writer, the
-server, logs. See gateway/__init__.py for where it sits among the layers."""
+"""The HTTP side. Here: request orchestration, what a request does once its handler has it (its
+lifecycle, `serve`, the SSE writer, the response cache as a request meets it, what a handler is
+given). Beside it: the server and the Connexion layer (server/), metrics, traces and logs
+(observe/), the dashboard (ui/). See gateway/__init__.py for where it sits among the layers."""
 
 import warnings
 

@@ -38,9 +38,11 @@ from starlette.datastructures import Headers
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import limiting, metrics
 from gateway.http.context import HandlerRequest
-from gateway.store.limits import ACCOUNT, KEY, LimitsTable, Subject
+from gateway.http.observe import metrics
+from gateway.limits import on_request
+from gateway.limits.rules import ACCOUNT, KEY, Subject
+from gateway.limits.table import LimitsTable
 from gateway.store.response_cache import Store
 
 # Of the key's canonical form and of the entry's shape: a change makes every old entry unreachable
@@ -227,7 +229,7 @@ class Lookup:
     only_if_cached: bool = False
     price_share: float = 0.0  # what a hit is billed, of its tokens' price (GATEWAY_CACHE_HIT_PRICE)
 
-    def demand(self, demand: limiting.Demand) -> limiting.Demand:
+    def demand(self, demand: on_request.Demand) -> on_request.Demand:
         """What the limits are asked for: a hit is a request (RPM, concurrency) that uses no vendor's
         tokens, billed `price_share` of its entry's tokens' price (what a budget in dollars reserves)."""
         if self.entry is None:

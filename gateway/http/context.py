@@ -17,23 +17,23 @@ from starlette.types import Scope
 from gateway.core.config import Settings
 from gateway.core.errors import ClientDisconnected
 from gateway.core.redaction import Redactor
+from gateway.limits.limiter import Limiter
 from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
 from gateway.store.ledger import Ledger
-from gateway.store.limiter import Limiter
 from gateway.store.response_cache import Store
 from gateway.vendors.registry import Registry
 
 T = TypeVar("T")
 
-BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/validation.py
-CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/security.py)
-DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/connection.py
-BODY_ARRIVED_KEY = "gateway.body_arrived"  # True once the connection holds the whole body (http/connection.py)
+BODY_KEY = "gateway.body"  # the parsed, validated JSON body, left in the scope by http/server/validation.py
+CALLER_KEY = "caller"  # the authenticated Caller, in Connexion's token info (http/server/security.py)
+DEPARTURE_KEY = "gateway.departure"  # the request's Departure, left in the scope by http/server/connection.py
+BODY_ARRIVED_KEY = "gateway.body_arrived"  # True once the connection holds the whole body (http/server/connection.py)
 
 
 class Departure:
-    """How a request hears that its client left: the connection (http/connection.py) puts one in
+    """How a request hears that its client left: the connection (http/server/connection.py) puts one in
     each request's scope and calls `client_left` when the connection is lost before the answer is
     complete; the task waiting in `HandlerRequest.unless_client_leaves` is then cancelled."""
 

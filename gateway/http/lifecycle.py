@@ -35,9 +35,11 @@ from starlette.responses import Response
 
 from gateway.core.completion import Attempt, Choice, Usage, generated, go_ahead
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import event_stream, limiting, observability
+from gateway.http import event_stream
 from gateway.http.context import HandlerRequest
-from gateway.store.limiter import Grant
+from gateway.http.observe import observability
+from gateway.limits import on_request
+from gateway.limits.verdicts import Grant
 from gateway.store.meter import Meter
 
 log = logging.getLogger("gateway")
@@ -55,7 +57,7 @@ B = TypeVar("B", bound=Begun)
 class Lifecycle:
     __slots__ = ("request_id", "meter", "grant", "_request", "_check", "_admission", "_admitted", "_begun")
 
-    def __init__(self, request: HandlerRequest, request_id: str, account: str, demand: limiting.Demand) -> None:
+    def __init__(self, request: HandlerRequest, request_id: str, account: str, demand: on_request.Demand) -> None:
         services = request.services
         self.request_id = request_id
         self._request = request
@@ -67,17 +69,17 @@ class Lifecycle:
         self._admission.enter()  # a 503 when full: then nothing is held (a meter without a vendor call writes nothing)
         self._admitted = True
         self._begun: Begun | None = None  # the vendor call begun, until its stream is handed on
-        self.grant: Grant = limiting.NO_LIMITS
+        self.grant: Grant = on_request.NO_LIMITS
         try:
             # Asked now: a shared store answers while the request is planned and its vendor request built.
-            self._check = limiting.check(services.limiter, key_id=request.caller.key_id, account=account,
+            self._check = on_request.check(services.limiter, key_id=request.caller.key_id, account=account,
                                          demand=demand, request_id=request_id, meter=self.meter)
         except BaseException:
             self.end()
             raise
 
     def fallbacks(self, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:
-        """The fallback chains, less what the request's limits do not allow (limiting.Check)."""
+        """The fallback chains, less what the request's limits do not allow (on_request.Check)."""
         return self._check.fallbacks(chains, model)
 
     async def call(self, vendor_calls: int, work: Callable[[], Awaitable[B]]) -> B:
@@ -116,7 +118,7 @@ class Lifecycle:
         """An answer's headers: its id, `extra` (values of the client's, such as a model name, made
         fit for a header), and the limits' x-ratelimit-* (all but `extra` on errors too)."""
         return {"x-request-id": self.request_id, **{name: header_value(value) for name, value in extra.items()},
-                **limiting.headers(self.grant)}
+                **on_request.headers(self.grant)}
 
     def sent(self, choices: Sequence[Choice]) -> None:
         """Text went to the client (what an estimate counts if the vendor's usage never comes)."""
@@ -173,7 +175,7 @@ class Lifecycle:
 
     def _settle(self, row: dict[str, Any] | None) -> None:
         """The meter's row is written (None: no vendor was called): the limits' claim is settled by it
-        (a cache hit's: no tokens, and what it was billed in a budget in dollars: store/limiter.py)."""
+        (a cache hit's: no tokens, and what it was billed in a budget in dollars: limits/limiter.py)."""
         self.grant.settle(row)
 
     def answer(self, body: bytes, headers: dict[str, str], billed: Usage | None,
@@ -212,7 +214,7 @@ class _Answer(Response):
     """A plain answer, its lifecycle ended (`then`) once the answer was sent, or failed to be: the
     ledger row (its prices, the limits it settles) is built after the client has its bytes, not
     while the client waits for them. It runs before the task yields to the loop: the answer is one
-    write (its head goes with its body, http/connection.py), which waits for nothing unless an
+    write (its head goes with its body, http/server/connection.py), which waits for nothing unless an
     earlier answer on the connection still waits to drain; so a limit's slot is free before the
     client can have read the answer and asked again. Nothing reads the row sooner either way: the
     ledger commits on a clock (store/ledger.py)."""

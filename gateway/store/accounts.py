@@ -6,7 +6,7 @@ digest and a public id (`key_…`) that lists, logs and ledger rows use instead.
 (what it may call: SCOPES), may expire, and a rotation revokes it at the end of a grace period
 (its `revoked_at` then lies in the future, and `replaced_by` names the new key). A key is only ever
 compared by its digest: with 256 random bits a fast hash is as safe as a slow one and keeps the
-per-request check cheap. (gateway/http/security.py plugs the check into Connexion.)
+per-request check cheap. (gateway/http/server/security.py plugs the check into Connexion.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from gateway.store.tables import accounts, api_keys, key_accounts
 
 DEFAULT_ACCOUNT = "default"
 KEY_PREFIX = "sk-gw-"
-# What a key may call; openapi.json names the scope each operation needs (http/security.py).
+# What a key may call; openapi.json names the scope each operation needs (http/server/security.py).
 INFERENCE, USAGE, ADMIN = "inference", "usage", "admin"
 SCOPES = (INFERENCE, USAGE, ADMIN)
 DEFAULT_SCOPES = (INFERENCE, USAGE)  # what every key could do before scopes existed, and still does
@@ -65,7 +65,7 @@ class Caller:
     expires: float | None = None
     ends: float | None = None
     # The subjects, ("key", id) or ("account", id), that had limits when the key was looked up: a
-    # gateway's copy of the limits must hold them before the key is served (http/security.py).
+    # gateway's copy of the limits must hold them before the key is served (http/server/security.py).
     limited: frozenset[tuple[str, str]] = frozenset()
     replaced_by: str | None = None
 
@@ -248,8 +248,8 @@ async def revoke_key(connection: AsyncConnection, key_id: str) -> KeyInfo:
 
 async def replace_key(connection: AsyncConnection, key_id: str, grace: timedelta) -> tuple[KeyInfo, NewKey]:
     """A rotation: a new key with the old one's accounts, name, scopes and expiry, in its lineage
-    (its counters are the old one's: store/limits.py); the old one is revoked when `grace` has
-    passed. (Its limits are the caller's to copy: store/admin.py.) A key has one successor: of two
+    (its counters are the old one's: limits/rules.py counted_as); the old one is revoked when `grace` has
+    passed. (Its limits are the caller's to copy: gateway/admin.py.) A key has one successor: of two
     rotations at once, the second is a Conflict."""
     old = await get_key(connection, key_id)
     now = _now()

@@ -4,8 +4,8 @@ dict lookup, and when an answer stops being trusted.
 
 An answer is trusted for `ttl` seconds from the moment it was asked for, on the monotonic clock
 and on the keys' wall clock (`wall_clock`, the one a key's expiry and a rotation's grace end are
-checked against: http/security.py) alike. So a rotation whose grace is at least `ttl`
-(store/admin.py) ends exactly on every gateway: whatever a gateway knew of the key from before the
+checked against: http/server/security.py) alike. So a rotation whose grace is at least `ttl`
+(gateway/admin.py) ends exactly on every gateway: whatever a gateway knew of the key from before the
 rotation is asked for again before the grace ends, and the answer carries the grace's end, which
 each request checks against the same clock."""
 

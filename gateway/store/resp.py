@@ -1,4 +1,5 @@
-"""A small Redis client for the limits' counters: RESP2 over one pipelined connection.
+"""A small Redis client for the limits' counters and the response cache: RESP2 over one pipelined
+connection.
 
 Why not redis-py: on the request path its asyncio client cost several times more CPU per command
 than the same EVALSHA written and read on a bare asyncio connection (its pool, retry and parser

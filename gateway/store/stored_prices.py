@@ -1,4 +1,4 @@
-"""Prices an operator sets at run time (PUT /v5/admin/prices, store/admin.py), kept in the database
+"""Prices an operator sets at run time (PUT /v5/admin/prices, gateway/admin.py), kept in the database
 beside the packaged table (store/prices.toml) and the configuration: each stored price is an entry
 of its model's timeline from the instant it was set, so it applies to requests that start after
 it, and a request that started before keeps the price in force then (as every ledger row does).

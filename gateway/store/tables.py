@@ -74,7 +74,7 @@ api_keys = Table(
     Column("expires_at", UTCDateTime, nullable=True),
     Column("replaced_by", String(32), nullable=True),  # the key a rotation made in its place
     # The first key of its rotation chain (null: this one), under whose id the chain's keys count
-    # their limits together (store/limits.py).
+    # their limits together (limits/rules.py counted_as).
     Column("lineage", String(32), nullable=True),
     Index(None, "lineage"),
 )
@@ -143,7 +143,7 @@ ledger_rejects = Table(
     Column("rejected_at", UTCDateTime, nullable=False),
 )
 
-# Limits on a key or an account (gateway/store/limits.py); a null column is no limit of that kind.
+# Limits on a key or an account (gateway/limits/rules.py); a null column is no limit of that kind.
 limits = Table(
     "limits",
     metadata,
@@ -214,7 +214,7 @@ def _rollup(name: str, dimensions: tuple[str, ...]) -> Table:
 rollup_tables = {name: _rollup(name, dimensions) for name, _, dimensions in ROLLUPS}
 
 
-# Every administrative change, by the CLI or over HTTP (gateway/store/admin.py): who, what, which
+# Every administrative change, by the CLI or over HTTP (gateway/admin.py): who, what, which
 # object, when, from where. Never a secret: a key appears by its public id only.
 audit_log = Table(
     "audit_log",

@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from gateway import cli
+from gateway.limits.rules import ACCOUNT, Subject
+from gateway.limits.table import set_limits
 from gateway.store import database
-from gateway.store.limits import ACCOUNT, Subject, set_limits
 from tests.support.cli import console_script, gateway_cli
 from tests.support.provision import empty_database
 from tests.support.redis_servers import redis_prefix, redis_url, remove_redis_keys

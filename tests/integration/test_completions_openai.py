@@ -284,7 +284,7 @@ def test_redaction_filter_scrubs_known_and_key_shaped_secrets():
     import logging
 
     from gateway.core.redaction import Redactor
-    from gateway.http.logs import RedactSecrets
+    from gateway.http.observe.logs import RedactSecrets
 
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "calling %s with %s and %s", (
         "https://v/?q", "Authorization: Bearer abc.def", "sk-abcdefghijkl"), None)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.core.errors import ClientDisconnected
-from gateway.http import connection
+from gateway.http.server import connection
 from gateway.http.context import DEPARTURE_KEY, Departure, HandlerRequest
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess

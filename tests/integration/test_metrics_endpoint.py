@@ -14,8 +14,9 @@ from starlette.datastructures import Headers
 
 from gateway.core.config import Settings
 from gateway.core.errors import AuthenticationFailed, NotFound
-from gateway.http import metrics, security
-from gateway.http.metrics import OTHER, Labels
+from gateway.http.observe import metrics
+from gateway.http.observe.metrics import OTHER, Labels
+from gateway.http.server import security
 from handlers import metrics as metrics_handler
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.gateway_process import GatewayProcess

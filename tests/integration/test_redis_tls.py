@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.core.errors import ConfigError
-from gateway.store.counters_redis import RedisCounters
+from gateway.limits.redis_counters import RedisCounters
 from gateway.store.resp import Redis, RedisUnavailable
 from tests.support.clocks import FileClock
 from tests.support.environments import SHARED_TLS, gateway_env

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway import services
-from gateway.http import observability
+from gateway.http.observe import observability
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.asgi import read_request, send_json
 from tests.support.fakes.server import ServerThread, free_port
@@ -211,7 +211,7 @@ services.create_app(services.load_settings(env))
 print("served without OpenTelemetry")
 import os
 os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4318"
-from gateway.http import observability
+from gateway.http.observe import observability
 observability.uninstall()
 try:
     services.create_app(services.load_settings(env))

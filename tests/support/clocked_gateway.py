@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from gateway.store import key_cache, limiter
+from gateway.limits import limiter
+from gateway.store import key_cache
 
 
 def _clock() -> float:

@@ -46,6 +46,6 @@ class FileClock:
 
 def start_of_today() -> float:
     """The start of the current UTC day, as a test's fixed "now" for budgets kept in Redis: their
-    counters expire at their period's end (PEXPIREAT, store/counters_redis.py), and Redis expires
+    counters expire at their period's end (PEXPIREAT, limits/redis_counters.py), and Redis expires
     them by its own clock, so a "now" of a day gone by would see them vanish as they are written."""
     return float(int(time.time()) // 86_400 * 86_400)

@@ -171,7 +171,7 @@ def _preload() -> None:
     import uvloop  # noqa: F401
 
     import gateway.cli  # noqa: F401
-    import gateway.http.server  # noqa: F401
+    import gateway.http.server.server  # noqa: F401
     import gateway.services  # noqa: F401
 
 

@@ -75,7 +75,7 @@ def served_in_process(app: Any, settings: Any):
     gateway's own connection class and its lifespan, as `gateway serve` would; yields its URL."""
     import uvicorn
 
-    from gateway.http import connection
+    from gateway.http.server import connection
 
     config = uvicorn.Config(app, host="127.0.0.1", port=settings.port, lifespan="on", loop="asyncio",
                             http=connection.protocol(settings), log_config=None, access_log=False)

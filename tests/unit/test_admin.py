@@ -1,4 +1,4 @@
-"""gateway/store/admin.py, the administration service, in-process on a SQLite file: each change is
+"""gateway/admin.py, the administration service, in-process on a SQLite file: each change is
 one transaction with its audit line (a failed one leaves neither), rotation carries a key's limits
 over and keeps the old key until its grace ends, and limits clear with None."""
 
@@ -11,9 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from gateway.store import accounts, admin, database, limits
+from gateway import admin
+from gateway.limits import table
+from gateway.limits.rules import ACCOUNT, KEY, Subject
+from gateway.store import accounts, database
 from gateway.store.accounts import AccountsError, Conflict, UnknownObject
-from gateway.store.limits import ACCOUNT, KEY, Subject
 from gateway.store.prices import Prices
 from gateway.store.stored_prices import read
 from gateway.store.tables import api_keys, audit_log
@@ -57,17 +59,17 @@ def test_a_key_its_allow_list_and_its_audit_line_are_made_together():
 
 def test_a_creation_that_fails_halfway_leaves_no_key_no_limit_and_no_audit_line(monkeypatch):
     async def work(engine):
-        before = [await count(engine, table) for table in (api_keys, limits_table, audit_log)]
+        before = [await count(engine, rows) for rows in (api_keys, limits_table, audit_log)]
 
         async def broken(connection, subject, values):
             raise RuntimeError("the database went away after the key was written")
 
-        monkeypatch.setattr(limits, "set_limits", broken)
+        monkeypatch.setattr(table, "set_limits", broken)
         with pytest.raises(RuntimeError):
             await admin.create_key(engine, ACTOR, ["acct"], "svc", ["inference"], None, ["fake/*"])
         with pytest.raises(UnknownObject, match="no such account: nobody"):
             await admin.create_key(engine, ACTOR, ["acct", "nobody"], "svc")
-        assert [await count(engine, table) for table in (api_keys, limits_table, audit_log)] == before
+        assert [await count(engine, rows) for rows in (api_keys, limits_table, audit_log)] == before
 
     run(work)
 

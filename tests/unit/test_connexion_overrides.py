@@ -1,4 +1,4 @@
-"""The Connexion internals the gateway relies on (gateway/http/connexion_overrides/) still exist:
+"""The Connexion internals the gateway relies on (gateway/http/server/connexion_overrides/) still exist:
 an upgrade that removes one fails here, and at start-up, naming it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from connexion.middleware.request_validation import RequestValidationOperation
 from connexion.security import AbstractSecurityHandler
 
-from gateway.http import connexion_overrides
-from gateway.http.connexion_overrides import ConnexionHookMissing, check_hooks
+from gateway.http.server import connexion_overrides
+from gateway.http.server.connexion_overrides import ConnexionHookMissing, check_hooks
 
 
 def test_every_private_hook_the_overrides_use_exists():
@@ -35,15 +35,3 @@ def test_an_instance_attribute_set_in_init_counts_as_present_and_its_removal_is_
     monkeypatch.setattr(connexion_overrides, "_HOOKS", ((RequestValidationOperation, "_no_such_attribute"),))
     with pytest.raises(ConnexionHookMissing, match="_no_such_attribute"):
         check_hooks()
-
-
-def test_the_contract_handed_over_parsed_is_what_connexion_would_read_from_its_file():
-    # The app gives Connexion the parsed document (gateway/http/app.py); from the path, Connexion
-    # renders the file as a Jinja2 template and reads it as YAML, which a JSON document survives
-    # unchanged only while it holds no template syntax and no number YAML 1.1 reads otherwise.
-    import orjson
-    from connexion.spec import Specification
-
-    from gateway.http.app import spec_path
-
-    assert Specification._load_spec_from_file(None, spec_path()) == orjson.loads(spec_path().read_bytes())

@@ -1,4 +1,4 @@
-"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/connexion_overrides/fixed_routes.py): in
+"""The contract's fixed paths, routed by one lookup (FixedRoutes, http/server/connexion_overrides/fixed_routes.py): in
 the app as `gateway serve` builds it, every operation of a path without parameters is linked, with
 response validation on or off and behind CORS, and what is not an operation's request still takes
 Connexion's way (405 with its Allow header, 404, the docs page, the dashboard). A layer the
@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from gateway import services
-from gateway.http import app as app_module
-from gateway.http import observability
-from gateway.http.app import spec_path
-from gateway.http.connexion_overrides.fixed_routes import FixedRoutes
+from gateway.http.server import app as app_module
+from gateway.http.observe import observability
+from gateway.http.server.app import spec_path
+from gateway.http.server.connexion_overrides.fixed_routes import FixedRoutes
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.processes import served_in_process

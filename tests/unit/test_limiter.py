@@ -10,10 +10,11 @@ import signal
 
 import pytest
 
-from gateway.store.counters import MemoryCounters
-from gateway.store.counters_redis import RedisCounters
-from gateway.store.limiter import NO_LIMITS, Limiter
-from gateway.store.limits import KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.limits.limiter import Limiter
+from gateway.limits.memory_counters import MemoryCounters
+from gateway.limits.redis_counters import RedisCounters
+from gateway.limits.rules import KEY, TOKENS, Budget, Limits, Period, Subject
+from gateway.limits.verdicts import NO_LIMITS
 from gateway.store.resp import RedisUnavailable
 from tests.support.clocks import start_of_today
 from tests.support.redis_servers import RedisServer, commands_run, redis_prefix, redis_url, remove_redis_keys
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.redis
 
 NOW = start_of_today()  # a day boundary, and the day Redis lives in (tests/support/)
 KEY_A = Subject(KEY, "key_a")
+# The command timeout of a test that stops Redis, and how soon its limiter tries the store again: the
+# test waits for them, so it names them (a gateway's: redis_counters.COMMAND_TIMEOUT, limiter.RETRY_STORE
+# and TICK).
+STALL = 0.4
 
 
 class Table:
@@ -228,8 +233,8 @@ def test_a_claim_redis_runs_after_a_stall_holds_nothing(policy, heard):
 
     async def scenario(store: RedisServer):
         def process() -> Limiter:
-            made = Limiter(Table({KEY_A: limits}), RedisCounters(store.url, "t:"), engine=None, policy=policy,
-                           clock=lambda: NOW)
+            made = Limiter(Table({KEY_A: limits}), RedisCounters(store.url, "t:", timeout=STALL), engine=None,
+                           policy=policy, clock=lambda: NOW, retry_store=STALL / 4, tick=STALL / 4)
             made._seed = nothing_in_the_ledger
             return made
 
@@ -344,7 +349,7 @@ def test_an_administrative_call_is_served_when_the_limits_cannot_be_counted(coun
     """The state an operator mends with administration (and revokes keys during) does not refuse
     it: the call goes through uncounted, where a model request of the same key is refused (503)."""
     from gateway.core.errors import LimitsUnavailable
-    from gateway.http import limiting
+    from gateway.limits import on_request
 
     limits = {KEY_A: Limits(rpm=5, concurrent=1)}
 
@@ -355,7 +360,7 @@ def test_an_administrative_call_is_served_when_the_limits_cannot_be_counted(coun
             limited = Limiter(Table(limits), Away(), engine=None, policy="closed", clock=lambda: NOW)
         model = await admit(limited, "cmpl-1")
         assert model.refusal is not None and model.refusal.kind in ("unshared", "store_down")
-        assert isinstance(limiting._error(model, KEY_A.id, "fake/m"), LimitsUnavailable)  # the model's: a 503
-        assert await limiting.admit_call(limited, KEY_A.id, "admin-1") is NO_LIMITS
+        assert isinstance(on_request._error(model, KEY_A.id, "fake/m"), LimitsUnavailable)  # the model's: a 503
+        assert await on_request.admit_call(limited, KEY_A.id, "admin-1") is NO_LIMITS
 
     asyncio.run(scenario())

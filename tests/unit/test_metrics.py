@@ -1,4 +1,4 @@
-"""What one process's metrics write when a flush comes (http/metrics.py `Metrics`): the requests,
+"""What one process's metrics write when a flush comes (http/observe/metrics.py `Metrics`): the requests,
 durations, times to first token, tokens and cost reported since the last flush, added up per label
 set and histogram bucket, in a registry of the test's own (no shared directory)."""
 
@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.http import metrics
+from gateway.http.observe import metrics
 from tests.support.metrics import metric
 
 SETTINGS = SimpleNamespace(vendors=["fake"], fallbacks={}, metrics_models_per_vendor=4)

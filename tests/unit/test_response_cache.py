@@ -234,7 +234,7 @@ def test_a_hit_streams_as_a_vendor_would():
 def test_a_hit_asks_the_limits_for_a_request_billed_a_share_of_its_entrys_tokens():
     """(The limiter reserves none of them as tokens, and the share of their price in dollars:
     tests/unit/test_limits.py.)"""
-    from gateway.http.limiting import Demand
+    from gateway.limits.on_request import Demand
 
     demand = Demand("local/m", ["a prompt"], 64, streamed=True, user="u")
     assert cache.Lookup(cache.MISS).demand(demand) is demand

@@ -1,4 +1,4 @@
-"""gateway/http/security.py's key check: expiry, a rotation's grace and scopes, on an injected
+"""gateway/http/server/security.py's key check: expiry, a rotation's grace and scopes, on an injected
 clock; the scopes openapi.json declares per operation; and a new key's limits known before any of
 its requests passes."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied, StorageUnavailable
-from gateway.http.security import limits_known, refused
+from gateway.http.server.security import limits_known, refused
+from gateway.limits.rules import KEY, Limits, Subject
 from gateway.store.accounts import SCOPES, Caller
-from gateway.store.limits import KEY, Limits, Subject
 
 SPEC = json.loads((Path(__file__).resolve().parents[2] / "openapi.json").read_text())
 NOW = 1_800_000_000.0
@@ -58,7 +58,7 @@ def test_a_revoked_key_is_told_which_and_since_when():
 
 OPERATIONS = [(method.upper(), path, operation) for path, item in SPEC["paths"].items()
               for method, operation in item.items() if isinstance(operation, dict)]
-OPERATORS = {"/readyz", "/metrics"}  # any key, or the metrics key: no scope (http/security.py is_operator)
+OPERATORS = {"/readyz", "/metrics"}  # any key, or the metrics key: no scope (http/server/security.py is_operator)
 
 
 @pytest.mark.parametrize("method,path,operation", OPERATIONS, ids=[f"{m} {p}" for m, p, _ in OPERATIONS])

@@ -213,7 +213,7 @@ def test_readyz_counts_the_rows_the_database_refused_without_leaving_ready():
         ledger = SimpleNamespace(not_ready=lambda: None, rejected_rows=rejected)
         registry = SimpleNamespace(not_ready=dict, names=lambda: ["fake"])
         limiter = SimpleNamespace(not_ready=lambda: None)
-        # An operator: a key holder on a loopback-only gateway with no metrics key (http/security.py).
+        # An operator: a key holder on a loopback-only gateway with no metrics key (http/server/security.py).
         services = SimpleNamespace(registry=registry, ledger=ledger, limiter=limiter, settings=Settings())
         request = SimpleNamespace(services=services, caller_or_none=Caller("key_1", frozenset({"acct"})),
                                   headers=Headers({}))

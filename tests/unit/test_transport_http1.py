@@ -61,8 +61,13 @@ async def vendor(answer: Callable[[bytes], bytes | None]) -> AsyncIterator[tuple
         server.close()
 
 
+# Every timeout a test's client has, named here: one that ends a test waits for what the test set,
+# never for a default of the settings (a minute for `first_byte`).
+TIMEOUTS = {"connect": 10.0, "first_byte": 10.0, "idle": 10.0, "total": 10.0}
+
+
 def client(**timeouts: float) -> Http1Client:
-    return Http1Client({"authorization": "Bearer sk-test"}, Timeouts(**timeouts))
+    return Http1Client({"authorization": "Bearer sk-test"}, Timeouts(**TIMEOUTS | timeouts))
 
 
 async def body_of(answer) -> bytes:
@@ -173,11 +178,23 @@ def test_an_answer_left_unread_closes_its_connection():
     asyncio.run(run())
 
 
-def test_waiting_for_the_vendor_is_bounded_by_total():
+def test_waiting_for_the_answers_head_is_bounded_by_first_byte():
     async def run() -> None:
         async with vendor(lambda request: b"") as (fake, url):  # never answers
             with pytest.raises(TimeoutError):
-                await client(total=0.05).send(url, b"{}")
+                await client(first_byte=0.05).send(url, b"{}")
+
+    asyncio.run(run())
+
+
+def test_waiting_for_a_piece_of_the_body_is_bounded_by_total():
+    async def run() -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n"
+        async with vendor(lambda request: head + b'{"ok"') as (fake, url):  # the rest never comes
+            answer = await client(total=0.05).send(url, b"{}")
+            assert await answer.read() == b'{"ok"'
+            with pytest.raises(TimeoutError):
+                await answer.read()
 
     asyncio.run(run())
 

@@ -1,4 +1,4 @@
-"""A request body's reader (http/validation.py) arms its timeout only for a body still on its way:
+"""A request body's reader (http/server/validation.py) arms its timeout only for a body still on its way:
 one that arrived with its head (the usual request) is read at once, without a timer; one that
 comes in pieces is read under the timeout, and answered when its rest comes. (A body that never
 comes is a 408: tests/integration/test_process_limits.py.)"""
@@ -11,7 +11,8 @@ import socket
 import orjson
 
 from gateway import services
-from gateway.http import observability, validation
+from gateway.http.observe import observability
+from gateway.http.server import validation
 from tests.support.environments import gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.gateway_process import ROOT
