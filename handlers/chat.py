@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
 from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
 from gateway.http import cache
@@ -33,7 +34,7 @@ async def create(request: HandlerRequest) -> Response:
     body = parsed_body(ChatCompletionRequest, request.body)  # the contract's types (a 422 when pydantic disagrees)
     chat_rules.check(body)
     request_id = f"chatcmpl-{ids.next()}"
-    looked = await cache.look_up(request, account, "chat", body["model"], lambda: cache.chat_form(body))
+    looked = await cache.look_up(request, account, Endpoint.CHAT, body["model"], lambda: cache.chat_form(body))
     life = Lifecycle(request, request_id, account, looked.demand(demand(body)))
 
     def plan_for(model: str) -> ChatPlan:
@@ -51,7 +52,7 @@ def demand(body: dict[str, Any]) -> on_request.Demand:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     choices = body.get("n") or 1
     return on_request.Demand(body["model"], [prompt_text(body["messages"])] * choices, max_tokens * choices,
-                           bool(body.get("stream")), body.get("user"), endpoint="chat")
+                           bool(body.get("stream")), body.get("user"), endpoint=Endpoint.CHAT)
 
 
 class _Chat:

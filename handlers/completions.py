@@ -9,6 +9,7 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.core.completion import Choice, Chunk, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
@@ -52,7 +53,7 @@ async def create(request: HandlerRequest) -> Response:
     demand = on_request.demand(completion_request, planned if isinstance(planned, Plan) else None,
                              falls_back=completion_request.model in services.settings.fallbacks)
     # The response cache (http/cache.py), asked before the limits: a hit claims a request, no tokens.
-    looked = await cache.look_up(request, account, "completions", completion_request.model,
+    looked = await cache.look_up(request, account, Endpoint.COMPLETIONS, completion_request.model,
                                  lambda: cache.completion_form(completion_request.model_dump(by_alias=True)))
     life = Lifecycle(request, request_id, account, looked.demand(demand))
 

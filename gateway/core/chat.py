@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.core.completion import Choice
+from gateway.core.endpoint import Endpoint
 
 # The most tokens a choice may generate when a chat request sets no maximum: what the limits
 # reserve for it, and what a vendor that needs a maximum (Anthropic's Messages API) is sent.
@@ -22,6 +23,7 @@ DEFAULT_MAX_TOKENS = 4096
 
 @dataclass(slots=True)
 class ChatCall:
+    endpoint: ClassVar[Endpoint] = Endpoint.CHAT
     model: str  # the vendor's own model name (what follows "vendor/")
     messages: list[dict[str, Any]]
     # Every other parameter the request sets (not null), by its name on the wire; the gateway's

@@ -15,7 +15,9 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+from gateway.core.endpoint import Endpoint
 
 T = TypeVar("T")
 
@@ -35,6 +37,8 @@ COUNT_TOKENS_TIMEOUT = 5.0
 class CompletionCall:
     """One call to one vendor, with every contract default already applied. Its fields are the
     request parameters (core/parameters.py), with `prompt` as the list `prompts`."""
+
+    endpoint: ClassVar[Endpoint] = Endpoint.COMPLETIONS
 
     model: str  # the vendor's own model name (what follows "vendor/")
     prompts: list[str]
@@ -238,7 +242,7 @@ class Attempt:
     # The deployments that served the vendor calls (configured name or index), filled in as they
     # answer: the plan's calls' `served_by`.
     served_by: Sequence[str] = ()
-    endpoint: str = "completions"  # the endpoint the request came through: "completions" or "chat"
+    endpoint: Endpoint = Endpoint.COMPLETIONS  # the endpoint the request came through
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

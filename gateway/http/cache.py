@@ -37,6 +37,7 @@ from starlette.datastructures import Headers
 
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
@@ -96,7 +97,7 @@ def deterministic(form: Mapping[str, Any]) -> bool:
     return form.get("temperature") == 0 or form.get("seed") is not None
 
 
-def key(endpoint: str, account: str, model: str, form: Mapping[str, Any]) -> str:
+def key(endpoint: Endpoint, account: str, model: str, form: Mapping[str, Any]) -> str:
     """The entry's key: a digest of everything that makes the answer what it is, and whose it is."""
     canonical = orjson.dumps([VERSION, endpoint, account, model, form], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
@@ -259,7 +260,7 @@ class Lookup:
 BYPASSED = Lookup(BYPASS)
 
 
-async def look_up(request: HandlerRequest, account: str, endpoint: str, model: str,
+async def look_up(request: HandlerRequest, account: str, endpoint: Endpoint, model: str,
                   form: Callable[[], Mapping[str, Any]]) -> Lookup:
     """The request's lookup: a hit (its entry), a miss (where its answer goes), or a bypass.
     `form()` is the request's canonical form (made only when the cache may serve it)."""
@@ -279,7 +280,7 @@ async def look_up(request: HandlerRequest, account: str, endpoint: str, model: s
                     price_share=services.settings.cache_hit_price)
     if wants != REFRESH:
         raw = await store.get(where)
-        if raw is not None and (entry := decode(raw, chat=endpoint == "chat")) is not None:
+        if raw is not None and (entry := decode(raw, chat=endpoint is Endpoint.CHAT)) is not None:
             looked.state, looked.entry = HIT, entry
     metrics.cache_looked_up(looked.state)
     return looked

@@ -18,6 +18,7 @@ from pydantic import MISSING
 
 from gateway.core import observe
 from gateway.core.completion import DEFAULT_MAX_TOKENS, Withheld
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import (
     ClientDisconnected,
     GatewayError,
@@ -54,7 +55,7 @@ class Demand:
     completion_tokens: int
     streamed: bool = False
     user: str | None = None
-    endpoint: str = "completions"  # what the ledger's row of a refusal says it came through
+    endpoint: Endpoint = Endpoint.COMPLETIONS  # what the ledger's row of a refusal says it came through
     _prompt_tokens: int | None = None
     # A cache hit's (http/cache.py): the share of its tokens' price it is billed. It uses no vendor's
     # tokens, and reserves what it is billed of a budget in dollars.

@@ -30,6 +30,7 @@ import jsonschema_rs
 from gateway.core import observe
 from gateway.core.chat import ChatCall, prompt_text
 from gateway.core.completion import Attempt, Chunk, Result, Usage, candidates_usage, choice_seed, summed_usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedParameter
 from gateway.core.parameters import EMULATED, GATEWAY_FIELDS, NATIVE, UNSUPPORTED
 from gateway.core.streams import all_of, merged
@@ -85,7 +86,7 @@ class ChatPlan:
         max_tokens = self.call.max_tokens
         calls = self.vendor_calls
         return Attempt(vendor=self.adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
-                       prompts_sent=tuple(self.prompts) * calls, endpoint="chat", vendor_calls=calls,
+                       prompts_sent=tuple(self.prompts) * calls, endpoint=Endpoint.CHAT, vendor_calls=calls,
                        max_completion_tokens=None if max_tokens is None else max_tokens * self.n,
                        count_tokens=own, served_by=self.call.served_by)
 

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway.core.completion import COUNT_TOKENS_TIMEOUT, Attempt, Choice, Usage, rough_tokens
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
 from gateway.store.prices import Prices
@@ -211,7 +212,7 @@ class Meter:
         """The client went away (or the response ended before the stream did)."""
         self._close(CLIENT_DISCONNECTED, None)
 
-    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: str = "completions") -> None:
+    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: Endpoint) -> None:
         """A limit refused the request before any vendor call: its row says so, with no tokens."""
         if self._closed:
             return
@@ -220,7 +221,7 @@ class Meter:
             "vendor": model.partition("/")[0], "model": model, "fallback_from": None, "streamed": streamed,
             "end_user": end_user, "outcome": REFUSED, "ended_at": datetime.now(UTC), "ttft_ms": None,
             "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
-            "reasoning_tokens": None, "estimated": False, "cost_nanos": 0, "endpoint": endpoint})
+            "reasoning_tokens": None, "estimated": False, "cost_nanos": 0, "endpoint": endpoint.value})
 
     def _close(self, outcome: str, usage: Usage | None) -> None:
         if self._closed:
@@ -240,7 +241,7 @@ class Meter:
             "deployment": ",".join(dict.fromkeys(attempt.served_by)) or None,
             "streamed": attempt.streamed,
             "end_user": attempt.end_user,
-            "endpoint": attempt.endpoint,
+            "endpoint": attempt.endpoint.value,
             "outcome": outcome,
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),

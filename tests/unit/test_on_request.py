@@ -15,6 +15,7 @@ import asyncio
 
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
 from gateway.limits import on_request
@@ -62,7 +63,7 @@ class Meter:
         self.refusals = 0
         self.on_close = None
 
-    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: str = "completions") -> None:
+    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: Endpoint = Endpoint.COMPLETIONS) -> None:
         self.refusals += 1
 
 

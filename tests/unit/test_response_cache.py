@@ -10,6 +10,7 @@ import asyncio
 import pytest
 from starlette.datastructures import Headers
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import ValidationFailed
@@ -24,7 +25,7 @@ def completion_form(**body):
 
 
 def completion_key(account="acct", model="local/m", **body):
-    return cache.key("completions", account, model, completion_form(**body))
+    return cache.key(Endpoint.COMPLETIONS, account, model, completion_form(**body))
 
 
 # -- the key -----------------------------------------------------------------------------------
@@ -39,8 +40,8 @@ def test_field_order_is_irrelevant_and_delivery_fields_are_left_out():
     a = {"model": "openai/x", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 5}
     b = {"max_tokens": 5, "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
          "user": "someone", "messages": [{"content": "Hi", "role": "user"}], "model": "openai/x"}
-    assert cache.key("chat", "acct", "openai/x", cache.chat_form(a)) == \
-        cache.key("chat", "acct", "openai/x", cache.chat_form(b))
+    assert cache.key(Endpoint.CHAT, "acct", "openai/x", cache.chat_form(a)) == \
+        cache.key(Endpoint.CHAT, "acct", "openai/x", cache.chat_form(b))
     assert completion_key(temperature=0, stream=True, user="u") == completion_key(temperature=0)
 
 
@@ -50,7 +51,7 @@ def test_the_key_changes_with_what_makes_the_answer_and_whose_it_is():
     assert completion_key(temperature=0, logprobs=1) != base
     assert completion_key(account="other", temperature=0) != base
     assert completion_key(model="local/n", temperature=0) != base
-    assert cache.key("chat", "acct", "local/m", completion_form(temperature=0)) != base
+    assert cache.key(Endpoint.CHAT, "acct", "local/m", completion_form(temperature=0)) != base
 
 
 def test_only_greedy_or_seeded_requests_are_deterministic():
