@@ -1,6 +1,6 @@
 """GET /v5/vendors: the configured vendors and what each does with every request parameter, from
 the same verdicts the planner enforces (gateway/planner/capabilities.py), and for a vendor served
-from deployments, its routing and each deployment's state in this process (vendors/balancer.py)."""
+from deployments, its routing and each deployment's state in this process (vendors/transport/balancer.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from starlette.responses import Response
 from gateway.core.parameters import Capabilities, Support
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
-from gateway.vendors.balancer import Balancer, Snapshot
+from gateway.vendors.transport.balancer import Balancer, Snapshot
 from gateway.vendors.base import Adapter, Balanced
 
 
@@ -25,7 +25,7 @@ async def list_vendors(request: HandlerRequest) -> Response:
 def _vendor(adapter: Adapter) -> dict[str, Any]:
     body = describe(adapter.name, adapter.protocol, adapter.capabilities)
     body["chat_parameters"] = _parameters(adapter.chat_capabilities)
-    server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai_servers.py)
+    server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name
     if isinstance(adapter, Balanced):

@@ -17,8 +17,8 @@ from typing import Any
 from gateway.core.parameters import NATIVE, UNSUPPORTED, Support
 from gateway.planner.capabilities import BELOW, EMULATIONS, served_below, verdicts
 from gateway.vendors.base import Adapter
-from gateway.vendors.openai import OpenAIAdapter, OpenAIOptions, capabilities
-from gateway.vendors.openai_servers import OPENAI, SERVERS
+from gateway.vendors.openai.completions import OpenAIAdapter, OpenAIOptions, capabilities
+from gateway.vendors.openai.servers import OPENAI, SERVERS
 from gateway.vendors.registry import PROTOCOLS
 
 DEFAULT_PATH = Path("docs/capabilities.md")

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from gateway.core.chat import ChatCall
 from gateway.core.completion import Chunk, CompletionCall, Result
 from gateway.core.parameters import Capabilities
-from gateway.vendors.balancer import Balancer
+from gateway.vendors.transport.balancer import Balancer
 
 
 class Adapter(Protocol):
@@ -93,6 +93,6 @@ class RefusesValues(Protocol):
 @runtime_checkable
 class Balanced(Protocol):
     """Optional for an adapter: it serves from deployments, one picked per try by its `balancer`
-    (vendors/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""
+    (vendors/transport/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""
 
     balancer: Balancer

@@ -1,5 +1,5 @@
 """OpenAI's chat messages as the turns of a vendor's own conversation shape: what the protocols
-that translate them (vendors/anthropic_chat.py, vendors/gemini_chat.py) do alike.
+that translate them (vendors/anthropic/chat.py, vendors/gemini/chat.py) do alike.
 
 Such vendors take the system's instructions apart from the conversation and want turns that
 alternate between the user and the model; OpenAI's tool messages are the user's turn there. So

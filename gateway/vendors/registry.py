@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from gateway.core import config
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ConfigError, NotFound, clip
-from gateway.vendors.anthropic import AnthropicAdapter
+from gateway.vendors.anthropic.completions import AnthropicAdapter
 from gateway.vendors.base import Adapter
-from gateway.vendors.gemini import GeminiAdapter
-from gateway.vendors.local import LocalAdapter
-from gateway.vendors.openai import OpenAIAdapter
+from gateway.vendors.gemini.completions import GeminiAdapter
+from gateway.vendors.local.completions import LocalAdapter
+from gateway.vendors.openai.completions import OpenAIAdapter
 
 PROTOCOLS: dict[str, type[Adapter]] = {
     adapter.protocol: adapter  # type: ignore[misc]
@@ -101,7 +101,7 @@ class Registry:
         return adapter
 
     async def start(self) -> None:
-        # Together: a vendor may ask its server which it is (vendors/openai.py), bounded, as it starts.
+        # Together: a vendor may ask its server which it is (vendors/openai/completions.py), bounded, as it starts.
         await asyncio.gather(*(adapter.start() for adapter in self._adapters.values()))
 
     async def close(self) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from gateway.core.config import VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, RateLimited
-from gateway.vendors import http as vendor_http
+from gateway.vendors.transport import http as vendor_http
 from gateway.vendors import vendor_errors
-from gateway.vendors.transport_http1 import Http1Client
+from gateway.vendors.transport.http1 import Http1Client
 from tests.support.bodies import chunks_of, sse_events
 from tests.support.environments import gateway_env
 

@@ -19,9 +19,9 @@ from gateway.core.completion import CompletionCall, Result, Withheld, go_ahead
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
-from gateway.vendors.local import LocalAdapter, engine_seed
-from gateway.vendors.local_engine import EngineOptions
-from gateway.vendors.local_model import LocalOptions
+from gateway.vendors.local.completions import LocalAdapter, engine_seed
+from gateway.vendors.local.engine import EngineOptions
+from gateway.vendors.local.model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob
 from tests.support.bodies import contains
 from tests.support.fakes.httpx_client import answered_by

@@ -15,7 +15,7 @@ from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.core.errors import GatewayError, RateLimited, VendorFailed, VendorNotReady
 from gateway.core.streams import all_of, merged
-from gateway.vendors import http as vendor_http
+from gateway.vendors.transport import http as vendor_http
 from gateway.vendors import registry
 from tests.support.clocks import ManualClock
 from tests.support.fakes.httpx_client import answered_by

@@ -1,6 +1,6 @@
 """Chat on Anthropic's Messages API: OpenAI's chat request in the Messages shape, and the message
-(or its stream of events) back as OpenAI's choice. vendors/anthropic.py mixes it into its adapter;
-what both endpoints read alike is vendors/anthropic_messages.py.
+(or its stream of events) back as OpenAI's choice. vendors/anthropic/completions.py mixes it into its adapter;
+what both endpoints read alike is vendors/anthropic/messages.py.
 
 The request:
 - system and developer messages become the top-level `system` (joined by blank lines, in their
@@ -42,11 +42,11 @@ from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatCall, ChatChoice, content_
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Range, Support, emulated, native, unsupported
-from gateway.vendors import anthropic_messages as wire
+from gateway.vendors.anthropic import messages as wire
 from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
-from gateway.vendors.anthropic_messages import MESSAGES
-from gateway.vendors.openai_chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+from gateway.vendors.anthropic.messages import MESSAGES
+from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}
 JSON_FINISH = wire.FINISH | {"tool_use": "stop"}  # the forced tool call of a JSON answer is its content
@@ -327,7 +327,7 @@ def _fragment(tool_index: int | None, arguments: str) -> Chunk:
 
 
 class AnthropicChat:
-    """The chat methods of the AnthropicAdapter (vendors/anthropic.py mixes it in)."""
+    """The chat methods of the AnthropicAdapter (vendors/anthropic/completions.py mixes it in)."""
 
     name: str
 

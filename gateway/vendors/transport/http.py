@@ -1,6 +1,6 @@
-"""What every HTTP vendor adapter shares: a pooled client per deployment (vendors/transport.py),
-the choice of a deployment for each try (vendors/balancer.py) and retries, timeouts, and the
-reading of the vendor's answers until they prove to be answers (vendors/answers.py). A failure
+"""What every HTTP vendor adapter shares: a pooled client per deployment (vendors/transport/client.py),
+the choice of a deployment for each try (vendors/transport/balancer.py) and retries, timeouts, and the
+reading of the vendor's answers until they prove to be answers (vendors/transport/answers.py). A failure
 becomes the gateway's error in vendors/vendor_errors.py."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorNotReady
 from gateway.core.streams import Watch, abandoned
 from gateway.core.vendor_config import Deployment, Timeouts
-from gateway.vendors.answers import ANYWHERE, ELSEWHERE, Failure, R, Stream, StreamDecoder, T, as_is, whole
-from gateway.vendors.balancer import Balancer, Member, Ticket
-from gateway.vendors.proxies import Network, network
-from gateway.vendors.transport import Answer, Client, TransportError, read_body
-from gateway.vendors.transport_http1 import Http1Client
+from gateway.vendors.transport.answers import ANYWHERE, ELSEWHERE, Failure, R, Stream, StreamDecoder, T, as_is, whole
+from gateway.vendors.transport.balancer import Balancer, Member, Ticket
+from gateway.vendors.transport.proxies import Network, network
+from gateway.vendors.transport.client import Answer, Client, TransportError, read_body
+from gateway.vendors.transport.http1 import Http1Client
 from gateway.vendors.vendor_errors import retry_after_seconds, transport_error
 
 # Statuses worth another try: the vendor is busy or had a passing fault (529: Anthropic's "overloaded").
@@ -45,7 +45,7 @@ sleep = asyncio.sleep
 # How an adapter turns a vendor's non-200 answer (status, body, Retry-After) into our error.
 ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 # What makes a deployment's client, for the process's life, from its headers, timeouts and network
-# (its proxy and TLS context): the gateway's own HTTP/1.1 client (vendors/transport_http1.py), or a test's.
+# (its proxy and TLS context): the gateway's own HTTP/1.1 client (vendors/transport/http1.py), or a test's.
 Clients = Callable[[Mapping[str, str], Timeouts, Network], Client]
 
 
@@ -111,7 +111,7 @@ class _Upstream:
 
 class Deployments:
     """A vendor's deployments, called over HTTP: each try goes to the deployment the balancer
-    (vendors/balancer.py) picks, and tells it how the deployment answered. The name of the
+    (vendors/transport/balancer.py) picks, and tells it how the deployment answered. The name of the
     deployment whose answer a call ends with is appended to `served` (for the ledger)."""
 
     def __init__(self, config: VendorConfig, clients: Clients, headers: Callable[[str], Mapping[str, str]],
@@ -154,7 +154,7 @@ class Deployments:
     async def sse_chunks(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str],
                          decoder: Callable[[], StreamDecoder[T]]) -> AsyncIterator[list[T]]:
         """POST a JSON body and yield the chunks its answer's server-sent events make, as each
-        read of the vendor's stream completes them (vendors/answers.py `Stream`: its timeouts).
+        read of the vendor's stream completes them (vendors/transport/answers.py `Stream`: its timeouts).
         A try is over once its first chunks came: until then a failure (garbage, a stream
         without an event, a vendor that went quiet) is tried again on another deployment, as
         nothing went to the client. Every failure is a GatewayError; the connection closes with
@@ -344,7 +344,7 @@ class Deployments:
 
 
 def _network(config: VendorConfig, index: int, deployment: Deployment) -> Network:
-    """A deployment's proxy and TLS context, its own settings before its vendor's (vendors/proxies.py)."""
+    """A deployment's proxy and TLS context, its own settings before its vendor's (vendors/transport/proxies.py)."""
     where = f"vendor {config.name!r}" + (f" deployment {deployment.name or index}" if config.deployments else "")
     return network(deployment.base_url, config.proxy_of(deployment), config.ca_file_of(deployment), where)
 

@@ -2,9 +2,9 @@
 
 A 200 is not yet an answer. A body that is not the vendor's format (not JSON, or JSON the adapter
 cannot read), a stream that ends without a valid event or is cut before its end, a vendor that
-never sends its answer: each is a failure of the deployment, as a 5xx is (vendors/balancer.py
+never sends its answer: each is a failure of the deployment, as a 5xx is (vendors/transport/balancer.py
 counts it), and, while nothing of the answer went to the client, it is tried again on another
-deployment (vendors/http.py). So a try is only over once its answer proved readable: a whole
+deployment (vendors/transport/http.py). So a try is only over once its answer proved readable: a whole
 answer once read, a stream once its first chunks came.
 
 An adapter says how its answers are read: `read` turns a non-streamed answer's JSON into its
@@ -24,8 +24,8 @@ from gateway.core.config import VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed, VendorTimeout
 from gateway.core.streams import Watch
 from gateway.vendors import untrusted as read
-from gateway.vendors.sse_reader import Event, EventParser, MalformedStream
-from gateway.vendors.transport import Answer, TooLarge, TransportError, read_body
+from gateway.vendors.transport.sse_reader import Event, EventParser, MalformedStream
+from gateway.vendors.transport.client import Answer, TooLarge, TransportError, read_body
 from gateway.vendors.vendor_errors import redact, transport_error
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from gateway.core.errors import ConfigError
-from gateway.vendors.transport import TransportError, connect_failure, described, tls
+from gateway.vendors.transport.client import TransportError, connect_failure, described, tls
 
 # What curl assumes when a proxy's URL names no port.
 DEFAULT_PROXY_PORT = 1080

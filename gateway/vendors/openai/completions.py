@@ -8,7 +8,7 @@ prompts, `n` and their prompt-major choice indexing. Streams always ask the vend
 
 Compatible servers do not all implement everything (llama.cpp's server ignores `echo` and counts
 the usage of one choice only, vLLM's dropped `best_of`). Which server a vendor is, the gateway
-finds out as it starts (vendors/openai_servers.py), or the configuration says; what the server
+finds out as it starts (vendors/openai/servers.py), or the configuration says; what the server
 lacks is then emulated or refused with a 400 instead of being left to the server to ignore. The
 configuration may add what a server lacks besides (OpenAIOptions):
 
@@ -42,13 +42,13 @@ from gateway.core.parameters import (
     native,
     unsupported,
 )
-from gateway.vendors import openai_servers as servers
+from gateway.vendors.openai import servers
 from gateway.vendors import untrusted as read
-from gateway.vendors.answers import JsonEvents
-from gateway.vendors.http import HttpAdapter
+from gateway.vendors.transport.answers import JsonEvents
+from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
-from gateway.vendors.openai_chat import CHAT_COMPLETIONS, FINGERPRINT_LIMIT, OpenAIChat, chat_capabilities, read_usage
-from gateway.vendors.openai_servers import Server
+from gateway.vendors.openai.chat import CHAT_COMPLETIONS, FINGERPRINT_LIMIT, OpenAIChat, chat_capabilities, read_usage
+from gateway.vendors.openai.servers import Server
 from gateway.vendors.vendor_errors import error_message, payload_message, vendor_error
 
 log = logging.getLogger("gateway.vendors")
@@ -70,7 +70,7 @@ NATIVE = ("prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logpr
 class OpenAIOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Which server it is (vendors/openai_servers.py): "auto" finds out as the gateway starts.
+    # Which server it is (vendors/openai/servers.py): "auto" finds out as the gateway starts.
     server: str = servers.AUTO
     lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
     # Stop sequences it takes per request (0: none); more are matched by the gateway.

@@ -1,5 +1,5 @@
 """The embedded default vendor `local/`: a small GGUF model served in-process by llama.cpp's
-server engine (vendors/local_engine.py), so a fresh clone answers with no key and no network.
+server engine (vendors/local/engine.py), so a fresh clone answers with no key and no network.
 
 Every contract parameter is served here except `suffix`. The engine does sampling, `stop`,
 `logit_bias`, penalties and seeds itself; this adapter adds what it lacks:
@@ -44,9 +44,9 @@ from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound,
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
-from gateway.vendors.local_chat import CHAT, LocalChat
-from gateway.vendors.local_engine import Engine, EngineError
-from gateway.vendors.local_model import LocalOptions, engine_options
+from gateway.vendors.local.chat import CHAT, LocalChat
+from gateway.vendors.local.engine import Engine, EngineError
+from gateway.vendors.local.model import LocalOptions, engine_options
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
 
 log = logging.getLogger("gateway")

@@ -1,6 +1,6 @@
 """Chat on Gemini's generateContent: OpenAI's chat request as `contents` of `parts`, and candidates
-(whole, or a stream's events) back as OpenAI's choices. vendors/gemini.py mixes it into its
-adapter; what both endpoints read alike is vendors/gemini_wire.py.
+(whole, or a stream's events) back as OpenAI's choices. vendors/gemini/completions.py mixes it into its
+adapter; what both endpoints read alike is vendors/gemini/wire.py.
 
 The request:
 - system and developer messages become `systemInstruction` (joined by blank lines);
@@ -41,10 +41,10 @@ from gateway.core.chat import ChatCall, ChatChoice, content_text
 from gateway.core.completion import Choice, Chunk, Result
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.vendors import conversation, logprobs
-from gateway.vendors import gemini_wire as wire
+from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
-from gateway.vendors.gemini_wire import GeminiOptions
-from gateway.vendors.openai_chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+from gateway.vendors.gemini.wire import GeminiOptions
+from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name
 _DATA_URL = re.compile(r"^data:(?P<type>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -257,7 +257,7 @@ def _logprobs(result: dict[str, Any], top: int) -> dict[str, Any]:
 
 
 class GeminiChat:
-    """The chat methods of the GeminiAdapter (vendors/gemini.py mixes it in)."""
+    """The chat methods of the GeminiAdapter (vendors/gemini/completions.py mixes it in)."""
 
     name: str
 

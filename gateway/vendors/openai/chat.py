@@ -1,5 +1,5 @@
-"""OpenAI's `/v1/chat/completions` wire protocol: the chat side of vendors/openai.py, and the reader
-of chat answers for every engine that speaks it (the embedded model's too, vendors/local_chat.py).
+"""OpenAI's `/v1/chat/completions` wire protocol: the chat side of vendors/openai/completions.py, and the reader
+of chat answers for every engine that speaks it (the embedded model's too, vendors/local/chat.py).
 
 The contract is this protocol, so a request goes on as the client wrote it, less what the gateway
 keeps for itself (the caller's OpenAI key, refused; `user` on a server that has no use for it,
@@ -32,8 +32,8 @@ from gateway.core.parameters import (
 )
 from gateway.vendors import logprobs
 from gateway.vendors import untrusted as read
-from gateway.vendors.answers import JsonEvents
-from gateway.vendors.openai_servers import OPENAI, Server, lacking
+from gateway.vendors.transport.answers import JsonEvents
+from gateway.vendors.openai.servers import OPENAI, Server, lacking
 from gateway.vendors.vendor_errors import payload_message
 
 CHAT_COMPLETIONS = "/chat/completions"
@@ -88,7 +88,7 @@ def chat_payload(call: ChatCall, caps: Capabilities) -> dict[str, Any]:
 
 
 class OpenAIChat:
-    """The chat methods of an HttpAdapter of the OpenAI protocol (vendors/openai.py mixes it in)."""
+    """The chat methods of an HttpAdapter of the OpenAI protocol (vendors/openai/completions.py mixes it in)."""
 
     name: str
     chat_capabilities: Capabilities
@@ -198,7 +198,7 @@ class _WireChunk(msgspec.Struct, gc=False):
 
 
 # A chunk of text in its usual shape, decoded and type-checked in one pass (msgspec, in C), as
-# openai.py reads a completions stream: most of what a chat stream costs per chunk is reading it.
+# completions.py reads a completions stream: most of what a chat stream costs per chunk is reading it.
 _decode_usual = msgspec.json.Decoder(_WireChunk).decode
 
 

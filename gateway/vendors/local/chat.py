@@ -22,8 +22,8 @@ from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emul
 from gateway.core.streams import merged
 from gateway.vendors import conversation, logprobs
 from gateway.vendors import untrusted as read
-from gateway.vendors.local_engine import EngineError
-from gateway.vendors.openai_chat import CALLER_KEY, read_chat_chunk
+from gateway.vendors.local.engine import EngineError
+from gateway.vendors.openai.chat import CALLER_KEY, read_chat_chunk
 
 _NO_TOOLS = "the model's chat template has no tool calling (the gateway does not force calls by grammar)"
 _REFUSED = {
@@ -54,7 +54,7 @@ CHAT = _capabilities()
 
 
 class LocalChat:
-    """The chat methods of the LocalAdapter (vendors/local.py mixes it in)."""
+    """The chat methods of the LocalAdapter (vendors/local/completions.py mixes it in)."""
 
     def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
         """An image part, by where it stands: the model reads text only (the engine would fail on it)."""
@@ -128,7 +128,7 @@ class LocalChat:
 
     def _chat_body(self, call: ChatCall, choice: int) -> dict[str, Any]:
         """The engine's request for one choice, with OpenAI's sampling (no hidden top-k or min-p)."""
-        from gateway.vendors.local import engine_seed  # (local.py imports this module)
+        from gateway.vendors.local.completions import engine_seed  # (completions.py imports this module)
 
         given = call.parameters
         body: dict[str, Any] = {"messages": call.messages, "stream_options": {"include_usage": True},

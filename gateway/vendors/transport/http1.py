@@ -1,5 +1,5 @@
 """`Http1Client`: a deployment's connections through the gateway's own HTTP/1.1 client, the only
-one (vendors/transport.py has the interface).
+one (vendors/transport/client.py has the interface).
 
 Why our own: a vendor call is one POST of a JSON body, and its answer a status, a few headers and a
 body read as it comes. A general client library spends much of a request's CPU on its session,
@@ -12,15 +12,15 @@ What it keeps of a library's duties:
   once its answer was read to the end and the vendor did not ask to close it;
 - TLS with the deployment's context (proxies.Network: the vendor's `ca_file`, or transport.tls()),
   the host name checked;
-- a proxy when the deployment has one (vendors/proxies.py): a CONNECT tunnel to an https vendor
+- a proxy when the deployment has one (vendors/transport/proxies.py): a CONNECT tunnel to an https vendor
   (TLS inside it, to the vendor's host name), absolute-form requests to an http one; pooled
   connections are kept-alive tunnels, used again like direct ones;
 - the connect timeout, `first_byte` for the answer's head (a non-streamed answer's whole wait), and
   `total` for every piece of the body;
-- a connection closed before any byte of its answer is `dropped` (vendors/http.py sends once more:
+- a connection closed before any byte of its answer is `dropped` (vendors/transport/http.py sends once more:
   the vendor did not serve it); a broken answer is a TransportError; neither quotes a key;
 - what a vendor sends is bounded: its head at MAX_HEAD_BYTES, the bytes read but not yet taken at
-  MAX_BUFFERED (reading pauses; vendors/http.py bounds a body's total); bytes nobody asked for
+  MAX_BUFFERED (reading pauses; vendors/transport/http.py bounds a body's total); bytes nobody asked for
   close the connection;
 - nothing a library would add unasked: no Accept-Encoding (a vendor that compresses anyway sends
   what the adapters then refuse as not JSON), no redirects, no cookies, no proxy that neither the
@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.proxies import Network, open_tunnel, reach
-from gateway.vendors.transport import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described
+from gateway.vendors.transport.proxies import Network, open_tunnel, reach
+from gateway.vendors.transport.client import MAX_CONNECTIONS, Answer, TransportError, connect_failure, described
 
 MAX_HEAD_BYTES = 64 << 10  # an answer's status line and headers
 MAX_HEADERS = 256  # header lines of an answer (repeats of one name are joined: their count bounds the copying)

@@ -1,10 +1,10 @@
 """The HTTP client under the vendor adapters: one small interface, and the gateway's own client
-behind it (`Http1Client`, vendors/transport_http1.py).
+behind it (`Http1Client`, vendors/transport/http1.py).
 
 `Client.send` posts a body and returns the vendor's `Answer` once its head has arrived; the body is
 then read a piece at a time, as the network delivers it (`Answer.read`). What can go wrong is
 either a `TimeoutError` or a `TransportError` (with `dropped` when the connection closed before
-any answer came), so vendors/http.py handles failures once. In-process tests and benchmarks put
+any answer came), so vendors/transport/http.py handles failures once. In-process tests and benchmarks put
 clients of their own behind the same interface (`HttpAdapter.use_clients`; tests/support/fakes/
 httpx_client.py). aiohttp's pool (the default once) and httpx's were measured against this client
 and removed: docs/performance.md has the comparison.

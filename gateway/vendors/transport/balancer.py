@@ -1,11 +1,11 @@
 """Which of a vendor's deployments serves the next try, and what each answer says of its health.
 
-A `Balancer` holds one `Member` per deployment. The HTTP layer (vendors/http.py) asks it to
+A `Balancer` holds one `Member` per deployment. The HTTP layer (vendors/transport/http.py) asks it to
 `pick` a member for each try, opens a `Ticket` on it (`begin`), and tells the ticket how the try
 went: `answered` when a 200 head arrived (a latency sample), `succeeded` when the whole call
 went well, `failed` on what a client would see as a failure (a connection failure, a timeout, a
 5xx, a 200 that is not an answer, a stream cut short, a call its caller gave up on unanswered:
-vendors/answers.py), `rest` on a 429 with Retry-After; `close` releases the member's slot however
+vendors/transport/answers.py), `rest` on a 429 with Retry-After; `close` releases the member's slot however
 the call ended.
 
 Routing (`VendorConfig.routing`), among the members that can take a try now:

@@ -30,7 +30,7 @@ class Server:
     name: str  # as the `server` option names it
     title: str  # as its makers write it
     # Request parameters it ignores, or refuses although the contract has them: emulated where the
-    # gateway can, else refused with a 400 naming them (gateway/vendors/openai.py `capabilities`).
+    # gateway can, else refused with a 400 naming them (gateway/vendors/openai/completions.py `capabilities`).
     lacks: frozenset[str] = frozenset()
     # A call serves one prompt and one choice, or its usage counts only one of them: the gateway
     # sends each prompt and each choice in a call of its own (fanned out by the planner).
@@ -41,7 +41,7 @@ class Server:
     # sampled token alone, which is what 0 means).
     zero_logprobs: bool = False
     # Chat parameters it ignores (its /v1/chat/completions), emulated or refused as `lacks` are;
-    # OpenAI's own chat features are refused for every compatible server (vendors/openai_chat.py).
+    # OpenAI's own chat features are refused for every compatible server (vendors/openai/chat.py).
     chat_lacks: frozenset[str] = frozenset()
     # How the gateway knows (docs/vendors.md has the detail).
     known_from: str = ""

@@ -1,7 +1,7 @@
 """What Google's Gemini API (`models/{model}:generateContent`, `:streamGenerateContent?alt=sse`) is on
 the wire for both of the gateway's endpoints: its URLs, seeds, finish reasons and usage, and the
 reading of GenerateContentResponse objects, whole or one per stream event, into choices.
-vendors/gemini.py serves completions over it and vendors/gemini_chat.py chat; they differ only in
+vendors/gemini/completions.py serves completions over it and vendors/gemini/chat.py chat; they differ only in
 what a candidate's parts and logprobs become (`Reader.choice`).
 """
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from gateway.core.completion import Choice, Chunk, Result, Usage
 from gateway.core.errors import VendorFailed
 from gateway.vendors import untrusted as read
-from gateway.vendors.sse_reader import Event
+from gateway.vendors.transport.sse_reader import Event
 
 MAX_STOP = 5  # GenerationConfig.stopSequences: "up to 5"
 FILTERED = "content_filter"
@@ -120,7 +120,7 @@ def finish_reason(finish: str) -> str | None:
 
 
 class Stream:
-    """One try's stream (vendors/answers.py `StreamDecoder`). It has no end marker of its own: it
+    """One try's stream (vendors/transport/answers.py `StreamDecoder`). It has no end marker of its own: it
     ends with the body, well once every candidate has finished; the usage goes out last."""
 
     __slots__ = ("_name", "_reader")

@@ -1,5 +1,5 @@
 """Anthropic's Messages API (`POST /v1/messages`, `x-api-key`, `anthropic-version: 2023-06-01`)
-as a completions vendor (and a chat vendor: vendors/anthropic_chat.py).
+as a completions vendor (and a chat vendor: vendors/anthropic/chat.py).
 
 A text prompt becomes messages in one of two ways, chosen per vendor (`prompt_as`) and per model
 (`user_turn_models`, glob patterns):
@@ -30,11 +30,11 @@ from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, unsupported
-from gateway.vendors import anthropic_messages as wire
+from gateway.vendors.anthropic import messages as wire
 from gateway.vendors import untrusted as read
-from gateway.vendors.anthropic_chat import CHAT, AnthropicChat
-from gateway.vendors.anthropic_messages import MESSAGES
-from gateway.vendors.http import HttpAdapter
+from gateway.vendors.anthropic.chat import CHAT, AnthropicChat
+from gateway.vendors.anthropic.messages import MESSAGES
+from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
 
 PREFILL_INSTRUCTION = "Continue the text exactly where it stops. Reply with the continuation only."
@@ -83,7 +83,7 @@ class AnthropicAdapter(AnthropicChat, HttpAdapter):
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = AnthropicOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(lambda options: CHAT)  # chat: vendors/anthropic_chat.py
+    chat_capabilities_of = staticmethod(lambda options: CHAT)  # chat: vendors/anthropic/chat.py
 
     def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers, paths=(MESSAGES,))

@@ -1,6 +1,6 @@
 """Google's Gemini API (`models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
-`x-goog-api-key`) as a completions vendor (and a chat vendor: vendors/gemini_chat.py; what both
-read alike is vendors/gemini_wire.py).
+`x-goog-api-key`) as a completions vendor (and a chat vendor: vendors/gemini/chat.py; what both
+read alike is vendors/gemini/wire.py).
 
 The prompt is the user's turn; the completion is the model's reply. `n` is `candidateCount` up to
 `max_candidates` per call (1 by default, since the limit differs per model: Gemini 2.5 takes up to
@@ -21,11 +21,11 @@ from gateway.core.completion import Choice, Chunk, CompletionCall, Result
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, unsupported
-from gateway.vendors import gemini_wire as wire
+from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
-from gateway.vendors.gemini_chat import GeminiChat, chat_capabilities
-from gateway.vendors.gemini_wire import GeminiOptions
-from gateway.vendors.http import HttpAdapter
+from gateway.vendors.gemini.chat import GeminiChat, chat_capabilities
+from gateway.vendors.gemini.wire import GeminiOptions
+from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.logprobs import with_sampled
 from gateway.vendors.vendor_errors import error_message, vendor_error
 
@@ -80,7 +80,7 @@ class GeminiAdapter(GeminiChat, HttpAdapter):
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = GeminiOptions
     capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(chat_capabilities)  # chat: vendors/gemini_chat.py
+    chat_capabilities_of = staticmethod(chat_capabilities)  # chat: vendors/gemini/chat.py
 
     def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers)
