@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.completion import Choice
 from gateway.core.endpoint import Endpoint
 
@@ -32,6 +33,7 @@ class ChatCall:
     stream: bool = False
     # Where the vendor layer names the deployment that served the call (the ledger records it).
     served_by: list[str] = field(default_factory=list)
+    clearance: Clearance = CLEAR  # the request's (core/clearance.py): awaited before a vendor is asked
 
     def given(self, name: str) -> Any:
         """The value of parameter `name` when the request sets it, else None."""

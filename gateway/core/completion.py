@@ -12,11 +12,11 @@ client is told, as OpenAI counts it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.endpoint import Endpoint
 
 T = TypeVar("T")
@@ -60,6 +60,7 @@ class CompletionCall:
     # Not a parameter: where the vendor layer names the deployment each vendor call was served by
     # (the ledger records them). The calls of one plan share one list.
     served_by: list[str] = field(default_factory=list)
+    clearance: Clearance = CLEAR  # the request's (core/clearance.py): awaited before a vendor is asked
 
     def given(self, name: str) -> Any:
         """The value of parameter `name` when the request sets it to something other than its
@@ -190,38 +191,6 @@ class Chunk:
     choices: list[Choice]
     usage: Usage | None = None  # set on the vendor's final usage chunk (what the client is told)
     billed: Usage | None = None  # the planner's final chunk: what the vendor calls reported, summed
-
-
-# Who hears of text generated for the current request before any of it reaches the client:
-# `generated(candidate, text)`. An adapter that generates a non-streamed answer piece by piece (the
-# embedded model) reports each piece, so that a request whose client left mid-generation is billed
-# for what was generated, not for nothing. The handler sets it per request (the ledger's meter);
-# a context variable, because the pieces come from tasks the adapter starts, which inherit the
-# request's context, and a vendor call's signature should not carry the ledger's concerns.
-generated: ContextVar[Callable[[int, str], None] | None] = ContextVar("generated", default=None)
-
-# The current request's go-ahead, awaited by the vendor layer at the last moment before a vendor is
-# asked (`cleared()`: an HTTP request's first byte, the embedded model's first step): the limits'
-# verdict comes from a shared store while the request is planned and its vendor request built. It
-# returns when the request may go on and raises Withheld when it may not. The handler sets it.
-go_ahead: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("go_ahead", default=None)
-
-
-class Withheld(BaseException):
-    """The go-ahead was refused (a limit): no vendor was asked. A BaseException, like a
-    cancellation, so that no layer between the vendor and the handler takes it for a vendor's
-    failure (a retry, a fallback, a 502); the handler answers with `error`."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-async def cleared() -> None:
-    """The go-ahead of the current request, awaited (nothing to wait for without one)."""
-    wait = go_ahead.get()
-    if wait is not None:
-        await wait()
 
 
 @dataclass(frozen=True, slots=True)

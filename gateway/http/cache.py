@@ -37,11 +37,11 @@ from starlette.datastructures import Headers
 
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.demand import Demand
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
-from gateway.limits import on_request
 from gateway.limits.rules import ACCOUNT, KEY, Subject
 from gateway.limits.table import LimitsTable
 from gateway.store.response_cache import Store
@@ -56,40 +56,11 @@ OFF, REFRESH, ONLY_IF_CACHED, FORCE = "off", "refresh", "only-if-cached", "force
 ASKED = (OFF, REFRESH, ONLY_IF_CACHED, FORCE)
 MAX_TTL = 30 * 86400  # seconds; the longest an entry may be asked to live
 
-# The request's fields that say how its answer is delivered or whom it is attributed to, not what it is.
-LEFT_OUT = frozenset({"model", "stream", "stream_options", "user"})
-# The contract's defaults (openapi.json), left out of the canonical form like a field not given.
-COMPLETION_DEFAULTS = {"max_tokens": 16, "n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0,
-                       "presence_penalty": 0, "echo": False, "logit_bias": {}, "stop": []}
-CHAT_DEFAULTS = {"n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0,
-                 "logprobs": False}
-_ABSENT = object()
-
-
 class CacheMiss(GatewayError):
     """`only-if-cached` and nothing cached: no vendor is called (HTTP's 504 for it)."""
 
     status = 504
     type = "cache_miss"
-
-
-def form(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical fields of a validated request body: what is null, the contract's default or
-    left out (LEFT_OUT) is not there (`best_of` equal to `n` is no ranking either), and a whole
-    float is written as an integer (JSON's 1.0 is 1; nested values are taken as they are)."""
-    n = body.get("n") or 1
-    return {name: int(value) if value.__class__ is float and value.is_integer() else value
-            for name, value in body.items()
-            if name not in LEFT_OUT and value is not None and defaults.get(name, _ABSENT) != value
-            and not (name == "best_of" and value == n)}
-
-
-def completion_form(body: Mapping[str, Any]) -> dict[str, Any]:
-    return form(body, COMPLETION_DEFAULTS)
-
-
-def chat_form(body: Mapping[str, Any]) -> dict[str, Any]:
-    return form(body, CHAT_DEFAULTS)
 
 
 def deterministic(form: Mapping[str, Any]) -> bool:
@@ -230,14 +201,14 @@ class Lookup:
     only_if_cached: bool = False
     price_share: float = 0.0  # what a hit is billed, of its tokens' price (GATEWAY_CACHE_HIT_PRICE)
 
-    def demand(self, demand: on_request.Demand) -> on_request.Demand:
+    def demand(self, demand: Demand) -> Demand:
         """What the limits are asked for: a hit is a request (RPM, concurrency) that uses no vendor's
         tokens, billed `price_share` of its entry's tokens' price (what a budget in dollars reserves)."""
         if self.entry is None:
             return demand
         usage = self.entry.usage
         return dataclasses.replace(demand, prompts_sent=(), completion_tokens=usage.completion_tokens,
-                                   _prompt_tokens=usage.prompt_tokens, hit_share=self.price_share)
+                                   prompt_tokens=usage.prompt_tokens, hit_share=self.price_share)
 
     def header(self) -> dict[str, str]:
         return {HEADER: self.state}

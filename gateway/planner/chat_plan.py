@@ -29,6 +29,7 @@ import jsonschema_rs
 
 from gateway.core import observe
 from gateway.core.chat import ChatCall, prompt_text
+from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.completion import Attempt, Chunk, Result, Usage, candidates_usage, choice_seed, summed_usage
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedParameter
@@ -77,6 +78,13 @@ class ChatPlan:
     @property
     def vendor_calls(self) -> int:
         return len(self.legs) or 1
+
+    @property
+    def choices(self) -> int:
+        return self.n
+
+    def echoed(self, index: int) -> str:
+        return ""  # a chat answer repeats nothing of its request
 
     def attempt(self) -> Attempt:
         """What the usage ledger records of this plan's vendor call."""
@@ -172,14 +180,16 @@ class ChatPlan:
         expected.ended()
 
 
-def plan_chat(body: Mapping[str, Any], registry: Registry, max_vendor_calls: int | None = None) -> ChatPlan:
-    """The vendor calls that serve the chat request `body` (validated by the contract); at most
-    `max_vendor_calls` of them (settings)."""
+def plan_chat(body: Mapping[str, Any], registry: Registry, max_vendor_calls: int | None = None,
+              clearance: Clearance = CLEAR) -> ChatPlan:
+    """The vendor calls that serve the chat request `body` (the contract's model of it, as JSON
+    values), each awaiting the request's `clearance`; at most `max_vendor_calls` of them (settings)."""
     vendor, _, model = body["model"].partition("/")
     adapter = registry.serving(vendor, model)
     parameters = {name: value for name, value in body.items()
                   if name not in GATEWAY_FIELDS and name != "messages" and value is not None}
-    call = ChatCall(model=model, messages=body["messages"], parameters=parameters, stream=bool(body.get("stream")))
+    call = ChatCall(model=model, messages=body["messages"], parameters=parameters, stream=bool(body.get("stream")),
+                    clearance=clearance)
     served_here = check(adapter, call)
     if served_here:
         call.parameters = {name: value for name, value in parameters.items() if name not in served_here}

@@ -30,7 +30,7 @@ def strict_schema(response_format: Mapping[str, Any]) -> Any | None:
 
 def answer_schema(call: ChatCall) -> jsonschema_rs.Validator | None:
     """The validator of `call`'s strict schema, if it has one, compiled once for all of a plan's
-    vendor calls, before any (a client's schema, checked by planner/chat_rules.py; a 422 when it
+    vendor calls, before any (a client's schema, checked by endpoints/chat/rules.py; a 422 when it
     cannot be compiled; it fetches nothing)."""
     schema = strict_schema(call.parameters.get("response_format") or {})
     return None if schema is None else client_schemas.compiled(schema, STRICT_SCHEMA)

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import MISSING
 
 from gateway.core import observe
+from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.completion import (
     DEFAULT_MAX_TOKENS,
     Attempt,
@@ -68,6 +69,20 @@ class Plan:
     include_usage: bool
     emulation: Emulation
     user: str | None  # the request's end user, whether or not the vendor is sent it
+    echo: bool = False
+
+    @property
+    def vendor_calls(self) -> int:
+        return len(self.legs)
+
+    @property
+    def choices(self) -> int:
+        """The client's answer's choices: `n` per prompt."""
+        return len(self.prompts) * self.n
+
+    def echoed(self, index: int) -> str:
+        """The prompt choice `index` starts with (nothing without echo): not part of its completion."""
+        return self.prompts[index // self.n] if self.echo else ""
 
     @property
     def per_prompt(self) -> int:
@@ -104,11 +119,14 @@ class Plan:
                        vendor_calls=len(self.legs), count_tokens=own, served_by=self.legs[0].call.served_by)
 
 
-def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
-    """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
+def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int,
+         clearance: Clearance = CLEAR) -> Plan:
+    """The vendor calls that serve `request`, each awaiting the request's `clearance`; at most
+    `max_vendor_calls` of them (settings)."""
     vendor, _, model = request.model.partition("/")
     adapter = registry.serving(vendor, model)
     call = completion_call(request, model)
+    call.clearance = clearance
     if call.best_of is not None and call.best_of < call.n:
         raise invalid_field(("best_of",), f"best_of ({call.best_of}) must be at least n ({call.n})", "value_error",
                             call.best_of)
@@ -129,6 +147,7 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) 
         include_usage=bool(options and _value(options.include_usage)),
         emulation=emulation,
         user=call.user,
+        echo=call.echo,
     )
 
 

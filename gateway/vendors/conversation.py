@@ -105,7 +105,7 @@ def first_image(messages: list[dict[str, Any]]) -> str | None:
 
 
 def uses_functions(call: ChatCall) -> bool:
-    """Whether the call speaks the deprecated functions (planner/chat_rules.py: never with tools)."""
+    """Whether the call speaks the deprecated functions (endpoints/chat/rules.py: never with tools)."""
     return call.parameters.get("functions") is not None or call.parameters.get("function_call") is not None or \
         any(m["role"] == "function" or m.get("function_call") is not None for m in call.messages)
 

@@ -144,7 +144,7 @@ def _fine(schema: Any, compiled: bool = False) -> bool:
 
 
 def keep_chat_rules(body: dict[str, Any]) -> None:
-    """A positive chat case made to keep the rules its schema cannot say (gateway/planner/chat_rules.py)."""
+    """A positive chat case made to keep the rules its schema cannot say (gateway/endpoints/chat/rules.py)."""
     if body.get("top_logprobs") is not None:
         body["logprobs"] = True
     if body.get("tools") and body.get("functions"):

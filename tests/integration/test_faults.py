@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from gateway.core.completion import CompletionCall
 from gateway.core.config import VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, RateLimited
 from gateway.vendors.transport import http as vendor_http
@@ -151,7 +152,7 @@ def call_with_retries(upstream, model: str, monkeypatch) -> tuple[object, list[f
         deployments = vendor_http.Deployments(config, Http1Client, lambda key: {})
         try:
             payload = {"model": model, "prompt": f"p-{time.monotonic_ns()}", "max_tokens": 1}
-            return await deployments.post_json("/completions", payload, on_error, [])
+            return await deployments.post_json("/completions", payload, on_error, CompletionCall(model, []))
         except GatewayError as exc:
             return exc
         finally:

@@ -15,7 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.completion import CompletionCall, Result, Withheld, go_ahead
+from gateway.core.clearance import Clearance, Withheld
+from gateway.core.completion import CompletionCall, Result
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
@@ -200,7 +201,7 @@ async def _refusing_gate() -> None:
 
 def _reached(protocol: str, stream: bool) -> list:
     """What reached the vendor (the HTTP requests, the engine's requests and tokenizations) when
-    the request's go-ahead is refused, streamed or not; Withheld must come out of the adapter."""
+    the request's clearance is refused, streamed or not; Withheld must come out of the adapter."""
     reached: list = []
 
     async def run() -> None:
@@ -226,8 +227,8 @@ def _reached(protocol: str, stream: bool) -> list:
                 200, json=ANSWERS[protocol])))
             model = "m"
         call = dataclasses.replace(call_with("max_tokens"), model=model, logprobs=1 if protocol == "local" else None,
-                                   echo=protocol == "local", stream=stream)
-        token = go_ahead.set(_refusing_gate)
+                                   echo=protocol == "local", stream=stream, clearance=Clearance())
+        call.clearance.defer_to(_refusing_gate)
         try:
             with pytest.raises(Withheld):
                 if stream:
@@ -236,7 +237,6 @@ def _reached(protocol: str, stream: bool) -> list:
                 else:
                     await adapter.complete(call)
         finally:
-            go_ahead.reset(token)
             await adapter.close()
         if protocol == "local":
             reached.extend(engine.bodies)
@@ -247,8 +247,8 @@ def _reached(protocol: str, stream: bool) -> list:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 @pytest.mark.parametrize("protocol", sorted(registry.PROTOCOLS))
-def test_every_adapter_awaits_the_requests_go_ahead_before_its_vendor_is_asked(protocol, stream):
+def test_every_adapter_awaits_the_requests_clearance_before_its_vendor_is_asked(protocol, stream):
     """A shared store's verdict on a request's limits is awaited by the vendor layer, as late as
-    can be (core/completion.py `go_ahead`): an adapter that asked its vendor first would serve a
+    can be (the call's clearance, core/clearance.py): an adapter that asked its vendor first would serve a
     request its limits refuse. (The local call echoes with logprobs: it would tokenize first.)"""
     assert _reached(protocol, stream) == []

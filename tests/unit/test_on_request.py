@@ -16,8 +16,9 @@ import asyncio
 import pytest
 
 from gateway.core.endpoint import Endpoint
-from gateway.core.completion import Withheld
+from gateway.core.clearance import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
+from gateway.endpoints.completions.unit import UNIT
 from gateway.limits import on_request
 from gateway.limits.counters import RPM, TPM, Claim, Refusal, window
 from gateway.limits.on_request import duration, headers
@@ -27,7 +28,7 @@ from generated.models import CompletionRequest
 
 SUBJECT = Subject(KEY, "key_a")
 LIMITS = Limits(rpm=3, concurrent=1)
-DEMAND = on_request.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}))
+DEMAND = UNIT.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}), None, False)
 
 
 class Store:

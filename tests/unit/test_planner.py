@@ -10,9 +10,12 @@ from typing import Any, ClassVar
 
 import pytest
 
+from gateway.core.clearance import CLEAR
 from gateway.core.completion import Attempt, Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedParameter, VendorFailed
 from gateway.core.parameters import PARAMETERS, Capabilities, Range, Support, emulated, native, unsupported
+from gateway.endpoints.completions.unit import UNIT
+from gateway.endpoints.unit import Planning
 from gateway.planner import fallbacks
 from gateway.planner import plan as planning
 from gateway.vendors.registry import Registry
@@ -141,9 +144,8 @@ def test_the_attempt_records_the_clients_user_even_when_the_vendor_does_not_take
 def start(registry: Registry, chain: dict[str, list[str]], **body: Any) -> tuple[fallbacks.Started, list[Attempt]]:
     attempts: list[Attempt] = []
     asked = request(**body)
-    plan = planning.plan(asked, registry, 64)
-    replan = lambda model: planning.plan(asked.model_copy(update={"model": model}), registry, 64)  # noqa: E731
-    started = asyncio.run(fallbacks.start(plan, asked.model, replan, chain, attempts.append))
+    on = Planning(UNIT, asked, registry, 64, CLEAR)  # the completions unit re-plans a fallback
+    started = asyncio.run(fallbacks.start(on.plan(asked.model), on, chain, attempts.append))
     return started, attempts
 
 

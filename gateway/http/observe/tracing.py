@@ -29,7 +29,8 @@ import orjson
 
 from gateway.core import observe
 from gateway.core.chat import ChatCall, content_text
-from gateway.core.completion import Chunk, CompletionCall, Result, Usage, Withheld
+from gateway.core.clearance import Withheld
+from gateway.core.completion import Chunk, CompletionCall, Result, Usage
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import ClientDisconnected, ConfigError, GatewayError
 

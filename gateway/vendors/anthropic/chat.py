@@ -198,7 +198,7 @@ def _image_problem(url: str) -> str | None:
         return "an image must be an http(s) URL or a base64 data: URL"
     if found["type"] not in IMAGE_TYPES:
         return f"the Messages API takes images of the types {', '.join(sorted(IMAGE_TYPES))}, not {found['type']}"
-    return None  # (its base64 is checked for every vendor alike: planner/chat_rules.py)
+    return None  # (its base64 is checked for every vendor alike: endpoints/chat/rules.py)
 
 
 def _image(url: str) -> dict[str, Any]:
@@ -336,7 +336,7 @@ class AnthropicChat:
 
     async def chat_complete(self, call: ChatCall) -> Result:
         asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
-        result = await self._post_json(MESSAGES, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+        result = await self._post_json(MESSAGES, chat_payload(asked), call,  # type: ignore[attr-defined]
                                        lambda data: self._chat_message(data, json_tool(asked)))
         return result if asked is call else conversation.function_call_result(self.name, result)
 
@@ -349,6 +349,6 @@ class AnthropicChat:
 
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         asked = conversation.with_tools(call)
-        chunks = self._sse_chunks(MESSAGES, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+        chunks = self._sse_chunks(MESSAGES, chat_payload(asked), call,  # type: ignore[attr-defined]
                                   lambda: wire.MessageStream(self._config, ChatEvents(json_tool(asked))))  # type: ignore[attr-defined]
         return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)

@@ -95,7 +95,7 @@ class AnthropicAdapter(AnthropicChat, HttpAdapter):
 
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)
-        return await self._post_json(MESSAGES, payload, call.served_by, lambda data: self._message(data, _Reply(reply.moved)))
+        return await self._post_json(MESSAGES, payload, call, lambda data: self._message(data, _Reply(reply.moved)))
 
     def _message(self, data: Any, reply: _Reply) -> Result:
         try:
@@ -108,7 +108,7 @@ class AnthropicAdapter(AnthropicChat, HttpAdapter):
         payload, reply = self._request(call)
         payload["stream"] = True
         # A reader per try: the reply's trimming of moved whitespace starts again with each.
-        return self._sse_chunks(MESSAGES, payload, call.served_by,
+        return self._sse_chunks(MESSAGES, payload, call,
                                 lambda: wire.MessageStream(self._config, EventReader(_Reply(reply.moved))))
 
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:

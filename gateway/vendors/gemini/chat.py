@@ -267,7 +267,7 @@ class GeminiChat:
     async def chat_complete(self, call: ChatCall) -> Result:
         asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
         result = await self._post_json(wire.url(call.model, "generateContent"), chat_payload(asked),  # type: ignore[attr-defined]
-                                       call.served_by, lambda data: self._chat_answer(data, asked))
+                                       call, lambda data: self._chat_answer(data, asked))
         return result if asked is call else conversation.function_call_result(self.name, result)
 
     def _chat_answer(self, data: Any, call: ChatCall) -> Result:
@@ -276,6 +276,6 @@ class GeminiChat:
     def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         asked = conversation.with_tools(call)
         url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
-        chunks = self._sse_chunks(url, chat_payload(asked), call.served_by,  # type: ignore[attr-defined]
+        chunks = self._sse_chunks(url, chat_payload(asked), call,  # type: ignore[attr-defined]
                                   lambda: wire.Stream(self.name, ChatReader(asked, streamed=True)))
         return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)

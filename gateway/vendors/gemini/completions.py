@@ -98,7 +98,7 @@ class GeminiAdapter(GeminiChat, HttpAdapter):
         return {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
 
     async def complete(self, call: CompletionCall) -> Result:
-        return await self._post_json(wire.url(call.model, "generateContent"), self._payload(call), call.served_by,
+        return await self._post_json(wire.url(call.model, "generateContent"), self._payload(call), call,
                                      lambda data: self._answer(data, call))
 
     def _answer(self, data: Any, call: CompletionCall) -> Result:
@@ -106,7 +106,7 @@ class GeminiAdapter(GeminiChat, HttpAdapter):
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
-        return self._sse_chunks(url, self._payload(call), call.served_by, lambda: wire.Stream(self.name, Reader(call)))
+        return self._sse_chunks(url, self._payload(call), call, lambda: wire.Stream(self.name, Reader(call)))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's

@@ -16,7 +16,7 @@ from contextlib import aclosing
 from typing import Any
 
 from gateway.core.chat import ChatCall, ChatChoice
-from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choice_seed, cleared, generated
+from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choice_seed
 from gateway.core.errors import VendorFailed
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.core.streams import merged
@@ -65,8 +65,8 @@ class LocalChat:
 
     async def chat_complete(self, call: ChatCall) -> Result:
         self._ready(call.model)  # type: ignore[attr-defined]
-        await cleared()
-        heard = generated.get()
+        await call.clearance.wait()
+        clearance = call.clearance
         choices, usages = [], []
         async with aclosing(self._choices(call)) as pieces:
             parts: dict[int, list[str]] = {}
@@ -77,8 +77,8 @@ class LocalChat:
                     usages.append(piece)
                     continue
                 parts.setdefault(i, []).append(piece.text)
-                if heard is not None and piece.text:
-                    heard(i, piece.text)
+                if piece.text:
+                    clearance.generated(i, piece.text)
                 finishes[i] = piece.finish_reason or finishes.get(i)
                 if piece.logprobs and piece.logprobs.get("content"):
                     tokens.setdefault(i, []).extend(piece.logprobs["content"])
@@ -90,7 +90,7 @@ class LocalChat:
 
     async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         self._ready(call.model)  # type: ignore[attr-defined]
-        await cleared()
+        await call.clearance.wait()
         usages = []
         async with aclosing(self._choices(call)) as pieces:
             async for i, piece in pieces:

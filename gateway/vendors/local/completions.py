@@ -35,9 +35,7 @@ from gateway.core.completion import (
     best_candidates,
     candidates_usage,
     choice_seed,
-    cleared,
     completion_logprob,
-    generated,
 )
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound, VendorFailed, VendorNotReady
@@ -177,7 +175,7 @@ class LocalAdapter(LocalChat):
 
     async def complete(self, call: CompletionCall) -> Result:
         self._admit(call)
-        await cleared()  # the request's limits let it go (core/completion.py)
+        await call.clearance.wait()  # the request's limits let it go (core/clearance.py)
         try:
             return await self._complete(call)
         except EngineError as exc:
@@ -185,7 +183,7 @@ class LocalAdapter(LocalChat):
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         self._admit(call)
-        await cleared()
+        await call.clearance.wait()
         try:
             async with aclosing(self._stream(call)) as chunks:
                 async for chunk in chunks:
@@ -288,13 +286,13 @@ class LocalAdapter(LocalChat):
 
     async def _generation(self, call: CompletionCall, candidate: int) -> _Generation:
         generation = _Generation()
-        heard = generated.get()
+        clearance = call.clearance
         async with aclosing(self._engine.generate(self._body(call, candidate))) as chunks:
             async for raw in chunks:
                 piece = _Piece.of(raw)
                 generation.parts.append(piece.text)
-                if heard is not None and piece.text:
-                    heard(candidate, piece.text)
+                if piece.text:
+                    clearance.generated(candidate, piece.text)
                 generation.tokens.extend(piece.tokens)
                 generation.finish_reason = piece.finish_reason or generation.finish_reason
                 generation.usage = piece.usage or generation.usage

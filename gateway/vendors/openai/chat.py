@@ -97,7 +97,7 @@ class OpenAIChat:
     async def chat_complete(self, call: ChatCall) -> Result:
         asked = logprobs.chat_alternatives(call.parameters)
         return await self._post_json(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
-                                     call.served_by, lambda data: self._chat_answer(data, call.n, asked))
+                                     call, lambda data: self._chat_answer(data, call.n, asked))
 
     def _chat_answer(self, data: Any, n: int, asked: int | None) -> Result:
         try:
@@ -120,7 +120,7 @@ class OpenAIChat:
             return JsonEvents(self._config, chunk)  # type: ignore[attr-defined]
 
         return self._sse_chunks(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
-                                call.served_by, decoder)
+                                call, decoder)
 
     def _chat_payload(self, call: ChatCall, asked: int | None) -> dict[str, Any]:
         """The payload; logprobs asked of a server that reads `top_logprobs: 0` (or none) as "no

@@ -203,7 +203,7 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
-        return await self._post_json(COMPLETIONS, self._payload(call), call.served_by,
+        return await self._post_json(COMPLETIONS, self._payload(call), call,
                                      lambda data: self._completion(data, call))
 
     def _completion(self, data: Any, call: CompletionCall) -> Result:
@@ -215,7 +215,7 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         # (a reader per try: logprobs offsets run on across one stream's chunks)
-        return self._sse_chunks(COMPLETIONS, self._payload(call), call.served_by,
+        return self._sse_chunks(COMPLETIONS, self._payload(call), call,
                                 lambda: JsonEvents(self._config, ChunkReader(call).read_json))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:

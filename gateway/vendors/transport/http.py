@@ -9,12 +9,12 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from gateway.core import observe
-from gateway.core.completion import cleared
+from gateway.core.clearance import Clearance
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import GatewayError, VendorCredentialsRejected, VendorNotReady
 from gateway.core.streams import Watch, abandoned
@@ -47,6 +47,14 @@ ErrorMapper = Callable[[int, bytes, str | None], GatewayError]
 # What makes a deployment's client, for the process's life, from its headers, timeouts and network
 # (its proxy and TLS context): the gateway's own HTTP/1.1 client (vendors/transport/http1.py), or a test's.
 Clients = Callable[[Mapping[str, str], Timeouts, Network], Client]
+
+
+class Sent(Protocol):
+    """What the transport needs of a vendor call (core/completion.py): the request's clearance,
+    awaited before the first byte leaves, and where the deployment that served it is named."""
+
+    served_by: list[str]
+    clearance: Clearance
 
 
 class HttpAdapter:
@@ -82,12 +90,12 @@ class HttpAdapter:
     def not_ready(self) -> str | None:
         return None
 
-    async def _post_json(self, path: str, payload: Any, served: list[str], read: Callable[[Any], R]) -> R:
-        return await self._deployments.post_json(path, payload, self._error, served, read)
+    async def _post_json(self, path: str, payload: Any, call: Sent, read: Callable[[Any], R]) -> R:
+        return await self._deployments.post_json(path, payload, self._error, call, read)
 
-    def _sse_chunks(self, path: str, payload: Any, served: list[str],
+    def _sse_chunks(self, path: str, payload: Any, call: Sent,
                     decoder: Callable[[], StreamDecoder[T]]) -> AsyncIterator[list[T]]:
-        return self._deployments.sse_chunks(path, payload, self._error, served, decoder)
+        return self._deployments.sse_chunks(path, payload, self._error, call, decoder)
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         raise NotImplementedError  # each adapter reads its vendor's error body
@@ -112,7 +120,7 @@ class _Upstream:
 class Deployments:
     """A vendor's deployments, called over HTTP: each try goes to the deployment the balancer
     (vendors/transport/balancer.py) picks, and tells it how the deployment answered. The name of the
-    deployment whose answer a call ends with is appended to `served` (for the ledger)."""
+    deployment whose answer a call ends with is appended to its `served_by` (for the ledger)."""
 
     def __init__(self, config: VendorConfig, clients: Clients, headers: Callable[[str], Mapping[str, str]],
                  paths: Iterable[str] = (), balancer: Balancer | None = None) -> None:
@@ -135,7 +143,7 @@ class Deployments:
         when it could not be asked. Not a request: no retry, no ticket."""
         return list(await asyncio.gather(*(_probe(upstream, path) for upstream in self._upstreams)))
 
-    async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str],
+    async def post_json(self, path: str, payload: Any, on_error: ErrorMapper, call: Sent,
                         read: Callable[[Any], R] = as_is) -> R:
         """POST a JSON body and return the vendor's JSON answer as `read` reads it (VendorFailed
         when it is not the vendor's format: another deployment is then asked); every failure is a
@@ -145,13 +153,13 @@ class Deployments:
         async def accept(answer: Answer, ticket: Ticket) -> R | Failure:
             return await whole(config, answer, ticket.member.name, read)
 
-        answer, ticket, result = await self._send(path, orjson.dumps(payload), on_error, served, accept)
+        answer, ticket, result = await self._send(path, orjson.dumps(payload), on_error, call, accept)
         ticket.succeeded()
         ticket.close()
         await answer.aclose()
         return result
 
-    async def sse_chunks(self, path: str, payload: Any, on_error: ErrorMapper, served: list[str],
+    async def sse_chunks(self, path: str, payload: Any, on_error: ErrorMapper, call: Sent,
                          decoder: Callable[[], StreamDecoder[T]]) -> AsyncIterator[list[T]]:
         """POST a JSON body and yield the chunks its answer's server-sent events make, as each
         read of the vendor's stream completes them (vendors/transport/answers.py `Stream`: its timeouts).
@@ -171,7 +179,7 @@ class Deployments:
             return first if isinstance(first, Failure) else (stream, first)
 
         try:
-            answer, ticket, (stream, chunks) = await self._send(path, orjson.dumps(payload), on_error, served, accept)
+            answer, ticket, (stream, chunks) = await self._send(path, orjson.dumps(payload), on_error, call, accept)
         except BaseException:
             watch.close()
             raise
@@ -192,7 +200,7 @@ class Deployments:
             ticket.close()
             await answer.aclose()
 
-    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, served: list[str],
+    async def _send(self, path: str, body: bytes, on_error: ErrorMapper, call: Sent,
                     accept: Callable[[Answer, Ticket], Awaitable[A | Failure]]) -> tuple[Answer, Ticket, A]:
         """Send the request until a deployment's 200 answer is `accept`ed (its first chunks came,
         or it was read whole), and return it with its ticket and what `accept` made of it (the
@@ -212,7 +220,8 @@ class Deployments:
         client gives up before `first_byte`. One the gateway abandons because another call of the
         request failed (core/streams.py ABANDONED) says nothing of its deployment.
         """
-        await cleared()  # the request's limits let it go (core/completion.py)
+        await call.clearance.wait()  # the request's limits let it go (core/clearance.py)
+        served = call.served_by
         attempts = self.config.retries + 1
         balancer = self.balancer
         tried: list[Member] = []
