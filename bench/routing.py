@@ -30,6 +30,7 @@ import httpx
 import orjson
 
 from bench.routing_http import end_to_end
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.vendors import registry
@@ -83,7 +84,7 @@ async def call_cost(vendor, iterations: int) -> float:
     """CPU seconds per `complete()` through the vendor layer."""
     start = time.process_time()
     for _ in range(iterations):
-        await vendor.complete(CompletionCall(model="m", prompts=["hi"], max_tokens=4))
+        await vendor.translators[Endpoint.COMPLETIONS].complete(CompletionCall(model="m", prompts=["hi"], max_tokens=4))
     return (time.process_time() - start) / iterations
 
 

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from gateway.core.parameters import Capabilities, Support
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
+from gateway.core.endpoint import Endpoint
 from gateway.vendors.transport.balancer import Balancer, Snapshot
 from gateway.vendors.base import Adapter, Balanced
 
@@ -23,8 +24,9 @@ async def list_vendors(request: HandlerRequest) -> Response:
 
 
 def _vendor(adapter: Adapter) -> dict[str, Any]:
-    body = describe(adapter.name, adapter.protocol, adapter.capabilities)
-    body["chat_parameters"] = _parameters(adapter.chat_capabilities)
+    translators = adapter.translators
+    body = describe(adapter.name, adapter.protocol, translators[Endpoint.COMPLETIONS].capabilities)
+    body["chat_parameters"] = _parameters(translators[Endpoint.CHAT].capabilities)
     server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name

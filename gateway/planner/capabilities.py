@@ -16,7 +16,7 @@ from gateway.core.completion import CompletionCall
 from gateway.core.errors import ParameterOutOfRange, UnsupportedParameter
 from gateway.core.parameters import EMULATABLE, EMULATED, NATIVE, PARAMETERS, UNSUPPORTED, Capabilities, Support
 from gateway.planner.emulation import Emulation
-from gateway.vendors.base import Adapter
+from gateway.vendors.base import Adapter, Translator
 
 # How the gateway emulates each parameter it can (planner/emulation.py, planner/plan.py).
 EMULATIONS = {
@@ -76,10 +76,10 @@ def used_parameters(call: CompletionCall) -> Iterator[str]:
     return (name for name in PARAMETERS if call.given(name) is not None)
 
 
-def check(adapter: Adapter, call: CompletionCall) -> Emulation:
+def check(adapter: Adapter, translator: Translator[CompletionCall], call: CompletionCall) -> Emulation:
     """Reject what the vendor cannot be given (400 naming parameter and vendor), and say what
     the gateway must emulate for this request."""
-    caps, vendor = adapter.capabilities, adapter.name
+    caps, vendor = translator.capabilities, adapter.name
     emulated = set()
     for name in used_parameters(call):
         found = verdict(caps, name)

@@ -12,7 +12,7 @@ the same function completions are judged by): each one a request sets is passed 
 served by the gateway (`user` recorded, `n` fanned out), or refused with a 400 naming it and the
 vendor. A parameter set to the value that asks for nothing (`n: 1`, `response_format: text`...)
 needs nothing of a vendor that lacks it, and is not sent. An adapter may refuse values its
-record cannot say (`chat_refused`: an image it cannot take, say). What comes back is held to
+record cannot say (its translator's `refused`: an image it cannot take, say). What comes back is held to
 what was asked (planner/chat_verify.py) before the client sees it.
 """
 
@@ -38,7 +38,7 @@ from gateway.core.streams import all_of, merged
 from gateway.planner.capabilities import verdict
 from gateway.planner.chat_verify import ChatExpected, answer_schema
 from gateway.planner.plan import FANOUT_CONCURRENCY
-from gateway.vendors.base import Adapter
+from gateway.vendors.base import Adapter, Translator
 from gateway.vendors.registry import Registry
 
 # Values that ask a vendor for nothing beyond its default: a vendor lacking the parameter serves
@@ -57,6 +57,7 @@ AS_IF_UNSET: dict[str, Any] = {
 @dataclass(slots=True)
 class ChatPlan:
     adapter: Adapter
+    translator: Translator[ChatCall]  # the adapter's for chat
     model: str  # as the client wrote it: "vendor/name"
     call: ChatCall
     include_usage: bool
@@ -124,7 +125,7 @@ class ChatPlan:
         span = observe.current().vendor_call(self.adapter.name, call)
         try:
             with span.current():
-                result = await self.adapter.chat_complete(call)
+                result = await self.translator.complete(call)
             span.result(result)
             ChatExpected(call, self.adapter.name, self.answer_schema).result(result)
             return result
@@ -166,7 +167,7 @@ class ChatPlan:
         """One vendor call's chunks with choices, held to what it was asked; its usage into `usages`."""
         span = observe.current().vendor_call(self.adapter.name, call)
         expected = ChatExpected(call, self.adapter.name, self.answer_schema)
-        async with aclosing(observe.observed_stream(span, self.adapter.chat_stream(call))) as batches:
+        async with aclosing(observe.observed_stream(span, self.translator.stream(call))) as batches:
             async for batch in batches:
                 relayed = []
                 for chunk in batch:
@@ -185,25 +186,26 @@ def plan_chat(body: Mapping[str, Any], registry: Registry, max_vendor_calls: int
     """The vendor calls that serve the chat request `body` (the contract's model of it, as JSON
     values), each awaiting the request's `clearance`; at most `max_vendor_calls` of them (settings)."""
     vendor, _, model = body["model"].partition("/")
-    adapter = registry.serving(vendor, model)
+    adapter = registry.serving(vendor, model, Endpoint.CHAT)
+    translator = adapter.translators[Endpoint.CHAT]
     parameters = {name: value for name, value in body.items()
                   if name not in GATEWAY_FIELDS and name != "messages" and value is not None}
     call = ChatCall(model=model, messages=body["messages"], parameters=parameters, stream=bool(body.get("stream")),
                     clearance=clearance)
-    served_here = check(adapter, call)
+    served_here = check(adapter, translator, call)
     if served_here:
         call.parameters = {name: value for name, value in parameters.items() if name not in served_here}
     options = body.get("stream_options") or {}
-    return ChatPlan(adapter=adapter, model=body["model"], call=call, include_usage=bool(options.get("include_usage")),
+    return ChatPlan(adapter=adapter, translator=translator, model=body["model"], call=call, include_usage=bool(options.get("include_usage")),
                     user=parameters.get("user"), prompts=[prompt_text(call.messages)],
-                    legs=_fan_out(adapter, call, parameters.get("n") or 1, max_vendor_calls),
+                    legs=_fan_out(adapter, translator, call, parameters.get("n") or 1, max_vendor_calls),
                     answer_schema=answer_schema(call))
 
 
-def check(adapter: Adapter, call: ChatCall) -> set[str]:
+def check(adapter: Adapter, translator: Translator[ChatCall], call: ChatCall) -> set[str]:
     """Refuse what the vendor cannot be given (400 naming parameter and vendor); the parameters the
     gateway serves itself or that ask for nothing (never sent to the vendor)."""
-    caps, vendor = adapter.chat_capabilities, adapter.name
+    caps, vendor = translator.capabilities, adapter.name
     served_here = set()
     for name in ("messages", *call.parameters):
         found = verdict(caps, name)
@@ -217,15 +219,15 @@ def check(adapter: Adapter, call: ChatCall) -> set[str]:
             raise ParameterOutOfRange(name, vendor, value, str(found.range))
         if found.kind == EMULATED:
             served_here.add(name)
-    refused = getattr(adapter, "chat_refused", None)  # vendors.base.RefusesValues
+    refused = getattr(translator, "refused", None)  # vendors.base.RefusesValues
     if refused is not None and (why := refused(call)) is not None:
         raise UnsupportedParameter(why[0], vendor, why[1])
     return served_here
 
 
-def _fan_out(adapter: Adapter, call: ChatCall, n: int, max_calls: int | None) -> list[tuple[int, ChatCall]]:
+def _fan_out(adapter: Adapter, translator: Translator[ChatCall], call: ChatCall, n: int, max_calls: int | None) -> list[tuple[int, ChatCall]]:
     """The calls of at most the vendor's choices per call that make `n` choices ([] for one call)."""
-    per_call = adapter.chat_capabilities.per_call("n") or n
+    per_call = translator.capabilities.per_call("n") or n
     if n <= per_call:
         return []
     calls = -(-n // per_call)

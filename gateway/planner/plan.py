@@ -21,6 +21,7 @@ from pydantic import MISSING
 
 from gateway.core import observe
 from gateway.core.clearance import CLEAR, Clearance
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import (
     DEFAULT_MAX_TOKENS,
     Attempt,
@@ -38,7 +39,7 @@ from gateway.core.streams import all_of, merged
 from gateway.planner import capabilities
 from gateway.planner.emulation import Emulation
 from gateway.planner.verify import Expected
-from gateway.vendors.base import Adapter
+from gateway.vendors.base import Adapter, Translator
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 
@@ -61,6 +62,7 @@ class Leg:
 @dataclass(slots=True)
 class Plan:
     adapter: Adapter
+    translator: Translator[CompletionCall]  # the adapter's for completions
     model: str  # as the client wrote it: "vendor/name"
     prompts: list[str]
     n: int
@@ -124,7 +126,8 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int,
     """The vendor calls that serve `request`, each awaiting the request's `clearance`; at most
     `max_vendor_calls` of them (settings)."""
     vendor, _, model = request.model.partition("/")
-    adapter = registry.serving(vendor, model)
+    adapter = registry.serving(vendor, model, Endpoint.COMPLETIONS)
+    translator = adapter.translators[Endpoint.COMPLETIONS]
     call = completion_call(request, model)
     call.clearance = clearance
     if call.best_of is not None and call.best_of < call.n:
@@ -132,13 +135,14 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int,
                             call.best_of)
     if call.best_of == call.n or call.max_tokens == 0:
         call.best_of = None  # as many candidates as choices, or nothing generated: nothing to rank
-    emulation = capabilities.check(adapter, call)
+    emulation = capabilities.check(adapter, translator, call)
     options = _value(request.stream_options)
-    legs = _fan_out(adapter, emulation.vendor_call(call), max_vendor_calls)
+    legs = _fan_out(adapter, translator, emulation.vendor_call(call), max_vendor_calls)
     for leg in legs:
         leg.call.served_by = call.served_by  # one record of the deployments that served the plan
     return Plan(
         adapter=adapter,
+        translator=translator,
         model=request.model,
         prompts=call.prompts,
         n=call.n,
@@ -167,8 +171,9 @@ def completion_call(request: CompletionRequest, model: str) -> CompletionCall:
     return CompletionCall(model=model, stream=bool(_value(request.stream)), **values)
 
 
-def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg]:
-    caps = adapter.capabilities
+def _fan_out(adapter: Adapter, translator: Translator[CompletionCall], call: CompletionCall,
+             max_calls: int) -> list[Leg]:
+    caps = translator.capabilities
     per_call = caps.per_call("prompt") or len(call.prompts)
     n_per_call = caps.per_call("n") or call.n
     calls = -(-len(call.prompts) // per_call) * -(-call.n // n_per_call)
@@ -289,7 +294,7 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
     try:
         with span.current():
-            result = await plan.adapter.complete(leg.call)
+            result = await plan.translator.complete(leg.call)
         span.result(result)
         return Expected(leg.call, plan.adapter.name).result(result)
     except BaseException as exc:
@@ -303,7 +308,7 @@ def _vendor_stream(plan: Plan, leg: Leg, expected: Expected) -> AsyncIterator[li
     """One leg's chunks; `expected` sees them as the vendor sent them (here when the emulations
     rewrite them, else as they are relayed: `_relayed`)."""
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
-    chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
+    chunks = observe.observed_stream(span, plan.translator.stream(leg.call))
     if plan.emulation.rewrites_stream:
         return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n, expected)
     return chunks

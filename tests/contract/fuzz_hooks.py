@@ -45,6 +45,7 @@ from typing import Any
 
 import schemathesis
 
+from gateway.core.endpoint import Endpoint
 from gateway.core import client_schemas
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ValidationFailed
@@ -79,8 +80,8 @@ class Vendor:
     def of(cls, spec: dict[str, Any]) -> Vendor:
         adapter, options = registry.options_of(VendorConfig(name=spec["name"], protocol=spec["protocol"],
                                                             options=spec["options"]))
-        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of(options),
-                   adapter.chat_capabilities_of(options))
+        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of[Endpoint.COMPLETIONS](options),
+                   adapter.capabilities_of[Endpoint.CHAT](options))
 
 
 VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(

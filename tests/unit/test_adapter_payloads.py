@@ -15,12 +15,14 @@ import httpx
 import orjson
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.clearance import Clearance, Withheld
 from gateway.core.completion import CompletionCall, Result
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
-from gateway.vendors.local.completions import LocalAdapter, engine_seed
+from gateway.vendors.local.adapter import LocalAdapter
+from gateway.vendors.local.completions import engine_seed
 from gateway.vendors.local.engine import EngineOptions
 from gateway.vendors.local.model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob
@@ -83,7 +85,7 @@ async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[di
     adapter = registry.build(vendor_config, SETTINGS)
     adapter.use_clients(answered_by(vendor))
     try:
-        await adapter.complete(call)
+        await adapter.translators[Endpoint.COMPLETIONS].complete(call)
     finally:
         await adapter.close()
     return bodies
@@ -92,7 +94,7 @@ async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[di
 HTTP_CASES = [
     (protocol, name, found.kind)
     for protocol, options in HTTP_VENDORS.items()
-    for name, found in registry.PROTOCOLS[protocol].capabilities_of(
+    for name, found in registry.PROTOCOLS[protocol].capabilities_of[Endpoint.COMPLETIONS](
         registry.PROTOCOLS[protocol].Options.model_validate(options)).items()
 ]
 
@@ -160,12 +162,12 @@ async def local_run(call: CompletionCall) -> tuple[list[dict], Result]:
     while adapter.not_ready():  # the stand-in loads at once, on a worker thread
         await asyncio.sleep(0)
     try:
-        return engine.bodies, await adapter.complete(dataclasses.replace(call, model=engine.options.alias))
+        return engine.bodies, await adapter.translators[Endpoint.COMPLETIONS].complete(dataclasses.replace(call, model=engine.options.alias))
     finally:
         await adapter.close()
 
 
-LOCAL_CASES = [(name, found.kind) for name, found in LocalAdapter.capabilities_of(LocalOptions()).items()]
+LOCAL_CASES = [(name, found.kind) for name, found in LocalAdapter.capabilities_of[Endpoint.COMPLETIONS](LocalOptions()).items()]
 
 
 @pytest.mark.parametrize(("name", "kind"), LOCAL_CASES, ids=[n for n, _ in LOCAL_CASES])
@@ -232,10 +234,10 @@ def _reached(protocol: str, stream: bool) -> list:
         try:
             with pytest.raises(Withheld):
                 if stream:
-                    async for _ in adapter.stream(call):
+                    async for _ in adapter.translators[Endpoint.COMPLETIONS].stream(call):
                         pass
                 else:
-                    await adapter.complete(call)
+                    await adapter.translators[Endpoint.COMPLETIONS].complete(call)
         finally:
             await adapter.close()
         if protocol == "local":

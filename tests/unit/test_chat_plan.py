@@ -12,6 +12,7 @@ import pytest
 
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, UnsupportedParameter
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
 from gateway.planner.chat_plan import plan_chat
@@ -21,25 +22,26 @@ USER = [{"role": "user", "content": "hello there"}]
 
 
 class ScriptedChat:
-    """Answers each call with its n choices ("<seed>#<i>"), usage 10 prompt tokens and 1 per choice."""
+    """An adapter that is its own chat translator: answers each call with its n choices ("<seed>#<i>"), usage 10 prompt tokens and 1 per choice."""
 
     def __init__(self, support: dict[str, Support], refuses: tuple[str, str] | None = None) -> None:
         self.name = "v"
-        self.chat_capabilities = Capabilities.chat("scripted", {p: native() for p in CHAT_PARAMETERS} | support)
+        self.capabilities = Capabilities.chat("scripted", {p: native() for p in CHAT_PARAMETERS} | support)
+        self.translators = {Endpoint.CHAT: self}  # its own chat translator
         self.calls: list[ChatCall] = []
         self._refuses = refuses
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+    def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return self._refuses
 
     def _choices(self, call: ChatCall) -> list[ChatChoice]:
         return [ChatChoice(i, f"{call.parameters.get('seed')}#{i}", "stop") for i in range(call.n)]
 
-    async def chat_complete(self, call: ChatCall) -> Result:
+    async def complete(self, call: ChatCall) -> Result:
         self.calls.append(call)
         return Result(self._choices(call), Usage(10, call.n))
 
-    async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+    async def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         self.calls.append(call)
         for choice in self._choices(call):
             yield [Chunk([choice])]

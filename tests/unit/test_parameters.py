@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from pydantic import create_model
 
+from gateway.core.endpoint import Endpoint
 from gateway.core import parameters
 from gateway.core.completion import CompletionCall
 from gateway.core.parameters import (
@@ -36,7 +37,7 @@ OPTION_VARIANTS = [(name, {}) for name in PROTOCOLS] + [
 
 def declared(protocol: str, options: dict) -> Capabilities:
     adapter = PROTOCOLS[protocol]
-    return adapter.capabilities_of(adapter.Options.model_validate(options))
+    return adapter.capabilities_of[Endpoint.COMPLETIONS](adapter.Options.model_validate(options))
 
 
 def with_a_new_property() -> type[CompletionRequest]:

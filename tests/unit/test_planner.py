@@ -12,6 +12,7 @@ import pytest
 
 from gateway.core.clearance import CLEAR
 from gateway.core.completion import Attempt, Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedParameter, VendorFailed
 from gateway.core.parameters import PARAMETERS, Capabilities, Range, Support, emulated, native, unsupported
 from gateway.endpoints.completions.unit import UNIT
@@ -31,6 +32,7 @@ class Scripted:
     def __init__(self, name: str, support: dict[str, Support], fail: Exception | None = None) -> None:
         self.name = name
         self.capabilities = Capabilities("scripted", {p: native() for p in PARAMETERS} | support)
+        self.translators = {Endpoint.COMPLETIONS: self}  # its own completions translator
         self.calls: list[CompletionCall] = []
         self.fail = fail
 

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import MAX_USAGE_TOKENS, Choice, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import MAX_RETRY_AFTER, GatewayError, RateLimited, VendorFailed
@@ -393,8 +394,8 @@ def serve(vendor, body: bytes, content_type: str) -> None:
 def outcome(vendor, call: CompletionCall) -> list | Result | GatewayError:
     async def run():
         if not call.stream:
-            return await vendor.complete(call)
-        return [chunk async for chunks in vendor.stream(call) for chunk in chunks]
+            return await vendor.translators[Endpoint.COMPLETIONS].complete(call)
+        return [chunk async for chunks in vendor.translators[Endpoint.COMPLETIONS].stream(call) for chunk in chunks]
 
     try:
         return asyncio.run(run())

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatCall, ChatChoice, content_text
 from gateway.core.completion import Chunk, Result, Usage
@@ -47,6 +47,9 @@ from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic.messages import MESSAGES
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+
+if TYPE_CHECKING:  # (completions.py imports this module)
+    from gateway.vendors.anthropic.completions import AnthropicAdapter
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}
 JSON_FINISH = wire.FINISH | {"tool_use": "stop"}  # the forced tool call of a JSON answer is its content
@@ -327,28 +330,34 @@ def _fragment(tool_index: int | None, arguments: str) -> Chunk:
 
 
 class AnthropicChat:
-    """The chat methods of the AnthropicAdapter (vendors/anthropic/completions.py mixes it in)."""
+    """The chat translator of Anthropic's Messages API (POST /v1/messages): a conversation
+    translated both ways (vendors/conversation.py), tools and tool calls included."""
 
-    name: str
+    def __init__(self, adapter: AnthropicAdapter) -> None:
+        self._adapter = adapter
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.chat_capabilities
+
+    def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return refused(conversation.with_tools(call))
 
-    async def chat_complete(self, call: ChatCall) -> Result:
+    async def complete(self, call: ChatCall) -> Result:
         asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
-        result = await self._post_json(MESSAGES, chat_payload(asked), call,  # type: ignore[attr-defined]
+        result = await self._adapter._post_json(MESSAGES, chat_payload(asked), call,
                                        lambda data: self._chat_message(data, json_tool(asked)))
-        return result if asked is call else conversation.function_call_result(self.name, result)
+        return result if asked is call else conversation.function_call_result(self._adapter.name, result)
 
     def _chat_message(self, data: Any, json_answer: str | None) -> Result:
         try:
             return read_chat_message(data, json_answer)
         except read.READ_ERRORS as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
-                               vendor=self.name) from None
+            raise VendorFailed(f"vendor '{self._adapter.name}' sent a malformed message: {read.why(exc)}",
+                               vendor=self._adapter.name) from None
 
-    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+    def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         asked = conversation.with_tools(call)
-        chunks = self._sse_chunks(MESSAGES, chat_payload(asked), call,  # type: ignore[attr-defined]
-                                  lambda: wire.MessageStream(self._config, ChatEvents(json_tool(asked))))  # type: ignore[attr-defined]
-        return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)
+        chunks = self._adapter._sse_chunks(MESSAGES, chat_payload(asked), call,
+                                  lambda: wire.MessageStream(self._adapter._config, ChatEvents(json_tool(asked))))
+        return chunks if asked is call else conversation.function_call_chunks(self._adapter.name, chunks)

@@ -21,13 +21,14 @@ logit bias or suffix: `n` and echo are emulated by the gateway, the rest are rej
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
 from gateway.core.config import Names, Settings, VendorConfig
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, unsupported
 from gateway.vendors.anthropic import messages as wire
@@ -77,44 +78,62 @@ def capabilities(options: AnthropicOptions) -> Capabilities:
     })
 
 
-class AnthropicAdapter(AnthropicChat, HttpAdapter):
+class AnthropicAdapter(HttpAdapter):
     protocol: ClassVar[str] = "anthropic"
     default_base_url: ClassVar[str] = "https://api.anthropic.com"
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = AnthropicOptions
-    capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(lambda options: CHAT)  # chat: vendors/anthropic/chat.py
+    # Each endpoint's support records for given options.
+    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
+        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT}
 
     def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers, paths=(MESSAGES,))
         self.capabilities = capabilities(options)
         self.chat_capabilities = CHAT
+        self.translators = {Endpoint.COMPLETIONS: AnthropicCompletions(self), Endpoint.CHAT: AnthropicChat(self)}
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"prompt", "max_tokens"})}
         self._prompt_as = options.prompt_as
         self._user_turn_models = tuple(sorted(options.user_turn_models))
 
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.
+        return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+class AnthropicCompletions:
+    """The completions translator of Anthropic's Messages API: the prompt as a user turn, or
+    prefilled as the assistant's (`prompt_as`)."""
+
+    def __init__(self, adapter: AnthropicAdapter) -> None:
+        self._adapter = adapter
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.capabilities
+
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)
-        return await self._post_json(MESSAGES, payload, call, lambda data: self._message(data, _Reply(reply.moved)))
+        return await self._adapter._post_json(MESSAGES, payload, call, lambda data: self._message(data, _Reply(reply.moved)))
 
     def _message(self, data: Any, reply: _Reply) -> Result:
         try:
             return read_message(data, reply)
         except read.READ_ERRORS as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed message: {read.why(exc)}",
-                               vendor=self.name) from None
+            raise VendorFailed(f"vendor '{self._adapter.name}' sent a malformed message: {read.why(exc)}",
+                               vendor=self._adapter.name) from None
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         payload, reply = self._request(call)
         payload["stream"] = True
         # A reader per try: the reply's trimming of moved whitespace starts again with each.
-        return self._sse_chunks(MESSAGES, payload, call,
-                                lambda: wire.MessageStream(self._config, EventReader(_Reply(reply.moved))))
+        return self._adapter._sse_chunks(MESSAGES, payload, call,
+                                lambda: wire.MessageStream(self._adapter._config, EventReader(_Reply(reply.moved))))
 
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
         (prompt,) = call.prompts  # prompts_per_call = 1
         reply = _Reply("")
-        if self._prompt_as == "user" or any(fnmatch.fnmatchcase(call.model, p) for p in self._user_turn_models):
+        if self._adapter._prompt_as == "user" or any(fnmatch.fnmatchcase(call.model, p) for p in self._adapter._user_turn_models):
             messages = [{"role": "user", "content": prompt}]
         else:
             prefill = prompt.rstrip()
@@ -123,15 +142,11 @@ class AnthropicAdapter(AnthropicChat, HttpAdapter):
             if prefill:  # text content must not be empty
                 messages.append({"role": "assistant", "content": prefill})
         payload: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens, "messages": messages}
-        for name, write in self._wire.items():
+        for name, write in self._adapter._wire.items():
             value = call.given(name)
             if value is not None:
                 write(payload, value)
         return payload, reply
-
-    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.
-        return vendor_error(self._config, status, error_message(body), retry_after)
 
 
 def read_message(data: Any, reply: _Reply) -> Result:

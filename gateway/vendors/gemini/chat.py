@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from gateway.core.chat import ChatCall, ChatChoice, content_text
 from gateway.core.completion import Choice, Chunk, Result
@@ -45,6 +45,9 @@ from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.gemini.wire import GeminiOptions
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+
+if TYPE_CHECKING:  # (completions.py imports this module)
+    from gateway.vendors.gemini.completions import GeminiAdapter
 
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name
 _DATA_URL = re.compile(r"^data:(?P<type>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -257,25 +260,31 @@ def _logprobs(result: dict[str, Any], top: int) -> dict[str, Any]:
 
 
 class GeminiChat:
-    """The chat methods of the GeminiAdapter (vendors/gemini/completions.py mixes it in)."""
+    """The chat translator of Gemini's generateContent: a conversation translated both ways
+    (vendors/conversation.py), tools and function calls included."""
 
-    name: str
+    def __init__(self, adapter: GeminiAdapter) -> None:
+        self._adapter = adapter
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.chat_capabilities
+
+    def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return refused(conversation.with_tools(call))
 
-    async def chat_complete(self, call: ChatCall) -> Result:
+    async def complete(self, call: ChatCall) -> Result:
         asked = conversation.with_tools(call)  # (the deprecated functions, as tools)
-        result = await self._post_json(wire.url(call.model, "generateContent"), chat_payload(asked),  # type: ignore[attr-defined]
+        result = await self._adapter._post_json(wire.url(call.model, "generateContent"), chat_payload(asked),
                                        call, lambda data: self._chat_answer(data, asked))
-        return result if asked is call else conversation.function_call_result(self.name, result)
+        return result if asked is call else conversation.function_call_result(self._adapter.name, result)
 
     def _chat_answer(self, data: Any, call: ChatCall) -> Result:
-        return wire.answer(self.name, ChatReader(call, streamed=False), data)
+        return wire.answer(self._adapter.name, ChatReader(call, streamed=False), data)
 
-    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+    def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         asked = conversation.with_tools(call)
         url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
-        chunks = self._sse_chunks(url, chat_payload(asked), call,  # type: ignore[attr-defined]
-                                  lambda: wire.Stream(self.name, ChatReader(asked, streamed=True)))
-        return chunks if asked is call else conversation.function_call_chunks(self.name, chunks)
+        chunks = self._adapter._sse_chunks(url, chat_payload(asked), call,
+                                  lambda: wire.Stream(self._adapter.name, ChatReader(asked, streamed=True)))
+        return chunks if asked is call else conversation.function_call_chunks(self._adapter.name, chunks)

@@ -12,13 +12,14 @@ models spend part of `maxOutputTokens` on thoughts: they count as completion tok
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result
 from gateway.core.config import Settings, VendorConfig
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, unsupported
 from gateway.vendors.gemini import wire
@@ -74,39 +75,21 @@ def capabilities(options: GeminiOptions) -> Capabilities:
     })
 
 
-class GeminiAdapter(GeminiChat, HttpAdapter):
+class GeminiAdapter(HttpAdapter):
     protocol: ClassVar[str] = "gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com/v1beta"
     hosted_url: ClassVar[str] = default_base_url
     Options: ClassVar[type[BaseModel]] = GeminiOptions
-    capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(chat_capabilities)  # chat: vendors/gemini/chat.py
+    # Each endpoint's support records for given options.
+    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
+        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: chat_capabilities}
 
     def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers)
         self.capabilities = capabilities(options)
         self.chat_capabilities = chat_capabilities(options)
+        self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self), Endpoint.CHAT: GeminiChat(self)}
         self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"max_tokens"})}
-
-    def _payload(self, call: CompletionCall) -> dict[str, Any]:
-        (prompt,) = call.prompts  # prompts_per_call = 1
-        config: dict[str, Any] = {"maxOutputTokens": call.max_tokens}
-        for name, write in self._wire.items():
-            value = call.given(name)
-            if value is not None:
-                write(config, value)
-        return {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
-
-    async def complete(self, call: CompletionCall) -> Result:
-        return await self._post_json(wire.url(call.model, "generateContent"), self._payload(call), call,
-                                     lambda data: self._answer(data, call))
-
-    def _answer(self, data: Any, call: CompletionCall) -> Result:
-        return wire.answer(self.name, Reader(call), data)
-
-    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
-        url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
-        return self._sse_chunks(url, self._payload(call), call, lambda: wire.Stream(self.name, Reader(call)))
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's
@@ -114,6 +97,37 @@ class GeminiAdapter(GeminiChat, HttpAdapter):
         if status == 400 and b"API_KEY_INVALID" in body:
             status = 401
         return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+class GeminiCompletions:
+    """The completions translator of Gemini's generateContent: the prompt as one user turn."""
+
+    def __init__(self, adapter: GeminiAdapter) -> None:
+        self._adapter = adapter
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.capabilities
+
+    def _payload(self, call: CompletionCall) -> dict[str, Any]:
+        (prompt,) = call.prompts  # prompts_per_call = 1
+        config: dict[str, Any] = {"maxOutputTokens": call.max_tokens}
+        for name, write in self._adapter._wire.items():
+            value = call.given(name)
+            if value is not None:
+                write(config, value)
+        return {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
+
+    async def complete(self, call: CompletionCall) -> Result:
+        return await self._adapter._post_json(wire.url(call.model, "generateContent"), self._payload(call), call,
+                                     lambda data: self._answer(data, call))
+
+    def _answer(self, data: Any, call: CompletionCall) -> Result:
+        return wire.answer(self._adapter.name, Reader(call), data)
+
+    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
+        url = wire.url(call.model, "streamGenerateContent") + "?alt=sse"
+        return self._adapter._sse_chunks(url, self._payload(call), call, lambda: wire.Stream(self._adapter.name, Reader(call)))
 
 
 class Reader(wire.Reader):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choice_seed
@@ -24,6 +24,9 @@ from gateway.vendors import conversation, logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.local.engine import EngineError
 from gateway.vendors.openai.chat import CALLER_KEY, read_chat_chunk
+
+if TYPE_CHECKING:  # (completions.py imports this module)
+    from gateway.vendors.local.adapter import LocalAdapter
 
 _NO_TOOLS = "the model's chat template has no tool calling (the gateway does not force calls by grammar)"
 _REFUSED = {
@@ -54,17 +57,25 @@ CHAT = _capabilities()
 
 
 class LocalChat:
-    """The chat methods of the LocalAdapter (vendors/local/completions.py mixes it in)."""
+    """The chat translator of the embedded model: its chat template, constrained decoding
+    for JSON answers."""
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+    def __init__(self, adapter: LocalAdapter) -> None:
+        self._adapter = adapter
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.chat_capabilities
+
+    def refused(self, call: ChatCall) -> tuple[str, str] | None:
         """An image part, by where it stands: the model reads text only (the engine would fail on it)."""
         where = conversation.first_image(call.messages)
         if where is not None:
             return where, f"an image part, and model '{call.model}' reads text only"
         return None
 
-    async def chat_complete(self, call: ChatCall) -> Result:
-        self._ready(call.model)  # type: ignore[attr-defined]
+    async def complete(self, call: ChatCall) -> Result:
+        self._adapter._ready(call.model)
         await call.clearance.wait()
         clearance = call.clearance
         choices, usages = [], []
@@ -88,8 +99,8 @@ class LocalChat:
                                       {"content": tokens.get(i, []), "refusal": None} if asked else None))
         return Result(choices, self._usage(usages, call.n))
 
-    async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
-        self._ready(call.model)  # type: ignore[attr-defined]
+    async def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+        self._adapter._ready(call.model)
         await call.clearance.wait()
         usages = []
         async with aclosing(self._choices(call)) as pieces:
@@ -108,10 +119,10 @@ class LocalChat:
                 async for i, piece in pieces:
                     yield i, piece
         except EngineError as exc:
-            raise self._error(exc) from None  # type: ignore[attr-defined]
+            raise self._adapter._error(exc) from None
 
     async def _engine_chat(self, call: ChatCall, choice: int) -> AsyncIterator[ChatChoice | Usage]:
-        engine = self._engine  # type: ignore[attr-defined]
+        engine = self._adapter._engine
         asked = logprobs.chat_alternatives(call.parameters)
         async with aclosing(engine.generate(self._chat_body(call, choice), chat=True)) as chunks:
             async for raw in chunks:
@@ -134,7 +145,7 @@ class LocalChat:
         body: dict[str, Any] = {"messages": call.messages, "stream_options": {"include_usage": True},
                                 "temperature": 1.0 if given.get("temperature") is None else given["temperature"],
                                 "samplers": ["temperature"]}
-        context = self._engine.options.context_size  # type: ignore[attr-defined]
+        context = self._adapter._engine.options.context_size
         body["max_tokens"] = min(call.max_tokens or context, context)
         if given.get("presence_penalty") or given.get("frequency_penalty"):
             body["samplers"].insert(0, "penalties")

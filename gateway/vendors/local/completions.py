@@ -1,8 +1,8 @@
-"""The embedded default vendor `local/`: a small GGUF model served in-process by llama.cpp's
-server engine (vendors/local/engine.py), so a fresh clone answers with no key and no network.
+"""The embedded model's completions translator: the engine's completions as the contract's
+(vendors/local/adapter.py holds the engine and what both endpoints share).
 
 Every contract parameter is served here except `suffix`. The engine does sampling, `stop`,
-`logit_bias`, penalties and seeds itself; this adapter adds what it lacks:
+`logit_bias`, penalties and seeds itself; this translator adds what it lacks:
 - `n` and `best_of`: one engine request per candidate (batched by the engine's slots); choice i
   uses seed + i, and `best_of` keeps the n candidates with the highest cumulative logprob;
 - `echo`: the prompt prepended and, with `logprobs`, the prompt's own tokens scored exactly
@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from gateway.core.completion import (
     Choice,
@@ -38,14 +35,17 @@ from gateway.core.completion import (
     completion_logprob,
 )
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import BadRequest, ConfigError, GatewayError, NotFound, VendorFailed, VendorNotReady
+from gateway.core.endpoint import Endpoint
+from gateway.core.errors import BadRequest
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
-from gateway.vendors.local.chat import CHAT, LocalChat
-from gateway.vendors.local.engine import Engine, EngineError
-from gateway.vendors.local.model import LocalOptions, engine_options
+from gateway.vendors.local.engine import EngineError
+from gateway.vendors.local.model import LocalOptions
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
+
+if TYPE_CHECKING:  # (adapter.py imports this module)
+    from gateway.vendors.local.adapter import LocalAdapter
 
 log = logging.getLogger("gateway")
 
@@ -115,63 +115,19 @@ def capabilities(options: LocalOptions) -> Capabilities:
     return Capabilities("local", support)
 
 
-class LocalAdapter(LocalChat):
-    protocol: ClassVar[str] = "local"
-    default_base_url: ClassVar[str] = ""  # in-process: no URL at all
-    hosted_url: ClassVar[str] = ""
+class LocalCompletions:
+    """The completions translator of the embedded model: the engine's completions, `n` and
+    `best_of` as concurrent generations, echo and its logprobs scored by the engine."""
 
-    Options: ClassVar[type[BaseModel]] = LocalOptions
-    capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(lambda options: CHAT)
-
-    def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
-                 engine: Engine | None = None) -> None:
-        """`engine` replaces the llama.cpp engine the options describe (in-process tests)."""
-        if config.deployments:
-            raise ConfigError(f"vendor {config.name!r}: the embedded model runs in this process; it has no deployments")
-        self.name = config.name
-        self.capabilities = capabilities(options)
-        self.chat_capabilities = CHAT
+    def __init__(self, adapter: LocalAdapter) -> None:
+        self._adapter = adapter
         # Each body writer once (both penalties share one); a native parameter without one fails here.
-        native = self.capabilities.native - _SERVED_BY_ADAPTER
+        native = adapter.capabilities.native - _SERVED_BY_ADAPTER
         self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
-        prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
-        self.model = prepared.alias
-        self._engine = engine or Engine(prepared)
-        self._loading: asyncio.Task[None] | None = None
-        self._loaded = False
-        self._failure: str | None = None
 
-    async def start(self) -> None:
-        """Load the model in the background: /readyz reports it, requests wait for nothing."""
-        self._loading = asyncio.create_task(self._load())
-
-    async def _load(self) -> None:
-        path = self._engine.options.model_path
-        started = time.perf_counter()
-        try:
-            await asyncio.to_thread(self._engine.load)
-        except Exception as exc:
-            self._failure = f"cannot load model {path}: {exc}"
-            log.error("vendor '%s': %s", self.name, self._failure)
-            return
-        self._loaded = True
-        log.info("vendor '%s': model '%s' (%s) loaded and warmed up in %.2f s", self.name, self.model, path,
-                 time.perf_counter() - started)
-
-    async def close(self) -> None:
-        if self._loading is not None:
-            await self._loading  # a load cannot be interrupted; a small model's is short
-        await self._engine.close()
-
-    def count_tokens(self, model: str, text: str) -> int:
-        """vendors.base.CountsTokens: the ledger's estimate of a cut stream, with the model's own tokenizer."""
-        return self._engine.count_tokens(text)
-
-    def not_ready(self) -> str | None:
-        if self._failure:
-            return self._failure
-        return None if self._loaded else f"loading model '{self.model}'"
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.capabilities
 
     async def complete(self, call: CompletionCall) -> Result:
         self._admit(call)
@@ -179,7 +135,7 @@ class LocalAdapter(LocalChat):
         try:
             return await self._complete(call)
         except EngineError as exc:
-            raise self._error(exc) from None
+            raise self._adapter._error(exc) from None
 
     async def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         self._admit(call)
@@ -189,7 +145,7 @@ class LocalAdapter(LocalChat):
                 async for chunk in chunks:
                     yield [chunk]  # the engine hands its pieces over one at a time
         except EngineError as exc:
-            raise self._error(exc) from None
+            raise self._adapter._error(exc) from None
 
     async def _complete(self, call: CompletionCall) -> Result:
         prompt = await self._prompt(call)
@@ -226,7 +182,7 @@ class LocalAdapter(LocalChat):
             return
         offsets = [Offsets(len(prompt.echoed)) for _ in range(call.n)]
         usages: list[Usage | None] = [None] * call.n
-        streams = [self._engine.generate(self._body(call, i)) for i in range(call.n)]
+        streams = [self._adapter._engine.generate(self._body(call, i)) for i in range(call.n)]
         async with aclosing(merged(streams)) as pieces:
             async for i, raw in pieces:
                 piece = _Piece.of(raw)
@@ -240,27 +196,18 @@ class LocalAdapter(LocalChat):
 
     def _admit(self, call: CompletionCall) -> None:
         """Refuse what the engine cannot serve, before it is asked."""
-        self._ready(call.model)
-        if not call.prompts[0] and self._engine.start_token is None:
-            raise self._invalid("prompt", "an empty prompt gives the model nothing to continue (it has no "
+        self._adapter._ready(call.model)
+        if not call.prompts[0] and self._adapter._engine.start_token is None:
+            raise self._adapter._invalid("prompt", "an empty prompt gives the model nothing to continue (it has no "
                                           "start-of-text token)")
-        context = self._engine.options.context_size
+        context = self._adapter._engine.options.context_size
         if call.max_tokens > context:
-            raise self._invalid("max_tokens", f"max_tokens ({call.max_tokens}) exceeds the context size ({context})")
-        vocab = self._engine.vocab_size
+            raise self._adapter._invalid("max_tokens", f"max_tokens ({call.max_tokens}) exceeds the context size ({context})")
+        vocab = self._adapter._engine.vocab_size
         outside = sorted((k for k in call.logit_bias or () if int(k) >= vocab), key=int)
         if outside:
-            raise self._invalid("logit_bias", f"logit_bias names token ids {', '.join(outside)}, outside the "
+            raise self._adapter._invalid("logit_bias", f"logit_bias names token ids {', '.join(outside)}, outside the "
                                               f"model's vocabulary (0..{vocab - 1})")
-
-    def _ready(self, model: str) -> None:
-        """Refuse a model the engine does not run, or any request while it is not loaded."""
-        if model != self.model:
-            raise NotFound(f"vendor '{self.name}' has no model '{model}'; its models: {self.model}",
-                           code="unknown_model", param="model", vendor=self.name)
-        if not self._loaded:
-            raise VendorNotReady(f"vendor '{self.name}' is not ready: {self.not_ready()}", code="vendor_not_ready",
-                                 vendor=self.name, retry_after=None if self._failure else 1)
 
     async def _prompt(self, call: CompletionCall) -> _Prompt:
         """What the choices start with: the prompt if echoed, and its tokens when they are
@@ -269,14 +216,14 @@ class LocalAdapter(LocalChat):
         prompt = _Prompt(echoed=text if call.echo else "")
         if call.max_tokens and not (call.echo and call.logprobs is not None):
             return prompt
-        tokens = await self._engine.tokenize(text) if text else []
+        tokens = await self._adapter._engine.tokenize(text) if text else []
         prompt.tokens = len(tokens) or 1  # an empty prompt is read as the start-of-text token alone
-        if prompt.tokens > self._engine.options.context_size:
-            raise BadRequest(f"vendor '{self.name}': the prompt has {prompt.tokens} tokens, more than the "
-                                 f"context size ({self._engine.options.context_size})",
-                                 code="context_length_exceeded", param="prompt", vendor=self.name)
+        if prompt.tokens > self._adapter._engine.options.context_size:
+            raise BadRequest(f"vendor '{self._adapter.name}': the prompt has {prompt.tokens} tokens, more than the "
+                                 f"context size ({self._adapter._engine.options.context_size})",
+                                 code="context_length_exceeded", param="prompt", vendor=self._adapter.name)
         if call.echo and call.logprobs is not None and tokens:  # an empty prompt echoes no tokens
-            scored = await self._engine.score([token for token, _ in tokens], call.logprobs)
+            scored = await self._adapter._engine.score([token for token, _ in tokens], call.logprobs)
             # Token text comes from the tokenizer: a special token such as <|im_start|> is written
             # out in the prompt but scores as a token with no bytes.
             first = TokenLogprob(raw=tokens[0][1], logprob=None, top=None)
@@ -287,7 +234,7 @@ class LocalAdapter(LocalChat):
     async def _generation(self, call: CompletionCall, candidate: int) -> _Generation:
         generation = _Generation()
         clearance = call.clearance
-        async with aclosing(self._engine.generate(self._body(call, candidate))) as chunks:
+        async with aclosing(self._adapter._engine.generate(self._body(call, candidate))) as chunks:
             async for raw in chunks:
                 piece = _Piece.of(raw)
                 generation.parts.append(piece.text)
@@ -303,26 +250,14 @@ class LocalAdapter(LocalChat):
         (always first in llama.cpp), penalties, temperature, top_p; no hidden top-k or min-p.
         `user` is deliberately not sent."""
         # An empty prompt is generated from the start-of-text token (the engine would generate nothing).
-        prompt = call.prompts[0] or [self._engine.start_token]
+        prompt = call.prompts[0] or [self._adapter._engine.start_token]
         body: dict[str, Any] = {"prompt": prompt, "samplers": ["temperature"]}
         for write in self._writers:
-            write(body, call, self._engine.options.context_size)
+            write(body, call, self._adapter._engine.options.context_size)
         seed = choice_seed(call.seed, candidate)
         if seed is not None:
             body["seed"] = engine_seed(seed)
         return body
-
-    def _invalid(self, param: str, why: str) -> BadRequest:
-        return BadRequest(f"vendor '{self.name}': {why}", code="invalid_value", param=param, vendor=self.name)
-
-    def _error(self, exc: EngineError) -> GatewayError:
-        if exc.kind == "exceed_context_size_error":
-            return BadRequest(f"vendor '{self.name}': prompt too long: {exc.message}",
-                                  code="context_length_exceeded", param="prompt", vendor=self.name)
-        if 400 <= exc.status < 500:
-            return BadRequest(f"vendor '{self.name}' rejected the request: {exc.message}",
-                                  code="vendor_rejected", vendor=self.name)
-        return VendorFailed(f"vendor '{self.name}' failed: {exc.message}", code="vendor_error", vendor=self.name)
 
 
 @dataclass(slots=True)

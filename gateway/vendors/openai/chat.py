@@ -12,7 +12,7 @@ names, logprobs bounded and rebuilt from checked values, so nothing unexpected p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import orjson
@@ -35,6 +35,9 @@ from gateway.vendors import untrusted as read
 from gateway.vendors.transport.answers import JsonEvents
 from gateway.vendors.openai.servers import OPENAI, Server, lacking
 from gateway.vendors.vendor_errors import payload_message
+
+if TYPE_CHECKING:  # (completions.py imports this module)
+    from gateway.vendors.openai.completions import OpenAIAdapter
 
 CHAT_COMPLETIONS = "/chat/completions"
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -88,27 +91,31 @@ def chat_payload(call: ChatCall, caps: Capabilities) -> dict[str, Any]:
 
 
 class OpenAIChat:
-    """The chat methods of an HttpAdapter of the OpenAI protocol (vendors/openai/completions.py mixes it in)."""
+    """The chat translator of the OpenAI protocol (POST {base}/chat/completions): the request is
+    passed on nearly as the contract wrote it."""
 
-    name: str
-    chat_capabilities: Capabilities
-    server: Server
+    def __init__(self, adapter: OpenAIAdapter) -> None:
+        self._adapter = adapter
 
-    async def chat_complete(self, call: ChatCall) -> Result:
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.chat_capabilities
+
+    async def complete(self, call: ChatCall) -> Result:
         asked = logprobs.chat_alternatives(call.parameters)
-        return await self._post_json(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
+        return await self._adapter._post_json(CHAT_COMPLETIONS, self._chat_payload(call, asked),
                                      call, lambda data: self._chat_answer(data, call.n, asked))
 
     def _chat_answer(self, data: Any, n: int, asked: int | None) -> Result:
         try:
             result = read_chat(data, n)
         except read.READ_ERRORS as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed chat completion: {read.why(exc)}",
-                               vendor=self.name) from None
+            raise VendorFailed(f"vendor '{self._adapter.name}' sent a malformed chat completion: {read.why(exc)}",
+                               vendor=self._adapter.name) from None
         logprobs.as_asked(result.choices, asked)
         return result
 
-    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+    def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         asked = logprobs.chat_alternatives(call.parameters)
 
         def chunk(data: str | bytes) -> Chunk:
@@ -117,17 +124,17 @@ class OpenAIChat:
             return found
 
         def decoder() -> JsonEvents[Chunk]:
-            return JsonEvents(self._config, chunk)  # type: ignore[attr-defined]
+            return JsonEvents(self._adapter._config, chunk)
 
-        return self._sse_chunks(CHAT_COMPLETIONS, self._chat_payload(call, asked),  # type: ignore[attr-defined]
+        return self._adapter._sse_chunks(CHAT_COMPLETIONS, self._chat_payload(call, asked),
                                 call, decoder)
 
     def _chat_payload(self, call: ChatCall, asked: int | None) -> dict[str, Any]:
         """The payload; logprobs asked of a server that reads `top_logprobs: 0` (or none) as "no
         entries" ask for one alternative at least (cut back as the answer is read)."""
-        payload = chat_payload(call, self.chat_capabilities)
-        native = self.chat_capabilities["top_logprobs"].kind == NATIVE
-        if asked is not None and native and not self.server.zero_logprobs:
+        payload = chat_payload(call, self.capabilities)
+        native = self.capabilities["top_logprobs"].kind == NATIVE
+        if asked is not None and native and not self._adapter.server.zero_logprobs:
             payload["top_logprobs"] = logprobs.engine_alternatives(asked)
         return payload
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 import msgspec
@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result
 from gateway.core.config import Names, Settings, VendorConfig
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, VendorFailed
 from gateway.core.parameters import (
     AT_LEAST_ONE,
@@ -114,15 +115,18 @@ def capabilities(options: OpenAIOptions, server: Server | None = None) -> Capabi
     return Capabilities("openai", support)
 
 
-class OpenAIAdapter(OpenAIChat, HttpAdapter):
+class OpenAIAdapter(HttpAdapter):
     protocol: ClassVar[str] = "openai"
     # Any compatible server: one without a base_url is a mistake, not OpenAI.
     default_base_url: ClassVar[str] = ""
     hosted_url: ClassVar[str] = "https://api.openai.com/v1"
     Options: ClassVar[type[BaseModel]] = OpenAIOptions
-    capabilities_of = staticmethod(capabilities)  # the support records for given options
-    chat_capabilities_of = staticmethod(lambda options: chat_capabilities(
-        servers.declared(options.server, ()) or servers.UNIDENTIFIED, options.lacks))
+    # Each endpoint's support records for given options (the server they name, else unidentified).
+    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
+        Endpoint.COMPLETIONS: capabilities,
+        Endpoint.CHAT: lambda options: chat_capabilities(servers.declared(options.server, ()) or servers.UNIDENTIFIED,
+                                                         options.lacks),
+    }
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
         super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
@@ -130,6 +134,7 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
         self._declared = servers.declared(options.server, (target.base_url for target in config.targets))
         self._identifying: asyncio.Task[None] | None = None
         self._use(self._declared or servers.UNIDENTIFIED)
+        self.translators = {Endpoint.COMPLETIONS: OpenAICompletions(self), Endpoint.CHAT: OpenAIChat(self)}
 
     def _use(self, server: Server) -> None:
         """Serve as `server` does: the capabilities the planner reads, and what goes on the wire."""
@@ -185,41 +190,53 @@ class OpenAIAdapter(OpenAIChat, HttpAdapter):
                 return
             delay = min(delay * 2, 60.0)
 
+    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
+        return vendor_error(self._config, status, error_message(body), retry_after)
+
+
+class OpenAICompletions:
+    """The completions translator of the OpenAI protocol (POST {base}/completions): the contract is
+    this protocol, so what is native goes on the wire as it is."""
+
+    def __init__(self, adapter: OpenAIAdapter) -> None:
+        self._adapter = adapter
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._adapter.capabilities
+
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": call.model,
             "prompt": call.prompts[0] if len(call.prompts) == 1 else call.prompts,
             "max_tokens": call.max_tokens,
         }
-        for name in self._forwarded:
+        for name in self._adapter._forwarded:
             value = call.given(name)
             if value is not None:
                 payload[name] = value
         if call.logprobs == 0:
-            payload["logprobs"] = self._logprobs_zero  # read back as 0 (_Logprobs)
+            payload["logprobs"] = self._adapter._logprobs_zero  # read back as 0 (_Logprobs)
         if call.stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
         return payload
 
     async def complete(self, call: CompletionCall) -> Result:
-        return await self._post_json(COMPLETIONS, self._payload(call), call,
+        return await self._adapter._post_json(COMPLETIONS, self._payload(call), call,
                                      lambda data: self._completion(data, call))
 
     def _completion(self, data: Any, call: CompletionCall) -> Result:
         try:
             return read_completion(data, call)
         except read.READ_ERRORS as exc:
-            raise VendorFailed(f"vendor '{self.name}' sent a malformed completion: {read.why(exc)}",
-                               vendor=self.name) from None
+            raise VendorFailed(f"vendor '{self._adapter.name}' sent a malformed completion: {read.why(exc)}",
+                               vendor=self._adapter.name) from None
 
     def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
         # (a reader per try: logprobs offsets run on across one stream's chunks)
-        return self._sse_chunks(COMPLETIONS, self._payload(call), call,
-                                lambda: JsonEvents(self._config, ChunkReader(call).read_json))
-
-    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        return vendor_error(self._config, status, error_message(body), retry_after)
+        return self._adapter._sse_chunks(COMPLETIONS, self._payload(call), call,
+                                lambda: JsonEvents(self._adapter._config, ChunkReader(call).read_json))
 
 
 def _headers(secret: str) -> dict[str, str]:
