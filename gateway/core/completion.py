@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.endpoint import Endpoint
@@ -31,6 +31,32 @@ MAX_USAGE_TOKENS = 10**9
 # up; the ledger's deadline for a whole estimate (store/ledger.py) is longer, so a stalled tokenizer
 # never keeps a worker thread busy after the row was written without it.
 COUNT_TOKENS_TIMEOUT = 5.0
+
+
+class Call(Protocol):
+    """A vendor call of any endpoint, as the planner, the transport and tracing read it (one per
+    endpoint: `CompletionCall` here, core/chat.py `ChatCall`; each endpoint's translators read
+    the rest of it). Made by the endpoint's unit, fanned out and verified by the planner."""
+
+    endpoint: ClassVar[Endpoint]
+    model: str  # the vendor's own model name (what follows "vendor/")
+    # The prompts (a chat call: its conversation as text, once): what an estimate of its tokens counts.
+    prompts: list[str]
+    stream: bool
+    served_by: list[str]  # where the vendor layer names the deployments that served it (for the ledger)
+    clearance: Clearance  # the request's (core/clearance.py): awaited before a vendor is asked
+
+    @property
+    def n(self) -> int: ...
+
+    def given(self, name: str) -> Any:
+        """The value of parameter `name` when the request sets it (to other than its default), else None."""
+
+    def most_tokens(self) -> int | None:
+        """The most completion tokens the call may generate, all its choices (None: the vendor's default)."""
+
+    def split(self, prompts: list[str], n: int, seed: int | None) -> Any:
+        """The call for `prompts` of its prompts and `n` of its choices, sampled from `seed` (a fan-out's leg)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +95,14 @@ class CompletionCall:
             return self.prompts if len(self.prompts) > 1 else None
         value = getattr(self, name)
         return None if value == _DEFAULTS[name] else value
+
+    def most_tokens(self) -> int | None:
+        """The most completion tokens the call may generate, all its choices (best_of candidates too)."""
+        return self.max_tokens * (self.best_of or self.n) * len(self.prompts)
+
+    def split(self, prompts: list[str], n: int, seed: int | None) -> CompletionCall:
+        """The call for `prompts` of its prompts and `n` of its choices, sampled from `seed` (a fan-out's leg)."""
+        return dataclasses.replace(self, prompts=prompts, n=n, seed=seed)
 
 
 _DEFAULTS: dict[str, Any] = {

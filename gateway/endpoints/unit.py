@@ -21,7 +21,7 @@ from gateway.vendors.registry import Registry
 
 
 class Planned(Protocol):
-    """A request's plan, as the way reads it (planner/plan.py `Plan`, planner/chat_plan.py `ChatPlan`)."""
+    """A request's plan, as the way reads it (planner/plan.py `Plan`)."""
 
     model: str  # as the client wrote it, or the fallback's
     prompts: list[str]  # what an estimate of the prompt's tokens counts

@@ -24,7 +24,7 @@ log = logging.getLogger("gateway")
 
 
 class Startable(Protocol):
-    """A planned request (planner/plan.py Plan, planner/chat_plan.py ChatPlan)."""
+    """A planned request (planner/plan.py Plan)."""
 
     model: str
 

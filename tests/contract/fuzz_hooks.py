@@ -51,7 +51,7 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ValidationFailed
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict, verdicts
-from gateway.planner.plan import completion_call
+from gateway.endpoints.completions.plan import completion_call
 from gateway.store import usage
 from gateway.vendors import registry
 from generated.models import CompletionRequest

@@ -1,4 +1,4 @@
-"""planner/chat_plan.py in-process, with a scripted chat adapter: how `n` is fanned out (calls,
+"""endpoints/chat/plan.py and the planner (planner/plan.py) in-process, with a scripted chat adapter: how `n` is fanned out (calls,
 seeds, indexes, the usage told and billed, what the ledger is told), what values that ask for
 nothing do on a vendor lacking the parameter, and the adapter's own refusals."""
 
@@ -15,7 +15,7 @@ from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, UnsupportedParameter
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
-from gateway.planner.chat_plan import plan_chat
+from gateway.endpoints.chat.plan import plan_chat
 from gateway.vendors.registry import Registry
 
 USER = [{"role": "user", "content": "hello there"}]
@@ -87,7 +87,7 @@ def test_a_fanned_out_stream_renumbers_choices_and_ends_with_the_usage():
 def test_one_call_is_not_fanned_out():
     adapter = ScriptedChat({"n": native(per_call=4)})
     planned = plan(adapter, n=4)
-    assert planned.legs == [] and planned.vendor_calls == 1
+    assert len(planned.legs) == 1 and planned.vendor_calls == 1
     assert asyncio.run(planned.complete()).billed == Usage(10, 4)
 
 
@@ -110,7 +110,7 @@ def test_a_value_that_asks_for_nothing_needs_nothing_of_the_vendor(name, value, 
         with pytest.raises(UnsupportedParameter):
             plan(adapter, **{name: value})
         return
-    assert name not in plan(adapter, **{name: value}).call.parameters
+    assert name not in plan(adapter, **{name: value}).legs[0].call.parameters
 
 
 def test_a_value_the_adapter_cannot_take_is_refused_by_name():

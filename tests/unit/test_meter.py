@@ -18,7 +18,7 @@ from gateway.core.errors import (
     VendorFailed,
     VendorTimeout,
 )
-from gateway.planner import plan as planning
+from gateway.endpoints.completions import plan as completions_plan
 from gateway.services import load_settings
 from gateway.store import database, tokens
 from gateway.store.accounts import bootstrap
@@ -51,7 +51,7 @@ def test_an_adapter_with_its_own_tokenizer_counts_and_others_get_an_openai_vocab
     own = OwnTokenizer()
     registry = Registry.from_settings(SETTINGS)
     request = CompletionRequest.model_validate({"model": "fake/gpt-4o-mini", "prompt": "x"})
-    assert planning.plan(request, registry, 16).attempt().count_tokens is None  # an HTTP vendor: no tokenizer
+    assert completions_plan.plan(request, registry, 16).attempt().count_tokens is None  # an HTTP vendor: no tokenizer
     asyncio.run(registry.close())
     assert tokens.counter("own/any", lambda text: own.count_tokens("any", text))("four") == 4
     text = "Hello, world: tokens!"
@@ -89,7 +89,7 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
             await database.prepare(engine, bootstrap)
             ledger = Ledger(engine, max_pending=10)
             ledger.start()
-            plan = planning.plan(CompletionRequest.model_validate(
+            plan = completions_plan.plan(CompletionRequest.model_validate(
                 {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry, 16)
             meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
             meter.trying(plan.attempt())
@@ -125,7 +125,7 @@ def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
             await database.prepare(engine, bootstrap)
             ledger = Ledger(engine, max_pending=10)
             ledger.start()
-            plan = planning.plan(CompletionRequest.model_validate(
+            plan = completions_plan.plan(CompletionRequest.model_validate(
                 {"model": "fake/m", "prompt": "one two", "n": 2, "max_tokens": 100}), registry, 16)
             meter = ledger.meter(request_id="cmpl-generated", account_id="acct", key_id="key_1")
             meter.trying(plan.attempt())

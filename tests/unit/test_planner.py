@@ -18,6 +18,7 @@ from gateway.core.parameters import PARAMETERS, Capabilities, Range, Support, em
 from gateway.endpoints.completions.unit import UNIT
 from gateway.endpoints.unit import Planning
 from gateway.planner import fallbacks
+from gateway.endpoints.completions import plan as completions_plan
 from gateway.planner import plan as planning
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
@@ -66,7 +67,7 @@ def request(**body: Any) -> CompletionRequest:
 
 
 def plan_for(adapter: Scripted, max_calls: int = 64, **body: Any) -> planning.Plan:
-    return planning.plan(request(**body), Registry({adapter.name: adapter}), max_calls)  # type: ignore[dict-item]
+    return completions_plan.plan(request(**body), Registry({adapter.name: adapter}), max_calls)  # type: ignore[dict-item]
 
 
 def test_list_prompts_and_n_fan_out_prompt_major_with_seed_plus_i_and_usage_per_prompt():

@@ -4,7 +4,7 @@ answers them): an assistant message says something or calls something; `tool_cho
 (a tool's or function's `parameters`, `response_format.json_schema.schema`) are valid,
 self-contained and within the gateway's bounds (core/client_schemas.py: the gateway fetches
 nothing a schema names). A strict schema, which answers are held to, is compiled by the plan
-(planner/chat_verify.py `answer_schema`), once for all its vendor calls. What no vendor
+(planner/verify.py `answer_schema`), once for all its vendor calls. What no vendor
 can be given is a 400 on every vendor, as OpenAI answers it: parameters valid alone but not
 together (`max_tokens` with `max_completion_tokens`), an image's data: URL that is not base64."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.core import client_schemas
 from gateway.core.errors import BadRequest, ValidationFailed
-from gateway.planner.chat_verify import STRICT_SCHEMA, strict_schema
+from gateway.planner.verify import STRICT_SCHEMA, strict_schema
 
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,(?P<data>.*)$", re.DOTALL)
 

@@ -1,6 +1,6 @@
 """The chat endpoint's unit (endpoints/unit.py `EndpointUnit`): the contract's
 `ChatCompletionRequest`, its rules the schema cannot say kept (rules.py), planned by
-planner/chat_plan.py, its demand the conversation once per choice, its answer a `chat.completion`
+plan.py, its demand the conversation once per choice, its answer a `chat.completion`
 (answer.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from gateway.core.demand import Demand
 from gateway.core.endpoint import Endpoint
 from gateway.endpoints import unit
 from gateway.endpoints.chat import answer, rules
-from gateway.planner.chat_plan import ChatPlan, plan_chat
+from gateway.endpoints.chat.plan import plan_chat
+from gateway.planner.plan import Plan
 from gateway.vendors.registry import Registry
 from generated.models import ChatCompletionRequest
 
@@ -53,11 +54,11 @@ class Chat:
         return unit.cache_form(asked.body, DEFAULTS)
 
     def plan(self, asked: AskedChat, model: str, registry: Registry, max_vendor_calls: int,
-             clearance: Clearance) -> ChatPlan:
+             clearance: Clearance) -> Plan:
         body = asked.body if model == asked.model else {**asked.body, "model": model}
         return plan_chat(body, registry, max_vendor_calls, clearance)
 
-    def demand(self, asked: AskedChat, plan: ChatPlan | None, falls_back: bool) -> Demand:
+    def demand(self, asked: AskedChat, plan: Plan | None, falls_back: bool) -> Demand:
         """What a chat request can cost at most: the conversation once per choice (the embedded
         model makes a call per choice; a vendor that bills it once costs less), counted as the
         ledger counts, plus the most tokens every choice may generate. The same bound with a plan
@@ -68,7 +69,7 @@ class Chat:
         return Demand(Endpoint.CHAT, asked.model, [prompt_text(body["messages"])] * choices, max_tokens * choices,
                       bool(body.get("stream")), body.get("user"))
 
-    def body(self, head: Mapping[str, Any], plan: ChatPlan, result: Result, usage: Usage) -> bytes:
+    def body(self, head: Mapping[str, Any], plan: Plan, result: Result, usage: Usage) -> bytes:
         return answer.body(head, result, usage)
 
     def shape(self) -> answer.Shape:

@@ -16,7 +16,7 @@ from gateway.core.demand import Demand
 from gateway.core.endpoint import Endpoint
 from gateway.endpoints import unit
 from gateway.endpoints.completions import answer
-from gateway.planner import plan as planning
+from gateway.endpoints.completions import plan as planning
 from gateway.planner.plan import Plan
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest

@@ -80,7 +80,7 @@ def _capabilities() -> Capabilities:
         if name in _REFUSED:
             support[name] = unsupported(_REFUSED[name])
         elif name == "n":
-            support[name] = emulated()  # one Messages call per choice (planner/chat_plan.py)
+            support[name] = emulated()  # one Messages call per choice (planner/plan.py)
         elif name == "temperature":
             support[name] = native(range=Range(0, 1))
         else:

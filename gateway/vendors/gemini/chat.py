@@ -15,7 +15,7 @@ The request:
   ANY with `allowedFunctionNames`);
 - `response_format` json_object as `responseMimeType: application/json`, json_schema with the
   schema as `responseJsonSchema` (JSON Schema as it is; `responseSchema` would take only Gemini's
-  OpenAPI subset). The answer is held to it (planner/chat_verify.py): content that does not
+  OpenAPI subset). The answer is held to it (planner/verify.py): content that does not
   parse is the vendor's failure (502);
 - `n` as `candidateCount` (up to `max_candidates` per call; the planner fans more out), `stop` as
   `stopSequences`, `max_completion_tokens` (else `max_tokens`) as `maxOutputTokens`,
