@@ -68,10 +68,16 @@ class LocalChat:
         return self._adapter.chat_capabilities
 
     def refused(self, call: ChatCall) -> tuple[str, str] | None:
-        """An image part, by where it stands: the model reads text only (the engine would fail on it)."""
+        """An image part, by where it stands: the model reads text only (the engine would fail on
+        it); an assistant turn that is only a deprecated `function_call`, which the model's chat
+        template cannot write (it takes content or tool_calls, and fails on anything else)."""
         where = conversation.first_image(call.messages)
         if where is not None:
             return where, f"an image part, and model '{call.model}' reads text only"
+        for i, message in enumerate(call.messages):
+            if message.get("role") == "assistant" and message.get("function_call") is not None \
+                    and not message.get("content") and not message.get("tool_calls"):
+                return f"messages[{i}].function_call", f"{_NO_TOOLS}: an assistant turn that is only a function call"
         return None
 
     async def complete(self, call: ChatCall) -> Result:
