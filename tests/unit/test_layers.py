@@ -101,6 +101,19 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     assert "gateway.planner" not in ALLOWED["gateway.store"]
 
 
+# Inside vendors/: the HTTP client, transports, proxies and SSE reader (transport/) apart from every
+# protocol; a protocol's folder is its shared wire parts and one translator per endpoint.
+PROTOCOL_FOLDERS = tuple(f"gateway.vendors.{folder.name}" for folder in sorted((ROOT / "gateway" / "vendors").iterdir())
+                         if (folder / "__init__.py").exists() and folder.name != "transport")
+TRANSPORT = sorted(p for p in (ROOT / "gateway" / "vendors" / "transport").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TRANSPORT, ids=[module_name(p) for p in TRANSPORT])
+def test_the_transport_knows_no_protocol(path):
+    wrong = [name for name in sorted(imports(path)) if name.startswith(PROTOCOL_FOLDERS)]
+    assert wrong == [], f"{module_name(path)} imports a protocol's module: {wrong}"
+
+
 MAX_LINES = 400
 
 
