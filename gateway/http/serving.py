@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from gateway.core.completion import Result
-from gateway.core.errors import ValidationFailed
+from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
 from gateway.endpoints.unit import EndpointUnit, P, Planning
@@ -69,13 +69,16 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
     try:
         settings = services.settings
         planning = Planning(unit, accepted, services.registry, settings.max_vendor_calls, life.clearance)
-        falls_back = requested in settings.fallbacks
+        planned: P | GatewayError | ValidationFailed
         try:
-            plan = planning.plan(requested)
-        except BaseException:
-            life.ask(looked.demand(unit.demand(accepted, None, falls_back)))
-            raise
-        life.ask(looked.demand(unit.demand(accepted, plan, falls_back)))
+            planned = planning.plan(requested)
+        except (GatewayError, ValidationFailed) as refused:  # the client's mistake, or no such vendor
+            planned = refused
+        plan = planned if not isinstance(planned, GatewayError | ValidationFailed) else None
+        # Asked in any case: a limit's refusal answers before the request's own mistake.
+        life.ask(looked.demand(unit.demand(accepted, plan, requested in settings.fallbacks)))
+        if plan is None:
+            raise planned  # type: ignore[misc]
         head = {"id": life.request_id, "object": unit.chunk_object, "created": int(time.time()), "model": requested}
         if looked.entry is not None:
             return await _from_cache(life, unit, plan, head, looked, services.redact)
