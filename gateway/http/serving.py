@@ -36,6 +36,7 @@ from gateway.http.server import security
 from gateway.planner import fallbacks
 
 M = TypeVar("M", bound=BaseModel)
+_REFUSALS = (GatewayError, ValidationFailed)  # what planning answers a request it will not serve with
 
 
 def asked(request: HandlerRequest, model: type[M]) -> M:
@@ -72,9 +73,9 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
         planned: P | GatewayError | ValidationFailed
         try:
             planned = planning.plan(requested)
-        except (GatewayError, ValidationFailed) as refused:  # the client's mistake, or no such vendor
+        except _REFUSALS as refused:  # the client's mistake, or no such vendor
             planned = refused
-        plan = planned if not isinstance(planned, GatewayError | ValidationFailed) else None
+        plan = None if isinstance(planned, _REFUSALS) else planned
         # Asked in any case: a limit's refusal answers before the request's own mistake.
         life.ask(looked.demand(unit.demand(accepted, plan, requested in settings.fallbacks)))
         if plan is None:

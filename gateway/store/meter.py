@@ -228,7 +228,7 @@ class Meter:
             "vendor": model.partition("/")[0], "model": model, "fallback_from": None, "streamed": streamed,
             "end_user": end_user, "outcome": REFUSED, "ended_at": datetime.now(UTC), "ttft_ms": None,
             "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
-            "reasoning_tokens": None, "estimated": False, "cost_nanos": 0, "endpoint": endpoint.value})
+            "reasoning_tokens": None, "estimated": False, "cost_nanos": 0, "endpoint": endpoint})
 
     def _close(self, outcome: str, usage: Usage | None) -> Closed:
         if self._closed:
@@ -246,7 +246,7 @@ class Meter:
             "deployment": ",".join(dict.fromkeys(attempt.served_by)) or None,
             "streamed": attempt.streamed,
             "end_user": attempt.end_user,
-            "endpoint": attempt.endpoint.value,
+            "endpoint": attempt.endpoint,  # a StrEnum: the column holds its word
             "outcome": outcome,
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
