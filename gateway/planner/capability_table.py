@@ -18,7 +18,8 @@ from gateway.core.endpoint import Endpoint
 from gateway.core.parameters import NATIVE, UNSUPPORTED, Support
 from gateway.planner.capabilities import BELOW, EMULATIONS, served_below, verdicts
 from gateway.vendors.base import Adapter
-from gateway.vendors.openai.completions import OpenAIAdapter, OpenAIOptions, capabilities
+from gateway.vendors.openai.adapter import OpenAIAdapter, OpenAIOptions
+from gateway.vendors.openai.completions import capabilities
 from gateway.vendors.openai.servers import OPENAI, SERVERS
 from gateway.vendors.registry import PROTOCOLS
 

@@ -17,11 +17,11 @@ from gateway.core import config
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, ConfigError, NotFound, clip
-from gateway.vendors.anthropic.completions import AnthropicAdapter
+from gateway.vendors.anthropic.adapter import AnthropicAdapter
 from gateway.vendors.base import Adapter
-from gateway.vendors.gemini.completions import GeminiAdapter
+from gateway.vendors.gemini.adapter import GeminiAdapter
 from gateway.vendors.local.adapter import LocalAdapter
-from gateway.vendors.openai.completions import OpenAIAdapter
+from gateway.vendors.openai.adapter import OpenAIAdapter
 
 PROTOCOLS: dict[str, type[Adapter]] = {
     adapter.protocol: adapter  # type: ignore[misc]
@@ -106,7 +106,7 @@ class Registry:
         return adapter
 
     async def start(self) -> None:
-        # Together: a vendor may ask its server which it is (vendors/openai/completions.py), bounded, as it starts.
+        # Together: a vendor may ask its server which it is (vendors/openai/adapter.py), bounded, as it starts.
         await asyncio.gather(*(adapter.start() for adapter in self._adapters.values()))
 
     async def close(self) -> None:

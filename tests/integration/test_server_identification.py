@@ -14,9 +14,10 @@ import pytest
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import EMULATED, NATIVE, UNSUPPORTED
 from gateway.planner.capabilities import verdicts
-from gateway.vendors.openai import completions as openai_adapter
+from gateway.vendors.openai import adapter as openai_adapter
 from gateway.vendors.openai import servers
-from gateway.vendors.openai.completions import OpenAIAdapter, OpenAIOptions, capabilities
+from gateway.vendors.openai.adapter import OpenAIAdapter, OpenAIOptions
+from gateway.vendors.openai.completions import capabilities
 from tests.support.environments import SHARED_TLS
 from tests.support.fakes.server import ServerThread, free_port
 from tests.support.gateway_process import GatewayProcess

@@ -1,6 +1,6 @@
 """Chat on Anthropic's Messages API: OpenAI's chat request in the Messages shape, and the message
-(or its stream of events) back as OpenAI's choice. vendors/anthropic/completions.py mixes it into its adapter;
-what both endpoints read alike is vendors/anthropic/messages.py.
+(or its stream of events) back as OpenAI's choice. vendors/anthropic/adapter.py holds it as its
+chat translator; what both endpoints read alike is vendors/anthropic/messages.py.
 
 The request:
 - system and developer messages become the top-level `system` (joined by blank lines, in their
@@ -49,7 +49,7 @@ from gateway.vendors.anthropic.messages import MESSAGES
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
 if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.anthropic.completions import AnthropicAdapter
+    from gateway.vendors.anthropic.adapter import AnthropicAdapter
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}
 JSON_FINISH = wire.FINISH | {"tool_use": "stop"}  # the forced tool call of a JSON answer is its content

@@ -21,27 +21,21 @@ logit bias or suffix: `n` and echo are emulated by the gateway, the rest are rej
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, ClassVar, Literal
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
-from gateway.core.config import Names, Settings, VendorConfig
-from gateway.core.endpoint import Endpoint
-from gateway.core.errors import GatewayError, VendorFailed
+from gateway.core.errors import VendorFailed
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated, native, unsupported
 from gateway.vendors.anthropic import messages as wire
 from gateway.vendors import untrusted as read
-from gateway.vendors.anthropic.chat import CHAT, AnthropicChat
 from gateway.vendors.anthropic.messages import MESSAGES
-from gateway.vendors.transport.http import HttpAdapter
-from gateway.vendors.vendor_errors import error_message, vendor_error
+
+if TYPE_CHECKING:  # (adapter.py imports this module)
+    from gateway.vendors.anthropic.adapter import AnthropicAdapter, AnthropicOptions
 
 PREFILL_INSTRUCTION = "Continue the text exactly where it stops. Reply with the continuation only."
-# Models documented to reject an assistant prefill; `user_turn_models` replaces this list.
-USER_TURN_MODELS = frozenset({"claude-opus-4-6*", "claude-sonnet-4-6*"})
-
 # How each native parameter goes into the Messages API request (prompt and max_tokens always do).
 _WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
     "stop": lambda payload, value: payload.update(stop_sequences=value),
@@ -49,13 +43,6 @@ _WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
     "top_p": lambda payload, value: payload.update(top_p=value),
     "user": lambda payload, value: payload.update(metadata={"user_id": value}),
 }
-
-
-class AnthropicOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prompt_as: Literal["prefill", "user"] = "prefill"
-    user_turn_models: Names = USER_TURN_MODELS  # glob patterns of models that get the prompt as a user turn
 
 
 def capabilities(options: AnthropicOptions) -> Capabilities:
@@ -78,35 +65,15 @@ def capabilities(options: AnthropicOptions) -> Capabilities:
     })
 
 
-class AnthropicAdapter(HttpAdapter):
-    protocol: ClassVar[str] = "anthropic"
-    default_base_url: ClassVar[str] = "https://api.anthropic.com"
-    hosted_url: ClassVar[str] = default_base_url
-    Options: ClassVar[type[BaseModel]] = AnthropicOptions
-    # Each endpoint's support records for given options.
-    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
-        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT}
-
-    def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
-        super().__init__(config, settings, wire.headers, paths=(MESSAGES,))
-        self.capabilities = capabilities(options)
-        self.chat_capabilities = CHAT
-        self.translators = {Endpoint.COMPLETIONS: AnthropicCompletions(self), Endpoint.CHAT: AnthropicChat(self)}
-        self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"prompt", "max_tokens"})}
-        self._prompt_as = options.prompt_as
-        self._user_turn_models = tuple(sorted(options.user_turn_models))
-
-    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.
-        return vendor_error(self._config, status, error_message(body), retry_after)
-
-
 class AnthropicCompletions:
     """The completions translator of Anthropic's Messages API: the prompt as a user turn, or
     prefilled as the assistant's (`prompt_as`)."""
 
-    def __init__(self, adapter: AnthropicAdapter) -> None:
+    def __init__(self, adapter: AnthropicAdapter, options: AnthropicOptions) -> None:
         self._adapter = adapter
+        self._wire = {name: _WIRE[name] for name in sorted(adapter.capabilities.native - {"prompt", "max_tokens"})}
+        self._prompt_as = options.prompt_as
+        self._user_turn_models = tuple(sorted(options.user_turn_models))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -133,7 +100,7 @@ class AnthropicCompletions:
     def _request(self, call: CompletionCall) -> tuple[dict[str, Any], _Reply]:
         (prompt,) = call.prompts  # prompts_per_call = 1
         reply = _Reply("")
-        if self._adapter._prompt_as == "user" or any(fnmatch.fnmatchcase(call.model, p) for p in self._adapter._user_turn_models):
+        if self._prompt_as == "user" or any(fnmatch.fnmatchcase(call.model, p) for p in self._user_turn_models):
             messages = [{"role": "user", "content": prompt}]
         else:
             prefill = prompt.rstrip()
@@ -142,7 +109,7 @@ class AnthropicCompletions:
             if prefill:  # text content must not be empty
                 messages.append({"role": "assistant", "content": prefill})
         payload: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens, "messages": messages}
-        for name, write in self._adapter._wire.items():
+        for name, write in self._wire.items():
             value = call.given(name)
             if value is not None:
                 write(payload, value)

@@ -1,6 +1,6 @@
 """Chat on Gemini's generateContent: OpenAI's chat request as `contents` of `parts`, and candidates
-(whole, or a stream's events) back as OpenAI's choices. vendors/gemini/completions.py mixes it into its
-adapter; what both endpoints read alike is vendors/gemini/wire.py.
+(whole, or a stream's events) back as OpenAI's choices. vendors/gemini/adapter.py holds it as its
+chat translator; what both endpoints read alike is vendors/gemini/wire.py.
 
 The request:
 - system and developer messages become `systemInstruction` (joined by blank lines);
@@ -47,7 +47,7 @@ from gateway.vendors.gemini.wire import GeminiOptions
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 
 if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.gemini.completions import GeminiAdapter
+    from gateway.vendors.gemini.adapter import GeminiAdapter
 
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name
 _DATA_URL = re.compile(r"^data:(?P<type>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)

@@ -12,23 +12,20 @@ models spend part of `maxOutputTokens` on thoughts: they count as completion tok
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result
-from gateway.core.config import Settings, VendorConfig
-from gateway.core.endpoint import Endpoint
-from gateway.core.errors import GatewayError
 from gateway.core.parameters import AT_LEAST_ONE, Capabilities, emulated, native, unsupported
 from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
-from gateway.vendors.gemini.chat import GeminiChat, chat_capabilities
 from gateway.vendors.gemini.wire import GeminiOptions
-from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.logprobs import with_sampled
-from gateway.vendors.vendor_errors import error_message, vendor_error
+
+if TYPE_CHECKING:  # (adapter.py imports this module)
+    from gateway.vendors.gemini.adapter import GeminiAdapter
+
 
 
 def _field(name: str) -> Callable[[dict[str, Any], Any], None]:
@@ -75,35 +72,12 @@ def capabilities(options: GeminiOptions) -> Capabilities:
     })
 
 
-class GeminiAdapter(HttpAdapter):
-    protocol: ClassVar[str] = "gemini"
-    default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com/v1beta"
-    hosted_url: ClassVar[str] = default_base_url
-    Options: ClassVar[type[BaseModel]] = GeminiOptions
-    # Each endpoint's support records for given options.
-    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
-        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: chat_capabilities}
-
-    def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
-        super().__init__(config, settings, wire.headers)
-        self.capabilities = capabilities(options)
-        self.chat_capabilities = chat_capabilities(options)
-        self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self), Endpoint.CHAT: GeminiChat(self)}
-        self._wire = {name: _WIRE[name] for name in sorted(self.capabilities.native - {"max_tokens"})}
-
-    def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
-        # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's
-        # credentials, not the client's request, are at fault.
-        if status == 400 and b"API_KEY_INVALID" in body:
-            status = 401
-        return vendor_error(self._config, status, error_message(body), retry_after)
-
-
 class GeminiCompletions:
     """The completions translator of Gemini's generateContent: the prompt as one user turn."""
 
     def __init__(self, adapter: GeminiAdapter) -> None:
         self._adapter = adapter
+        self._wire = {name: _WIRE[name] for name in sorted(adapter.capabilities.native - {"max_tokens"})}
 
     @property
     def capabilities(self) -> Capabilities:
@@ -112,7 +86,7 @@ class GeminiCompletions:
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         (prompt,) = call.prompts  # prompts_per_call = 1
         config: dict[str, Any] = {"maxOutputTokens": call.max_tokens}
-        for name, write in self._adapter._wire.items():
+        for name, write in self._wire.items():
             value = call.given(name)
             if value is not None:
                 write(config, value)

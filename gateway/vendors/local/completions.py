@@ -34,8 +34,6 @@ from gateway.core.completion import (
     choice_seed,
     completion_logprob,
 )
-from gateway.core.config import Settings, VendorConfig
-from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged

@@ -1,4 +1,4 @@
-"""OpenAI's `/v1/chat/completions` wire protocol: the chat side of vendors/openai/completions.py, and the reader
+"""OpenAI's `/v1/chat/completions` wire protocol: the chat side of the OpenAI protocol (vendors/openai/adapter.py), and the reader
 of chat answers for every engine that speaks it (the embedded model's too, vendors/local/chat.py).
 
 The contract is this protocol, so a request goes on as the client wrote it, less what the gateway
@@ -37,7 +37,7 @@ from gateway.vendors.openai.servers import OPENAI, Server, lacking
 from gateway.vendors.vendor_errors import payload_message
 
 if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.openai.completions import OpenAIAdapter
+    from gateway.vendors.openai.adapter import OpenAIAdapter
 
 CHAT_COMPLETIONS = "/chat/completions"
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
