@@ -39,6 +39,7 @@ from gateway.core.errors import VendorFailed
 
 log = logging.getLogger("gateway.vendors")
 
+_NONE: dict = {}  # (never written: only a chat call's stream fills these)
 ECHOED = "\x00echoed"  # a stream's choice whose prompt came whole (no text is this object)
 STRICT_SCHEMA = ("body", "response_format", "json_schema", "schema")  # where a request's strict schema stands
 
@@ -75,13 +76,14 @@ class Expected:
         self._seen: set[int] = set()
         self._heads: dict[int, str] = {}  # a stream's text per choice until its echo came whole (ECHOED)
         # A chat choice finishes once, and every one finishes: its JSON is checked whole then.
-        self._finishing = call.endpoint is Endpoint.CHAT
-        self._finished: dict[int, str] = {}
-        format_ = {} if legacy else (call.given("response_format") or {})
+        self._finishing = finishing = call.endpoint is Endpoint.CHAT
+        format_ = (call.given("response_format") or {}) if finishing else {}
         self._json = format_.get("type") in ("json_object", "json_schema")
         self._schema = schema
-        self._contents: dict[int, list[str]] = {}  # a stream's content per choice, when it must parse
-        self._arguments: dict[tuple[int, int], list[str]] = {}  # a stream's tool call arguments
+        # What a chat stream's choices said so far (made for chat calls alone: a completion reads none).
+        self._finished: dict[int, str] = {} if finishing else _NONE
+        self._contents: dict[int, list[str]] = {} if finishing else _NONE  # content, when it must parse
+        self._arguments: dict[tuple[int, int], list[str]] = {} if finishing else _NONE  # tool call arguments
         # Nothing left to check in a stream's chunks: every choice came, and no piece is checked
         # (no echo, no logprobs, no finishing). Most completion streams are done after their first chunk.
         self._done = False
