@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.core.parameters import Capabilities, Support
+from gateway.core.endpoint import Endpoint
+from gateway.core.parameters import PARAMETERS, Capabilities, Support, no_chat, unsupported
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
-from gateway.core.endpoint import Endpoint
 from gateway.vendors.transport.balancer import Balancer, Snapshot
 from gateway.vendors.base import Adapter, Balanced
 
@@ -24,15 +24,26 @@ async def list_vendors(request: HandlerRequest) -> Response:
 
 
 def _vendor(adapter: Adapter) -> dict[str, Any]:
-    translators = adapter.translators
-    body = describe(adapter.name, adapter.protocol, translators[Endpoint.COMPLETIONS].capabilities)
-    body["chat_parameters"] = _parameters(translators[Endpoint.CHAT].capabilities)
+    body = describe(adapter.name, adapter.protocol, served(adapter, Endpoint.COMPLETIONS))
+    body["chat_parameters"] = _parameters(served(adapter, Endpoint.CHAT))
     server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name
     if isinstance(adapter, Balanced):
         body |= deployments(adapter.balancer)
     return body
+
+
+def served(adapter: Adapter, endpoint: Endpoint) -> Capabilities:
+    """The adapter's record for `endpoint`: its translator's, or every parameter unsupported when
+    its protocol has no translator for the endpoint (what a request for it is answered: a 400)."""
+    translator = adapter.translators.get(endpoint)
+    if translator is not None:
+        return translator.capabilities
+    reason = f"the {adapter.protocol} protocol does not serve {endpoint.path}"
+    if endpoint is Endpoint.CHAT:
+        return no_chat(adapter.protocol, reason)
+    return Capabilities(adapter.protocol, {name: unsupported(reason) for name in PARAMETERS})
 
 
 def deployments(balancer: Balancer) -> dict[str, Any]:

@@ -35,3 +35,4 @@ def test_an_endpoint_without_a_translator_is_refused_naming_vendor_and_endpoint(
 def test_every_protocol_declares_a_record_for_each_endpoint_it_translates(protocol):
     adapter = PROTOCOLS[protocol]
     assert set(adapter.capabilities_of) == {Endpoint.COMPLETIONS, Endpoint.CHAT}
+
