@@ -22,7 +22,7 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
 from gateway.vendors.local.adapter import LocalAdapter
-from gateway.vendors.local.completions import engine_seed
+from gateway.vendors.local.engine import engine_seed
 from gateway.vendors.local.engine import EngineOptions
 from gateway.vendors.local.model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob

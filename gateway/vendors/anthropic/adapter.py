@@ -43,7 +43,10 @@ class AnthropicAdapter(HttpAdapter):
         super().__init__(config, settings, wire.headers, paths=(MESSAGES,))
         self.capabilities = capabilities(options)
         self.chat_capabilities = CHAT
-        self.translators = {Endpoint.COMPLETIONS: AnthropicCompletions(self, options), Endpoint.CHAT: AnthropicChat(self)}
+        self.translators = {
+            Endpoint.COMPLETIONS: AnthropicCompletions(self, self.capabilities, options.prompt_as,
+                                                       options.user_turn_models),
+            Endpoint.CHAT: AnthropicChat(self, CHAT)}
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatCall, ChatChoice, content_text
 from gateway.core.completion import Chunk, Result, Usage
@@ -47,9 +47,7 @@ from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic.messages import MESSAGES
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
-
-if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.anthropic.adapter import AnthropicAdapter
+from gateway.vendors.transport.http import HttpAdapter
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}
 JSON_FINISH = wire.FINISH | {"tool_use": "stop"}  # the forced tool call of a JSON answer is its content
@@ -333,12 +331,10 @@ class AnthropicChat:
     """The chat translator of Anthropic's Messages API (POST /v1/messages): a conversation
     translated both ways (vendors/conversation.py), tools and tool calls included."""
 
-    def __init__(self, adapter: AnthropicAdapter) -> None:
+    def __init__(self, adapter: HttpAdapter, capabilities: Capabilities) -> None:
         self._adapter = adapter
+        self.capabilities = capabilities
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.chat_capabilities
 
     def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return refused(conversation.with_tools(call))

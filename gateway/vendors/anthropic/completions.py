@@ -21,8 +21,8 @@ logit bias or suffix: `n` and echo are emulated by the gateway, the rest are rej
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result, Usage
@@ -31,9 +31,7 @@ from gateway.core.parameters import AT_LEAST_ONE, Capabilities, Range, emulated,
 from gateway.vendors.anthropic import messages as wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic.messages import MESSAGES
-
-if TYPE_CHECKING:  # (adapter.py imports this module)
-    from gateway.vendors.anthropic.adapter import AnthropicAdapter, AnthropicOptions
+from gateway.vendors.transport.http import HttpAdapter
 
 PREFILL_INSTRUCTION = "Continue the text exactly where it stops. Reply with the continuation only."
 # How each native parameter goes into the Messages API request (prompt and max_tokens always do).
@@ -45,7 +43,8 @@ _WIRE: dict[str, Callable[[dict[str, Any], Any], None]] = {
 }
 
 
-def capabilities(options: AnthropicOptions) -> Capabilities:
+def capabilities(options: object) -> Capabilities:
+    """The same whatever the options (adapter.py AnthropicOptions)."""
     return Capabilities("anthropic", {
         "prompt": emulated(),  # one prompt per Messages request
         "max_tokens": native(range=AT_LEAST_ONE),
@@ -69,15 +68,15 @@ class AnthropicCompletions:
     """The completions translator of Anthropic's Messages API: the prompt as a user turn, or
     prefilled as the assistant's (`prompt_as`)."""
 
-    def __init__(self, adapter: AnthropicAdapter, options: AnthropicOptions) -> None:
+    def __init__(self, adapter: HttpAdapter, capabilities: Capabilities, prompt_as: str,
+                 user_turn_models: Iterable[str]) -> None:
+        """`prompt_as`, `user_turn_models`: the vendor's options (adapter.py AnthropicOptions)."""
         self._adapter = adapter
-        self._wire = {name: _WIRE[name] for name in sorted(adapter.capabilities.native - {"prompt", "max_tokens"})}
-        self._prompt_as = options.prompt_as
-        self._user_turn_models = tuple(sorted(options.user_turn_models))
+        self.capabilities = capabilities
+        self._wire = {name: _WIRE[name] for name in sorted(capabilities.native - {"prompt", "max_tokens"})}
+        self._prompt_as = prompt_as
+        self._user_turn_models = tuple(sorted(user_turn_models))
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.capabilities
 
     async def complete(self, call: CompletionCall) -> Result:
         payload, reply = self._request(call)

@@ -33,7 +33,8 @@ class GeminiAdapter(HttpAdapter):
         super().__init__(config, settings, wire.headers)
         self.capabilities = capabilities(options)
         self.chat_capabilities = chat_capabilities(options)
-        self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self), Endpoint.CHAT: GeminiChat(self)}
+        self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self, self.capabilities),
+                            Endpoint.CHAT: GeminiChat(self, self.chat_capabilities)}
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from gateway.core.chat import ChatCall, ChatChoice, content_text
 from gateway.core.completion import Choice, Chunk, Result
@@ -45,9 +45,7 @@ from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.gemini.wire import GeminiOptions
 from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
-
-if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.gemini.adapter import GeminiAdapter
+from gateway.vendors.transport.http import HttpAdapter
 
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name
 _DATA_URL = re.compile(r"^data:(?P<type>image/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -263,12 +261,10 @@ class GeminiChat:
     """The chat translator of Gemini's generateContent: a conversation translated both ways
     (vendors/conversation.py), tools and function calls included."""
 
-    def __init__(self, adapter: GeminiAdapter) -> None:
+    def __init__(self, adapter: HttpAdapter, capabilities: Capabilities) -> None:
         self._adapter = adapter
+        self.capabilities = capabilities
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.chat_capabilities
 
     def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return refused(conversation.with_tools(call))

@@ -13,7 +13,7 @@ models spend part of `maxOutputTokens` on thoughts: they count as completion tok
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 from gateway.core.completion import Choice, Chunk, CompletionCall, Result
@@ -22,9 +22,7 @@ from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.gemini.wire import GeminiOptions
 from gateway.vendors.logprobs import with_sampled
-
-if TYPE_CHECKING:  # (adapter.py imports this module)
-    from gateway.vendors.gemini.adapter import GeminiAdapter
+from gateway.vendors.transport.http import HttpAdapter
 
 
 
@@ -75,13 +73,11 @@ def capabilities(options: GeminiOptions) -> Capabilities:
 class GeminiCompletions:
     """The completions translator of Gemini's generateContent: the prompt as one user turn."""
 
-    def __init__(self, adapter: GeminiAdapter) -> None:
+    def __init__(self, adapter: HttpAdapter, capabilities: Capabilities) -> None:
         self._adapter = adapter
-        self._wire = {name: _WIRE[name] for name in sorted(adapter.capabilities.native - {"max_tokens"})}
+        self.capabilities = capabilities
+        self._wire = {name: _WIRE[name] for name in sorted(capabilities.native - {"max_tokens"})}
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.capabilities
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         (prompt,) = call.prompts  # prompts_per_call = 1

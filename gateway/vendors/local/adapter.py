@@ -43,7 +43,8 @@ class LocalAdapter:
         self.name = config.name
         self.capabilities = capabilities(options)
         self.chat_capabilities = CHAT
-        self.translators = {Endpoint.COMPLETIONS: LocalCompletions(self), Endpoint.CHAT: LocalChat(self)}
+        self.translators = {Endpoint.COMPLETIONS: LocalCompletions(self, self.capabilities),
+                            Endpoint.CHAT: LocalChat(self, self.chat_capabilities)}
         prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
         self.model = prepared.alias
         self._engine = engine or Engine(prepared)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage, candidates_usage, choice_seed
@@ -22,11 +22,9 @@ from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emul
 from gateway.core.streams import merged
 from gateway.vendors import conversation, logprobs
 from gateway.vendors import untrusted as read
-from gateway.vendors.local.engine import EngineError
+from gateway.vendors.local.engine import EngineError, engine_seed
+from gateway.vendors.local.model import Embedded
 from gateway.vendors.openai.chat import CALLER_KEY, read_chat_chunk
-
-if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.local.adapter import LocalAdapter
 
 _NO_TOOLS = "the model's chat template has no tool calling (the gateway does not force calls by grammar)"
 _REFUSED = {
@@ -60,12 +58,10 @@ class LocalChat:
     """The chat translator of the embedded model: its chat template, constrained decoding
     for JSON answers."""
 
-    def __init__(self, adapter: LocalAdapter) -> None:
+    def __init__(self, adapter: Embedded, capabilities: Capabilities) -> None:
         self._adapter = adapter
+        self.capabilities = capabilities
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.chat_capabilities
 
     def refused(self, call: ChatCall) -> tuple[str, str] | None:
         """An image part, by where it stands: the model reads text only (the engine would fail on
@@ -145,8 +141,6 @@ class LocalChat:
 
     def _chat_body(self, call: ChatCall, choice: int) -> dict[str, Any]:
         """The engine's request for one choice, with OpenAI's sampling (no hidden top-k or min-p)."""
-        from gateway.vendors.local.completions import engine_seed  # (completions.py imports this module)
-
         given = call.parameters
         body: dict[str, Any] = {"messages": call.messages, "stream_options": {"include_usage": True},
                                 "temperature": 1.0 if given.get("temperature") is None else given["temperature"],

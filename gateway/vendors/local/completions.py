@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.core.completion import (
     Choice,
@@ -38,23 +38,11 @@ from gateway.core.errors import BadRequest
 from gateway.core.parameters import Capabilities, emulated, native, unsupported
 from gateway.core.streams import merged
 from gateway.vendors import untrusted as read
-from gateway.vendors.local.engine import EngineError
-from gateway.vendors.local.model import LocalOptions
+from gateway.vendors.local.engine import EngineError, engine_seed
+from gateway.vendors.local.model import Embedded, LocalOptions
 from gateway.vendors.logprobs import Offsets, TokenLogprob, concat, engine_entries, from_engine, legacy
 
-if TYPE_CHECKING:  # (adapter.py imports this module)
-    from gateway.vendors.local.adapter import LocalAdapter
-
 log = logging.getLogger("gateway")
-
-# llama.cpp's seeds are uint32 and 2**32 - 1 means "pick a random seed": the contract's int64 seed
-# is taken modulo 2**32 - 1, so every seed is a fixed engine seed.
-SEED_MODULUS = 2**32 - 1
-
-
-def engine_seed(seed: int) -> int:
-    return seed % SEED_MODULUS
-
 
 def _penalties(body: dict[str, Any], call: CompletionCall, context_size: int) -> None:
     if call.presence_penalty or call.frequency_penalty:
@@ -117,15 +105,13 @@ class LocalCompletions:
     """The completions translator of the embedded model: the engine's completions, `n` and
     `best_of` as concurrent generations, echo and its logprobs scored by the engine."""
 
-    def __init__(self, adapter: LocalAdapter) -> None:
+    def __init__(self, adapter: Embedded, capabilities: Capabilities) -> None:
         self._adapter = adapter
+        self.capabilities = capabilities
         # Each body writer once (both penalties share one); a native parameter without one fails here.
-        native = adapter.capabilities.native - _SERVED_BY_ADAPTER
+        native = capabilities.native - _SERVED_BY_ADAPTER
         self._writers = tuple(dict.fromkeys(_BODY[name] for name in sorted(native)))
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.capabilities
 
     async def complete(self, call: CompletionCall) -> Result:
         self._admit(call)

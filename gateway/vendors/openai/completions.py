@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import orjson
@@ -27,6 +27,7 @@ from gateway.core.errors import VendorFailed
 from gateway.core.parameters import (
     AT_LEAST_ONE,
     EMULATABLE,
+    PARAMETERS,
     Capabilities,
     Support,
     emulated,
@@ -38,11 +39,9 @@ from gateway.vendors import untrusted as read
 from gateway.vendors.transport.answers import JsonEvents
 from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
 from gateway.vendors.openai.chat import FINGERPRINT_LIMIT, read_usage
-from gateway.vendors.openai.servers import Server
+from gateway.vendors.openai.servers import OpenAIOptions, Server
+from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import payload_message
-
-if TYPE_CHECKING:  # (adapter.py imports this module)
-    from gateway.vendors.openai.adapter import OpenAIAdapter, OpenAIOptions
 
 log = logging.getLogger("gateway.vendors")
 
@@ -81,12 +80,20 @@ class OpenAICompletions:
     """The completions translator of the OpenAI protocol (POST {base}/completions): the contract is
     this protocol, so what is native goes on the wire as it is."""
 
-    def __init__(self, adapter: OpenAIAdapter) -> None:
+    def __init__(self, adapter: HttpAdapter) -> None:
         self._adapter = adapter
+        self.capabilities: Capabilities  # (`use` says them)
+        self._forwarded: tuple[str, ...] = ()
+        self._logprobs_zero = 1
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._adapter.capabilities
+    def use(self, capabilities: Capabilities, server: Server) -> None:
+        """Serve as `server` does, with `capabilities` (the adapter's, as it identifies the server)."""
+        self.capabilities = capabilities
+        # The parameters put on the wire as they are: only what is native (an emulated or
+        # unsupported one never reaches the vendor), in the contract's order.
+        self._forwarded = tuple(name for name in PARAMETERS if name in capabilities.native
+                                and name not in ALWAYS_SENT)
+        self._logprobs_zero = 0 if server.zero_logprobs else 1  # what `logprobs: 0` is sent as
 
     def _payload(self, call: CompletionCall) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -94,12 +101,12 @@ class OpenAICompletions:
             "prompt": call.prompts[0] if len(call.prompts) == 1 else call.prompts,
             "max_tokens": call.max_tokens,
         }
-        for name in self._adapter._forwarded:
+        for name in self._forwarded:
             value = call.given(name)
             if value is not None:
                 payload[name] = value
         if call.logprobs == 0:
-            payload["logprobs"] = self._adapter._logprobs_zero  # read back as 0 (_Logprobs)
+            payload["logprobs"] = self._logprobs_zero  # read back as 0 (_Logprobs)
         if call.stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}

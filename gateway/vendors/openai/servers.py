@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
+
+from gateway.core.config import Names
+from gateway.core.parameters import CHAT_PARAMETERS, PARAMETERS
+
 
 @dataclass(frozen=True, slots=True)
 class Server:
@@ -125,3 +130,28 @@ def agreed(found: list[Server | None]) -> Server | None:
     than the least of them)."""
     names = {server.name if server else None for server in found}
     return found[0] if len(names) == 1 else None
+
+
+class OpenAIOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Which server it is (vendors/openai/servers.py): "auto" finds out as the gateway starts.
+    server: str = AUTO
+    lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
+    # Stop sequences it takes per request (0: none); more are matched by the gateway.
+    max_stop: NonNegativeInt | None = None
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, server: str) -> str:
+        if server != AUTO and server not in SERVERS:
+            raise ValueError(f"names no known server (known: {', '.join([AUTO, *SERVERS])})")
+        return server
+
+    @field_validator("lacks")
+    @classmethod
+    def _known(cls, lacks: frozenset[str]) -> frozenset[str]:
+        unknown = lacks - set(PARAMETERS) - set(CHAT_PARAMETERS) - set(CHAT_PARAMETERS)
+        if unknown:
+            raise ValueError(f"names unknown parameters: {', '.join(sorted(unknown))}")
+        return lacks
