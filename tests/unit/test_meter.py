@@ -23,7 +23,7 @@ from gateway.services import load_settings
 from gateway.store import database, tokens
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
-from gateway.store.meter import outcome_of
+from gateway.store.meter import NO_ROW, outcome_of
 from gateway.store.prices import Prices
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
@@ -94,10 +94,13 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
             meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
             meter.trying(plan.attempt())
             meter.sent([Choice(0, " four"), Choice(3, " five")])
-            meter.left()
-            meter.finish(None)  # a meter closes once: this is ignored
+            counting = meter.left()  # what its closer settles with: here the row, once its tokens are counted
+            assert meter.finish(None) is None  # a meter closes once: this is ignored, nothing to settle
             refused = ledger.meter(request_id="cmpl-refused", account_id="acct", key_id="key_1")
-            refused.fail(VendorFailed("never called"))  # no vendor call was tried: no row
+            assert refused.fail(VendorFailed("never called")) is NO_ROW  # no vendor call was tried: no row
+            assert isinstance(counting, asyncio.Task)
+            written = await counting
+            assert (written["request_id"], written["estimated"]) == ("cmpl-left", True)
             await ledger.close()
         finally:
             await registry.close()
@@ -115,7 +118,7 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
 
 def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
     """A non-streamed answer the client left mid-generation: nothing was delivered, but the
-    adapter reported what it generated (core.completion.generated), and the estimate counts that.
+    adapter reported what it generated (the call's clearance, core/clearance.py), and the estimate counts that.
     A fallback's attempt does not inherit what the attempt before it generated."""
 
     async def meter_requests(url: str) -> None:
