@@ -58,10 +58,10 @@ def check(limiter: Limiter, *, key_id: str, account: str, demand: Demand, reques
 
 
 class Check:
-    """A request's limits check, asked for before the request is planned. A shared store works on
-    it meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's
-    request is about to leave (`defer`, `go_ahead`: the request's clearance), else by the handler before any vendor is
-    called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
+    """A request's limits check, asked for once the request is planned. A shared store works on it
+    meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's request
+    is about to leave (`defer`, `go_ahead`: the request's clearance, core/clearance.py), else by the
+    lifecycle before any vendor is called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
     claim the store took holds a slot until it is settled (http/lifecycle.py settles it)."""
 
     __slots__ = ("_asked", "_key_id", "_demand", "_meter", "_grant", "_refusal", "_verdict")

@@ -185,8 +185,9 @@ class Meter:
                 self._sent.setdefault(choice.index, []).append(choice.text)
 
     def generated(self, candidate: int, text: str) -> None:
-        """Text was generated for the answer but not yet sent (core.completion.generated): what an
-        estimate counts when nothing was sent because the client left first."""
+        """Text was generated for the answer but not yet sent (reported through the call's
+        clearance, core/clearance.py): what an estimate counts when nothing was sent because the
+        client left first."""
         self._generated.setdefault(candidate, []).append(text)
 
     async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str],
