@@ -1,9 +1,11 @@
-"""Limits as a completion request meets them (limits/limiter.py does the counting): the
-request's estimate, the answer to a refusal, and OpenAI's x-ratelimit-* headers.
+"""Limits as a request of any endpoint meets them (limits/limiter.py does the counting): the check
+of its demand (core/demand.py, which the endpoint's unit says), the answer to a refusal, and
+OpenAI's x-ratelimit-* headers.
 
 A refused request reaches no vendor and is billed nothing; its ledger row (outcome `refused`, no
-tokens) is what the usage report counts. One that is let through settles its grant when its meter
-closes, with the row's real usage (also when it failed, was cut short or its client left).
+tokens) is what the usage report counts. One that is let through has its grant settled by its
+lifecycle when its meter closes, with the row's real usage (also when it failed, was cut short or
+its client left).
 """
 
 from __future__ import annotations
