@@ -114,6 +114,18 @@ def test_the_transport_knows_no_protocol(path):
     assert wrong == [], f"{module_name(path)} imports a protocol's module: {wrong}"
 
 
+PROTOCOL_MODULES = sorted(p for folder in PROTOCOL_FOLDERS for p in (ROOT / folder.replace(".", "/")).glob("*.py")
+                          if p.name != "adapter.py")
+
+
+@pytest.mark.parametrize("path", PROTOCOL_MODULES, ids=[module_name(p) for p in PROTOCOL_MODULES])
+def test_a_translator_never_imports_its_adapter(path):
+    """The adapter (adapter.py) holds its translators; a translator is made with what it uses of
+    the adapter (vendors/base.py), so a protocol's folder has no import circle."""
+    folder = module_name(path).rpartition(".")[0]
+    assert f"{folder}.adapter" not in imports(path), f"{module_name(path)} imports {folder}.adapter"
+
+
 MAX_LINES = 400
 
 
