@@ -72,7 +72,7 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
         planning = Planning(unit, accepted, services.registry, settings.max_vendor_calls, life.clearance)
         planned: P | GatewayError | ValidationFailed
         try:
-            planned = unit.plan(accepted, requested, services.registry, settings.max_vendor_calls, life.clearance)
+            planned = planning.plan(requested)
         except _REFUSALS as refused:  # the client's mistake, or no such vendor
             planned = refused
         plan = None if isinstance(planned, _REFUSALS) else planned
