@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema_rs
@@ -62,6 +62,7 @@ class Plan:
     echo: bool = False  # the choices start with their prompts (completions' echo)
     # What every call's answer must match (a strict json_schema), compiled once for all of them.
     answer_schema: jsonschema_rs.Validator | None = None
+    _attempt: Attempt | None = field(default=None, init=False, repr=False)  # (made once: `attempt`)
 
     @property
     def vendor_calls(self) -> int:
@@ -100,7 +101,9 @@ class Plan:
         return stream(self)
 
     def attempt(self) -> Attempt:
-        """What the usage ledger records of this plan's vendor calls."""
+        """What the usage ledger records of this plan's vendor calls (the limits' demand reads it too)."""
+        if self._attempt is not None:
+            return self._attempt
         first = self.legs[0].call
         model = first.model
         # base.CountsTokens, read as an attribute: isinstance() of a runtime protocol inspects the
@@ -108,11 +111,12 @@ class Plan:
         count_tokens = getattr(self.adapter, "count_tokens", None)
         own = (lambda text: count_tokens(model, text)) if count_tokens is not None else None
         most = [leg.call.most_tokens() for leg in self.legs]
-        return Attempt(vendor=self.adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
-                       prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
-                       max_completion_tokens=None if None in most else sum(most),  # type: ignore[arg-type]
-                       vendor_calls=len(self.legs), count_tokens=own, served_by=first.served_by,
-                       endpoint=first.endpoint)
+        attempt = self._attempt = Attempt(
+            vendor=self.adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
+            prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
+            max_completion_tokens=None if None in most else sum(most),  # type: ignore[arg-type]
+            vendor_calls=len(self.legs), count_tokens=own, served_by=first.served_by, endpoint=first.endpoint)
+        return attempt
 
 
 def fan_out(adapter: Adapter, translator: Translator[Any], call: Call, n: int, max_calls: int | None) -> list[Leg]:
