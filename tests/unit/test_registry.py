@@ -32,7 +32,10 @@ def test_an_endpoint_without_a_translator_is_refused_naming_vendor_and_endpoint(
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
-def test_every_protocol_declares_a_record_for_each_endpoint_it_translates(protocol):
+def test_every_protocol_declares_a_complete_record_for_each_endpoint_it_serves(protocol):
     adapter = PROTOCOLS[protocol]
-    assert set(adapter.capabilities_of) == {Endpoint.COMPLETIONS, Endpoint.CHAT}
+    options = adapter.Options.model_validate({})
+    for endpoint, record_of in adapter.capabilities_of.items():
+        assert isinstance(endpoint, Endpoint)
+        assert record_of(options).protocol == protocol  # complete, or it raises as it is made
 
