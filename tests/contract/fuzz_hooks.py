@@ -298,7 +298,19 @@ def after_call(context, case, response):
         kind = "" if path == COMPLETIONS else "chat " if path == CHAT else "admin " if path.startswith(ADMIN) \
             else "other "
         with open(STATS, "a") as stats:
-            stats.write(f"{kind}{mode} {response.status_code}\n")
+            stats.write(f"{kind}{mode} {response.status_code}{_refusal_code(response)}\n")
+
+
+def _refusal_code(response) -> str:
+    """A 403's error code after its status (" 403 model_not_allowed"): the stateful phase may put
+    limits on the very keys the run uses (an allow-list, a budget in dollars), whose refusals are
+    right; a 403 for a scope or an account the key holds is not."""
+    if response.status_code != 403:
+        return ""
+    try:
+        return f" {response.json()['error']['code']}"
+    except (ValueError, KeyError, TypeError):
+        return " unexplained"
 
 
 # -- the checks ------------------------------------------------------------------------------------

@@ -53,7 +53,13 @@ class Tinyproxy:
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(10)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                # tinyproxy finishes the connections it serves before it exits on SIGTERM; a client
+                # pool's idle connection to it may keep it for as long as the pool does.
+                self.proc.kill()
+                self.proc.wait(10)
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
