@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from tests.support.fakes import openai_chat_upstream, server_profiles
 from tests.support.translators import client_chat, client_completion, joined, run_http, sse
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SERVERS = ["openai", "llama.cpp", "vllm", "sglang", "ollama"]
+SERVERS = ["openai", "llama.cpp", "vllm", "sglang", "ollama", "unidentified"]
 NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
 TEXT = st.text(max_size=24)
 STOP = st.one_of(st.text(min_size=1, max_size=8), st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
@@ -72,7 +73,20 @@ def test_a_chat_call_is_a_request_the_server_takes_carrying_its_values(server, m
     assert openai_chat_upstream.wire_problem(body) is None
     assert server_profiles.PROFILES[server].unknown("chat", body) == []
     assert body["model"] == model and body["messages"] == call.messages
-    assert {name: body[name] for name in parameters} == parameters
+    names = servers.SERVERS[server].chat_names  # (Ollama's max_tokens for max_completion_tokens)
+    assert {name: body[names.get(name, name)] for name in parameters} == parameters
+
+
+@pytest.mark.parametrize("server", ["ollama", "unidentified"])
+def test_max_completion_tokens_goes_to_a_server_that_lacks_it_as_max_tokens(server):
+    """Ollama's chat takes `max_tokens` alone (its documented fields), the same bound under its
+    older name; a server the gateway could not identify may be Ollama."""
+    assert chat_capabilities(servers.SERVERS[server], frozenset())["max_completion_tokens"].kind == "native"
+    call = ChatCall("m", [{"role": "user", "content": "hi"}], {"max_completion_tokens": 7})
+    answer = {"choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "length"}]}
+    (sent,), _ = run_http("openai", Endpoint.CHAT, call, answer, {"server": server})
+    assert sent.body["max_tokens"] == 7 and "max_completion_tokens" not in sent.body
+    assert server_profiles.PROFILES[server].unknown("chat", sent.body) == []
 
 
 def present(value: Any, absent: Any) -> Any:

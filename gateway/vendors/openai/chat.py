@@ -10,7 +10,7 @@ server as it can give OpenAI's, and cut back to them (vendors/logprobs.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from gateway.core.chat import ChatCall
@@ -66,12 +66,14 @@ def chat_capabilities(server: Server, lacks: frozenset[str]) -> Capabilities:
     return Capabilities.chat("openai", support)
 
 
-def chat_payload(call: ChatCall, caps: Capabilities) -> dict[str, Any]:
-    """The vendor's request: the call's parameters that are native, the model and the messages."""
+def chat_payload(call: ChatCall, caps: Capabilities, names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The vendor's request: the call's parameters that are native (under the server's own name
+    for them, `names`: servers.py `chat_names`), the model and the messages."""
     payload: dict[str, Any] = {"model": call.model, "messages": call.messages}
+    names = names or {}
     for name, value in call.parameters.items():
         if caps[name].kind == "native":
-            payload[name] = value
+            payload[names.get(name, name)] = value
     if call.stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -123,7 +125,7 @@ class OpenAIChat:
     def _chat_payload(self, call: ChatCall, asked: int | None) -> dict[str, Any]:
         """The payload; logprobs asked of a server that reads `top_logprobs: 0` (or none) as "no
         entries" ask for one alternative at least (cut back as the answer is read)."""
-        payload = chat_payload(call, self.capabilities)
+        payload = chat_payload(call, self.capabilities, self._server.chat_names)
         native = self.capabilities["top_logprobs"].kind == NATIVE
         if asked is not None and native and not self._server.zero_logprobs:
             payload["top_logprobs"] = logprobs.engine_alternatives(asked)
