@@ -74,3 +74,21 @@ def test_every_choice_must_call_it():
                   Usage(1, 1))
     with pytest.raises(VendorFailed, match="tool_choice"):
         rule.result(both)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_forced_deprecated_function_call_is_held_alike(stream):
+    rule = expected(functions=[{"name": "fetch"}], function_call={"name": "fetch"})
+    with pytest.raises(VendorFailed, match="without calling fetch although function_call named it"):
+        if stream:
+            streamed(rule, "stop")
+        else:
+            rule.result(answered("stop"))
+    called = expected(functions=[{"name": "fetch"}], function_call={"name": "fetch"})
+    function = {"name": "fetch", "arguments": "{}"}
+    if stream:
+        called.batch([Chunk([ChatChoice(0, "", function_call=function)]),
+                      Chunk([ChatChoice(0, "", "function_call")], Usage(1, 1))])
+        called.ended()
+    else:
+        called.result(Result([ChatChoice(0, "", "function_call", function_call=function)], Usage(1, 1)))
