@@ -25,7 +25,8 @@ from gateway.vendors import registry
 from gateway.vendors.local.adapter import LocalAdapter
 from gateway.vendors.local.engine import EngineOptions
 from gateway.vendors.local.model import LocalOptions
-from generated.models import ChatCompletion, Completion
+from gateway.endpoints.usage import usage_body
+from generated.models import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from tests.support.fakes.httpx_client import answered_by
 
 SETTINGS = Settings()
@@ -145,6 +146,32 @@ def client_completion(result: Result) -> Completion:
     assert result.usage is not None
     return Completion.model_validate_json(completions_answer.body(HEAD | {"object": "text_completion"}, result,
                                                                   result.usage))
+
+
+def client_stream(endpoint: Endpoint, chunks: list[Chunk]) -> list[ChatCompletionChunk | CompletionChunk]:
+    """The chunks a client reads of a stream's `chunks`: each one's choices written in the
+    endpoint's shape (endpoints/<name>/answer.py), parsed by the contract's chunk model."""
+    chat = endpoint is Endpoint.CHAT
+    shape: Any = chat_answer.Shape() if chat else completions_answer.SHAPE
+    model: Any = ChatCompletionChunk if chat else CompletionChunk
+    read = []
+    for chunk in chunks:
+        pieces = [p for c in chunk.choices if (p := shape.piece(c, c.finish_reason)) is not None]
+        body = HEAD | {"object": "chat.completion.chunk" if chat else "text_completion", "choices": pieces}
+        if chunk.usage is not None:
+            body["usage"] = usage_body(chunk.usage)
+        read.append(model.model_validate_json(orjson.dumps(body)))
+    return read
+
+
+def finishes_read(read: list[Any]) -> dict[int, list[str]]:
+    """The finish reasons a client read per choice (one each, when the stream is whole)."""
+    found: dict[int, list[str]] = {}
+    for chunk in read:
+        for choice in chunk.choices:
+            if choice.finish_reason is not None:
+                found.setdefault(choice.index, []).append(choice.finish_reason)
+    return found
 
 
 def joined(chunks: list[Chunk]) -> tuple[dict[int, str], dict[int, str | None], Usage | None]:

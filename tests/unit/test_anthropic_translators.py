@@ -10,20 +10,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatCall
-from gateway.core.completion import CompletionCall
+from gateway.core.completion import MAX_USAGE_TOKENS, CompletionCall
 from gateway.core.endpoint import Endpoint
+from gateway.core.errors import VendorFailed
 from tests.support.fakes import anthropic_upstream
-from tests.support.translators import client_chat, client_completion, joined, run_http, sse
+from tests.support.translators import (client_chat, client_completion, client_stream, finishes_read, joined, run_http,
+                                       sse)
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
 TEXT = st.text(max_size=24)
 STOPS = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4)
 COUNT = st.integers(0, 10**6)
+# A count no vendor can mean: negative, past the most one call can use (core/completion.py
+# MAX_USAGE_TOKENS), a fraction, not a number.
+BAD_COUNT = st.one_of(st.integers(max_value=-1), st.integers(min_value=MAX_USAGE_TOKENS + 1, max_value=2**70),
+                      st.floats(0.5, 10**6).filter(lambda f: not f.is_integer()), st.text(max_size=3), st.booleans())
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                 "refusal": "content_filter", "model_context_window_exceeded": "length", "pause_turn": "stop",
                 "a_reason_added_later": "stop"}  # fmt: skip
@@ -137,6 +144,7 @@ def test_a_message_stream_reaches_the_chat_client_exactly(pieces, tools, stop, p
     _, chunks = run_http("anthropic", Endpoint.CHAT, call, sse(events, named=True))
     text, finishes, usage = joined(chunks)
     assert text.get(0, "") == "".join(pieces) and finishes[0] == STOP_REASONS[stop]
+    assert finishes_read(client_stream(Endpoint.CHAT, chunks)) == {0: [STOP_REASONS[stop]]}
     streamed = [t for chunk in chunks for c in chunk.choices for t in c.tool_calls or ()]
     assert [(t["id"], t["function"]["name"]) for t in streamed if "id" in t] == [(t["id"], t["name"]) for t in tools]
     assert [json.loads("".join(t["function"]["arguments"] for t in streamed if t["index"] == i))
@@ -171,3 +179,13 @@ def test_a_message_reaches_the_completions_client_as_the_contract_says(texts, st
     assert (choice.text, choice.finish_reason) == ("".join(texts), STOP_REASONS[stop])
     usage = client_completion(result).usage
     assert (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
+
+
+@SOME
+@given(count=BAD_COUNT, side=st.sampled_from(["input_tokens", "output_tokens", "cache_read_input_tokens"]),
+       chat=st.booleans())
+def test_a_usage_out_of_bounds_is_the_vendors_failure_never_billed(count, side, chat):
+    answer = MESSAGE | {"usage": {"input_tokens": 1, "output_tokens": 1, side: count}}
+    call: Any = ChatCall("m", [{"role": "user", "content": "hi"}]) if chat else CompletionCall("m", ["p"])
+    with pytest.raises(VendorFailed):
+        run_http("anthropic", Endpoint.CHAT if chat else Endpoint.COMPLETIONS, call, answer)

@@ -11,15 +11,17 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.chat import ChatCall
-from gateway.core.completion import CompletionCall
+from gateway.core.completion import MAX_USAGE_TOKENS, CompletionCall
 from gateway.core.endpoint import Endpoint
+from gateway.core.errors import VendorFailed
 from gateway.vendors.gemini import chat as gemini_chat
 from tests.support.fakes import gemini_upstream
-from tests.support.translators import client_chat, client_completion, joined, run_http
+from tests.support.translators import client_chat, client_completion, client_stream, finishes_read, joined, run_http
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)  # the contract's function name
@@ -27,6 +29,10 @@ MODEL = st.from_regex(r"[a-z0-9-]{1,24}", fullmatch=True)
 TEXT = st.text(max_size=24)
 STOPS = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4)
 COUNT = st.integers(0, 10**6)
+# A count no vendor can mean: negative, past the most one call can use (core/completion.py
+# MAX_USAGE_TOKENS), a fraction, not a number.
+BAD_COUNT = st.one_of(st.integers(max_value=-1), st.integers(min_value=MAX_USAGE_TOKENS + 1, max_value=2**70),
+                      st.floats(0.5, 10**6).filter(lambda f: not f.is_integer()), st.text(max_size=3), st.booleans())
 FINISH = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
           "BLOCKLIST": "content_filter", "OTHER": "stop", "A_REASON_ADDED_LATER": "stop"}  # fmt: skip
 ARGS = st.dictionaries(NAME, st.integers() | st.text(max_size=4), max_size=3)
@@ -147,6 +153,8 @@ def test_a_stream_reaches_the_client_exactly(pieces, finish, prompt, completion,
     _, chunks = run_http("gemini", Endpoint.CHAT if chat else Endpoint.COMPLETIONS, call, sse(responses))
     text, finishes, usage = joined(chunks)
     assert text == {0: "".join(pieces)} and finishes[0] == FINISH[finish]
+    endpoint = Endpoint.CHAT if chat else Endpoint.COMPLETIONS
+    assert finishes_read(client_stream(endpoint, chunks)) == {0: [FINISH[finish]]}
     assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
 
 
@@ -177,3 +185,13 @@ def test_an_answer_reaches_the_completions_client_as_the_contract_says(data, pro
     (choice,) = client.choices
     assert (choice.text, choice.finish_reason) == ("".join(texts), FINISH[finish])
     assert (client.usage.prompt_tokens, client.usage.completion_tokens) == (prompt, completion)
+
+
+@SOME
+@given(count=BAD_COUNT, side=st.sampled_from(["promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"]),
+       chat=st.booleans())
+def test_a_usage_out_of_bounds_is_the_vendors_failure_never_billed(count, side, chat):
+    answer = ANSWER | {"usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1, side: count}}
+    call: Any = ChatCall("m", [{"role": "user", "content": "hi"}]) if chat else CompletionCall("m", ["p"])
+    with pytest.raises(VendorFailed):
+        run_http("gemini", Endpoint.CHAT if chat else Endpoint.COMPLETIONS, call, answer)

@@ -16,7 +16,7 @@ from gateway.core.chat import ChatCall
 from gateway.core.completion import CompletionCall
 from gateway.core.endpoint import Endpoint
 from gateway.vendors.local.engine import engine_seed
-from tests.support.translators import client_chat, client_completion, joined, run_local
+from tests.support.translators import client_chat, client_completion, client_stream, finishes_read, joined, run_local
 
 SOME = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTEXT = 512  # the stand-in engine's context size
@@ -79,6 +79,7 @@ def test_engine_chunks_reach_the_chat_client_as_the_contract_says(pieces, finish
         text, finishes, usage = joined(read)
         assert text == {i: "".join(pieces) for i in range(n)}
         assert all(finishes[i] == CHAT_FINISH[finish] for i in range(n))
+        assert finishes_read(client_stream(Endpoint.CHAT, read)) == {i: [CHAT_FINISH[finish]] for i in range(n)}
     else:
         client = client_chat(read)
         assert [(c.index, c.message.content or "", c.finish_reason) for c in client.choices] == \
@@ -114,6 +115,8 @@ def test_engine_chunks_reach_the_completions_client_as_the_contract_says(pieces,
         text, finishes, usage = joined(read)
         assert text == {i: "".join(pieces) for i in range(n)}
         assert all(finishes[i] == COMPLETION_FINISH[finish] for i in range(n))
+        assert finishes_read(client_stream(Endpoint.COMPLETIONS, read)) == \
+            {i: [COMPLETION_FINISH[finish]] for i in range(n)}
     else:
         client = client_completion(read)
         assert [(c.index, c.text, c.finish_reason) for c in client.choices] == \

@@ -14,13 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.chat import ChatCall
-from gateway.core.completion import CompletionCall
+from gateway.core.completion import MAX_USAGE_TOKENS, CompletionCall
 from gateway.core.endpoint import Endpoint
+from gateway.core.errors import VendorFailed
 from gateway.vendors.openai import servers
 from gateway.vendors.openai.chat import chat_capabilities
 from gateway.vendors.openai.completions import capabilities
 from tests.support.fakes import openai_chat_upstream, server_profiles
-from tests.support.translators import client_chat, client_completion, joined, run_http, sse
+from tests.support.translators import (client_chat, client_completion, client_stream, finishes_read, joined, run_http,
+                                       sse)
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SERVERS = ["openai", "llama.cpp", "vllm", "sglang", "ollama", "unidentified"]
@@ -28,6 +30,10 @@ NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
 TEXT = st.text(max_size=24)
 STOP = st.one_of(st.text(min_size=1, max_size=8), st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
 COUNT = st.integers(0, 10**6)
+# A count no vendor can mean: negative, past the most one call can use (core/completion.py
+# MAX_USAGE_TOKENS), a fraction, not a number.
+BAD_COUNT = st.one_of(st.integers(max_value=-1), st.integers(min_value=MAX_USAGE_TOKENS + 1, max_value=2**70),
+                      st.floats(0.5, 10**6).filter(lambda f: not f.is_integer()), st.text(max_size=3), st.booleans())
 CONTRACT_CHAT_FINISH = {"stop", "length", "tool_calls", "content_filter", "function_call"}
 VENDOR_FINISH = st.sampled_from(["stop", "length", "tool_calls", "content_filter", "function_call", "eos", "weird"])
 
@@ -139,6 +145,7 @@ def test_a_chat_stream_carries_its_text_tool_calls_and_usage(pieces, calls, fini
     text, finishes, usage = joined(chunks)
     assert text.get(0, "") == "".join(pieces)
     assert finishes[0] == (finish if finish in CONTRACT_CHAT_FINISH else "stop")
+    assert finishes_read(client_stream(Endpoint.CHAT, chunks)) == {0: [finishes[0]]}
     streamed = [t for chunk in chunks for c in chunk.choices for t in c.tool_calls or ()]
     assert [(t["id"], t["function"]["name"]) for t in streamed if "id" in t] == \
         [(t["id"], t["function"]["name"]) for t in calls]
@@ -185,9 +192,24 @@ def test_a_completion_reaches_the_client_as_the_contract_says(texts, finish, pro
     if stream:
         text, finishes, got = joined(read)
         assert text == dict(enumerate(texts)) and set(finishes.values()) == {mapped}
+        assert finishes_read(client_stream(Endpoint.COMPLETIONS, read)) == {i: [mapped] for i in range(len(texts))}
         assert got is not None and (got.prompt_tokens, got.completion_tokens) == (prompt, completion)
         return
     client = client_completion(read)
     assert [(c.index, c.text, c.finish_reason) for c in client.choices] == [(i, t, mapped) for i, t in enumerate(texts)]
     assert (client.usage.prompt_tokens, client.usage.completion_tokens, client.usage.total_tokens) == \
         (prompt, completion, prompt + completion)
+
+
+@SOME
+@given(count=BAD_COUNT, side=st.sampled_from(["prompt_tokens", "completion_tokens"]), chat=st.booleans())
+def test_a_usage_out_of_bounds_is_the_vendors_failure_never_billed(count, side, chat):
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, side: count}
+    if chat:
+        call: Any = ChatCall("m", [{"role": "user", "content": "hi"}])
+        answer = {"choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}], "usage": usage}
+    else:
+        call = CompletionCall("m", ["p"])
+        answer = {"choices": [{"index": 0, "text": "x", "finish_reason": "stop"}], "usage": usage}
+    with pytest.raises(VendorFailed):
+        run_http("openai", Endpoint.CHAT if chat else Endpoint.COMPLETIONS, call, answer, {"server": "openai"})
