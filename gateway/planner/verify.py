@@ -17,11 +17,11 @@ alike:
   a strict schema. A JSON answer cut short by `max_tokens` is passed on as what it says it is
   (`finish_reason: length`);
 - a chat call forcing a tool (`tool_choice` "required", or a named function, with its tools; the
-  deprecated `function_call` naming one of its `functions`): each
-  choice calls one (the one named) unless the vendor says it filtered the answer
-  (`content_filter`). A server may take `tool_choice` and answer text all the same (llama.cpp's
-  does, measured: tests/integration/test_llamacpp_parameters.py); a client that forced a call runs
-  it, and text in its place is not what it paid for.
+  deprecated `function_call` naming one of its `functions`): each choice calls one (the one named)
+  unless the vendor says it filtered the answer (`content_filter`). A server may take
+  `tool_choice` and answer text all the same (llama.cpp's does, measured:
+  tests/integration/test_llamacpp_parameters.py); a client that forced a call runs it, and text in
+  its place is not what it paid for.
 
 An answer that falls short is the vendor's failure (a 502, or an error event once a stream has
 begun), never relayed as a success.
