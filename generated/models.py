@@ -22,7 +22,7 @@ LogitBiasAdditionalProperty = TypeAliasType("LogitBiasAdditionalProperty", Annot
 
 
 class Stop(RootModel[str]):
-    root: Annotated[str, Field(min_length=1, title='Stop')]
+    root: Annotated[str, Field(min_length=1, title='Stop')] = []
     """
     Up to 4 sequences where the API will stop generating further tokens.
     """
@@ -33,7 +33,7 @@ class Stop1Item(RootModel[str]):
 
 
 class Stop1(RootModel[list[Stop1Item]]):
-    root: Annotated[list[Stop1Item], Field(max_length=4, title='Stop')]
+    root: Annotated[list[Stop1Item], Field(max_length=4, title='Stop', validate_default=True)] = []
     """
     Up to 4 sequences where the API will stop generating further tokens.
     """
@@ -78,18 +78,18 @@ class CompletionRequest(BaseModel):
     """
     Generates best_of completions server-side and returns the best one. Must be greater than n when used together. Must be at least n (422 otherwise); not allowed with stream when greater than 1.
     """
-    echo: Annotated[bool | None | MISSING, Field(title='Echo')] = MISSING
+    echo: Annotated[bool | None, Field(title='Echo')] = False
     """
     Echo back the prompt in addition to the completion
     """
-    frequency_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Frequency Penalty')] = MISSING
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0, title='Frequency Penalty')] = 0
     """
     Number between -2.0 and 2.0. Positive values penalize new tokens based on their existing frequency in the text.
     """
     logit_bias: Annotated[
-        dict[Annotated[str, StringConstraints(pattern=r'^(0|[1-9][0-9]{0,9})$')], LogitBiasAdditionalProperty] | None | MISSING,
+        dict[Annotated[str, StringConstraints(pattern=r'^(0|[1-9][0-9]{0,9})$')], LogitBiasAdditionalProperty] | None,
         Field(title='Logit Bias'),
-    ] = MISSING
+    ] = {}
     """
     Modify the likelihood of specified tokens appearing in the completion. Maps tokens to bias values from -100 to 100. Keys are token ids of the model's tokenizer, as strings.
     """
@@ -97,15 +97,15 @@ class CompletionRequest(BaseModel):
     """
     Include log probabilities of the most likely tokens. Maximum value is 5.
     """
-    max_tokens: Annotated[int | None | MISSING, Field(ge=0, le=2147483647, title='Max Tokens')] = MISSING
+    max_tokens: Annotated[int | None, Field(ge=0, le=2147483647, title='Max Tokens')] = 16
     """
     The maximum number of tokens that can be generated in the completion. Defaults to 16. 0 is allowed together with `echo` (scores the prompt without generating, as evaluation harnesses do).
     """
-    n: Annotated[int | None | MISSING, Field(ge=1, le=128, title='N')] = MISSING
+    n: Annotated[int | None, Field(ge=1, le=128, title='N')] = 1
     """
     How many completions to generate for each prompt.
     """
-    presence_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Presence Penalty')] = MISSING
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0, title='Presence Penalty')] = 0
     """
     Number between -2.0 and 2.0. Positive values penalize new tokens based on their presence in the text so far.
     """
@@ -115,7 +115,7 @@ class CompletionRequest(BaseModel):
     """
     If specified, attempts to generate deterministic samples. Determinism is not guaranteed.
     """
-    stop: Annotated[Stop | Stop1 | None | MISSING, Field(title='Stop')] = MISSING
+    stop: Annotated[Stop | Stop1 | None, Field(title='Stop', validate_default=True)] = []
     """
     Up to 4 sequences where the API will stop generating further tokens.
     """
@@ -131,11 +131,11 @@ class CompletionRequest(BaseModel):
     """
     The suffix that comes after a completion of inserted text. Only supported for gpt-3.5-turbo-instruct.
     """
-    temperature: Annotated[float | None | MISSING, Field(ge=0.0, le=2.0, title='Temperature')] = MISSING
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0, title='Temperature')] = 1
     """
     Sampling temperature between 0 and 2. Higher values make output more random, lower more focused.
     """
-    top_p: Annotated[float | None | MISSING, Field(ge=0.0, le=1.0, title='Top P')] = MISSING
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0, title='Top P')] = 1
     """
     Alternative to temperature. Consider only tokens with top_p probability mass. Range 0-1.
     """
@@ -237,7 +237,7 @@ class ErrorResponse(BaseModel):
 
 class CompletionStreamEvent(BaseModel):
     """
-    One server-sent event of a streamed completion. Events without an `event` field (type `message`) carry a `Completion` chunk as JSON in `data`, or `{"error": ErrorDetail}` when the stream fails after it started (then the stream ends). The stream always ends with `event: done` and `data: [DONE]`; the event name keeps SDKs that JSON-decode every unnamed event from choking on it.
+    One server-sent event of a streamed completion. Events without an `event` field (type `message`) carry a `CompletionChunk` as JSON in `data`, or `{"error": ErrorDetail}` when the stream fails after it started (then the stream ends). The stream always ends with `event: done` and `data: [DONE]`; the event name keeps SDKs that JSON-decode every unnamed event from choking on it.
     """
 
     event: Literal['message', 'done'] | MISSING = MISSING
@@ -789,7 +789,7 @@ class ChatCompletionRequest(BaseModel):
     """
     Parameters for audio output; required when `modalities` includes `audio`.
     """
-    frequency_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Frequency Penalty')] = MISSING
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0, title='Frequency Penalty')] = 0
     """
     Number between -2.0 and 2.0. Positive values penalize new tokens based on their existing frequency in the text.
     """
@@ -812,7 +812,7 @@ class ChatCompletionRequest(BaseModel):
     """
     Modify the likelihood of specified tokens appearing in the completion. Maps tokens to bias values from -100 to 100. Keys are token ids of the model's tokenizer, as strings.
     """
-    logprobs: Annotated[bool | None | MISSING, Field(title='Logprobs')] = MISSING
+    logprobs: Annotated[bool | None, Field(title='Logprobs')] = False
     """
     Return the log probability of each output token in `logprobs.content`.
     """
@@ -839,7 +839,7 @@ class ChatCompletionRequest(BaseModel):
     """
     The output types wanted: `text`, `audio`.
     """
-    n: Annotated[int | None | MISSING, Field(ge=1, le=128, title='N')] = MISSING
+    n: Annotated[int | None, Field(ge=1, le=128, title='N')] = 1
     """
     How many choices to generate.
     """
@@ -851,7 +851,7 @@ class ChatCompletionRequest(BaseModel):
     """
     Predicted output content, which lets a vendor that supports it answer faster.
     """
-    presence_penalty: Annotated[float | None | MISSING, Field(ge=-2.0, le=2.0, title='Presence Penalty')] = MISSING
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0, title='Presence Penalty')] = 0
     """
     Number between -2.0 and 2.0. Positive values penalize new tokens based on their presence in the text so far.
     """
@@ -890,7 +890,7 @@ class ChatCompletionRequest(BaseModel):
     """
     Options for streaming response. Only set this when stream is True. `include_usage` adds a final chunk with `choices: []` and the request's usage.
     """
-    temperature: Annotated[float | None | MISSING, Field(ge=0.0, le=2.0, title='Temperature')] = MISSING
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0, title='Temperature')] = 1
     """
     Sampling temperature between 0 and 2. Higher values make output more random, lower more focused.
     """
@@ -912,7 +912,7 @@ class ChatCompletionRequest(BaseModel):
     """
     With `logprobs: true` (a 422 without), the likeliest alternatives (0-20) at each position.
     """
-    top_p: Annotated[float | None | MISSING, Field(ge=0.0, le=1.0, title='Top P')] = MISSING
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0, title='Top P')] = 1
     """
     Alternative to temperature. Consider only tokens with top_p probability mass. Range 0-1.
     """
@@ -1443,6 +1443,26 @@ class AuditLog(BaseModel):
     data: list[AuditEntry]
 
 
+class CompletionChunkChoice(BaseModel):
+    """
+    A choice of a streamed completion's chunk: its new text, and `finish_reason` null until the choice's last piece, which carries its one finish reason (as OpenAI streams it).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    finish_reason: Literal['stop', 'length', 'content_filter'] | None
+    """
+    Null until the choice's last piece; then why it stopped.
+    """
+    index: Annotated[int, Field(title='Index')]
+    logprobs: Logprobs | None | MISSING = MISSING
+    """
+    The tokens' log probabilities when `logprobs` was requested; null otherwise (as OpenAI sends it). In a stream, a chunk's choice carries the logprobs of its own new tokens.
+    """
+    text: Annotated[str, Field(title='Text')]
+
+
 class HTTPValidationError(BaseModel):
     """
     The 422 body: every problem in `detail` (FastAPI's shape), and the same as one OpenAI-style `error` (what OpenAI's SDKs read): `message` names every failing field and why, `type` is `invalid_request_error`, `code` is `invalid_request_body`, `param` is the first failing field (e.g. `temperature`, `prompt[2]`, `stream_options.include_usage`; null for the body as a whole).
@@ -1706,7 +1726,27 @@ class Completion(BaseModel):
     object: Annotated[Literal['text_completion'], Field(title='Object')] = 'text_completion'
     choices: Annotated[list[CompletionChoice], Field(title='Choices')]
     """
-    One choice per prompt and n, indexed prompt-major. In a stream, each chunk carries the new text of the choices that advanced; the final usage chunk has an empty list.
+    One choice per prompt and n, indexed prompt-major. A stream's chunks are `CompletionChunk`s.
+    """
+    created: Annotated[int, Field(title='Created')]
+    model: Annotated[str, Field(title='Model')]
+    system_fingerprint: Annotated[str | MISSING, Field(title='System Fingerprint')] = MISSING
+    usage: CompletionUsage | MISSING = MISSING
+
+
+class CompletionChunk(BaseModel):
+    """
+    One chunk of a streamed completion (the `data` of a `CompletionStreamEvent`): the choices that advanced, each with its new text and, on its last piece, its one `finish_reason`; with `stream_options.include_usage` the stream's last chunk has `choices: []` and the usage.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    id: Annotated[str, Field(title='Id')]
+    object: Annotated[Literal['text_completion'], Field(title='Object')]
+    choices: Annotated[list[CompletionChunkChoice], Field(title='Choices')]
+    """
+    The choices that advanced in this chunk (indexed prompt-major, as in a `Completion`); the final usage chunk has an empty list.
     """
     created: Annotated[int, Field(title='Created')]
     model: Annotated[str, Field(title='Model')]

@@ -18,10 +18,11 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.endpoint import Endpoint
+from generated.models import CompletionRequest
 
 T = TypeVar("T")
 
-DEFAULT_MAX_TOKENS = 16  # the contract's default
+DEFAULT_MAX_TOKENS: int = CompletionRequest.model_fields["max_tokens"].default  # the contract's (openapi.json)
 # The most tokens a vendor may report for one side (prompt or completion) of one call's usage. No
 # model reads or writes a billion tokens in one call, so a larger count is the vendor's nonsense
 # (refused: gateway/vendors/untrusted.py), never billed; summed over the most vendor calls a request

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from pydantic import MISSING, BaseModel
+
 from gateway.core.clearance import Clearance
 from gateway.core.completion import Attempt, Choice, Chunk, Result, Usage
 from gateway.core.demand import Demand
@@ -114,6 +116,22 @@ class Planning(Generic[A, P]):
 # The request's fields that say how its answer is delivered or whom it is attributed to, not what it is.
 LEFT_OUT = frozenset({"model", "stream", "stream_options", "user"})
 _ABSENT = object()
+
+
+def contract_defaults(request_model: type[BaseModel]) -> dict[str, Any]:
+    """What the contract says a request field left out means (its `default` in openapi.json), by
+    the fields' names on the wire, read from the generated model: the contract is their one source.
+    They are what the gateway serves a field left out as; they never become values the client set
+    (`given`): a vendor is sent only what the client set (or the translator's own choice)."""
+    return {field.alias or name: field.get_default(call_default_factory=True)
+            for name, field in request_model.model_fields.items()
+            if not field.is_required() and field.default is not MISSING and field.default is not None}
+
+
+def given(request: BaseModel) -> dict[str, Any]:
+    """The request's fields the client set (null included: "not set" to the planner), by their
+    names on the wire, as JSON values; the contract's defaults of the others are left out."""
+    return request.model_dump(by_alias=True, include=request.model_fields_set)
 
 
 def cache_form(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,13 @@ alike:
   on with none after its finish); a tool call's arguments parse as JSON (a model writes them, and a
   client runs code on them); content parses as JSON when `response_format` asked for it, matching
   a strict schema. A JSON answer cut short by `max_tokens` is passed on as what it says it is
-  (`finish_reason: length`).
+  (`finish_reason: length`);
+- a chat call forcing a tool (`tool_choice` "required", or a named function, with its tools; the
+  deprecated `function_call` naming one of its `functions`): each choice calls one (the one named)
+  unless the vendor says it filtered the answer (`content_filter`). A server may take
+  `tool_choice` and answer text all the same (llama.cpp's does, measured:
+  tests/integration/test_llamacpp_parameters.py); a client that forced a call runs it, and text in
+  its place is not what it paid for.
 
 An answer that falls short is the vendor's failure (a 502, or an error event once a stream has
 begun), never relayed as a success.
@@ -58,12 +64,24 @@ def answer_schema(call: Call) -> jsonschema_rs.Validator | None:
     return None if schema is None else client_schemas.compiled(schema, STRICT_SCHEMA)
 
 
+def forced_tool(call: Call) -> str | None:
+    """The tool a chat call forces its answer to call: its name, "" for any (`tool_choice`
+    "required"), or None when it forces none (no tools, or tool_choice none or auto)."""
+    choice = call.given("tool_choice")
+    if not call.given("tools") or choice is None:
+        function = call.given("function_call")  # the deprecated functions: forced by name alone
+        return function.get("name") if call.given("functions") and isinstance(function, dict) else None
+    if isinstance(choice, dict):
+        return (choice.get("function") or {}).get("name")
+    return "" if choice == "required" else None
+
+
 class Expected:
     """What one vendor call must answer (see the module). A whole answer is shown to it once
     (`result`); a stream's chunks as they come (`batch`, a read's), and its clean end (`ended`)."""
 
     __slots__ = ("vendor", "choices", "_n", "_echoed", "_logprobs", "_seen", "_heads", "_done", "_finishing",
-                 "_finished", "_json", "_schema", "_contents", "_arguments")
+                 "_finished", "_json", "_schema", "_contents", "_arguments", "_forced", "_forcing", "_called")
 
     def __init__(self, call: Call, vendor: str, schema: jsonschema_rs.Validator | None = None) -> None:
         """`schema`: the plan's `answer_schema(call)`, compiled once."""
@@ -84,6 +102,9 @@ class Expected:
         self._finished: dict[int, str] = {} if finishing else _NONE
         self._contents: dict[int, list[str]] = {} if finishing else _NONE  # content, when it must parse
         self._arguments: dict[tuple[int, int], list[str]] = {} if finishing else _NONE  # tool call arguments
+        self._forced = forced_tool(call) if finishing else None
+        self._forcing = "tool_choice" if finishing and call.given("tools") else "function_call"  # what forced it
+        self._called: dict[int, set[str]] = {} if self._forced is not None else _NONE  # a stream's tools called
         # Nothing left to check in a stream's chunks: every choice came, and no piece is checked
         # (no echo, no logprobs, no finishing). Most completion streams are done after their first chunk.
         self._done = False
@@ -106,6 +127,11 @@ class Expected:
                 if choice.function_call is not None:
                     self._arguments_parse(choice.function_call.get("arguments", ""))
                 self._content_parses(choice.text, choice.finish_reason, choice.tool_calls)
+                if self._forced is not None:
+                    called = {c["function"].get("name", "") for c in choice.tool_calls or ()}
+                    if choice.function_call is not None:
+                        called.add(choice.function_call.get("name", ""))
+                    self._tool_called(called, choice.finish_reason)
         usage = result.usage
         if usage is not None and not self._finishing:
             least = sum(self._least_tokens(choice) for choice in result.choices)
@@ -144,6 +170,8 @@ class Expected:
                     self._arguments_parse("".join(pieces))
             for index, finish in self._finished.items():
                 self._content_parses("".join(self._contents.get(index, ())), finish, None)
+                if self._forced is not None:
+                    self._tool_called(self._called.get(index, set()), finish)
             return
         if len(self._seen) != self.choices:
             raise self._short(len(self._seen))
@@ -164,8 +192,12 @@ class Expected:
         for call in tool_calls or ():
             self._arguments.setdefault((index, call["index"]), []).append(
                 call.get("function", {}).get("arguments") or "")
+            if self._forced is not None and "name" in call.get("function", {}):  # (a call's first piece)
+                self._called.setdefault(index, set()).add(call["function"]["name"])
         if function_call is not None:
             self._arguments.setdefault((index, -1), []).append(function_call.get("arguments") or "")
+            if self._forced is not None and "name" in function_call:
+                self._called.setdefault(index, set()).add(function_call["name"])
         if choice.finish_reason is not None:
             self._finished[index] = choice.finish_reason
 
@@ -210,6 +242,14 @@ class Expected:
             raise self._failed("answered JSON that is not an object, as json_object asks")
         if self._schema is not None and not self._schema.is_valid(value):
             raise self._failed("answered JSON that does not match the strict json_schema asked for")
+
+    def _tool_called(self, called: set[str], finish: str | None) -> None:
+        forced = self._forced
+        if forced is None or finish == "content_filter" or (called if forced == "" else forced in called):
+            return
+        if forced == "":
+            raise self._failed('answered without calling a tool although tool_choice was "required"')
+        raise self._failed(f"answered without calling {forced} although {self._forcing} named it")
 
     def _prompt(self, index: int) -> str:
         assert self._echoed is not None

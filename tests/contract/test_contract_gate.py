@@ -91,6 +91,8 @@ BREAKING = {
                            "response-removed", pointer("paths", "/v5/admin/accounts", "post", "responses", "201")),
     "a removed request field": (lambda s: schema(s, "CompletionRequest")["properties"].pop("echo"),
                                 "request-field-removed", f"{SCHEMAS}/CompletionRequest/properties/echo"),
+    "a changed default": (lambda s: schema(s, "CompletionRequest")["properties"]["n"].update(default=2),
+                          "default-changed", f"{SCHEMAS}/CompletionRequest/properties/n/default"),
     "a scope now needed": (lambda s: s["paths"]["/v5/completions"]["post"].update(
         security=[{"APIKeyHeader": ["admin"]}]), "security-changed",
         pointer("paths", "/v5/completions", "post", "security")),
@@ -127,7 +129,14 @@ def add_response_field(spec):
     schema(spec, "Completion")["properties"]["served_by"] = {"type": "string"}
 
 
+def state_a_default(spec):
+    """A request field's default stated where there was none: what the gateway already serves it as
+    (a client leaving it out is served the same), so the request accepts no less."""
+    schema(spec, "CompletionRequest")["properties"]["best_of"]["default"] = 1
+
+
 ADDITIVE = {"a new optional request field": (add_request_field, "`priority`"),
+            "a request default stated": (state_a_default, "`best_of`'s default"),
             "a new operation": (add_operation, "GET /v5/things"),
             "a new response field": (add_response_field, "`served_by`")}
 

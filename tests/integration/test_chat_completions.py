@@ -9,6 +9,7 @@ import openai
 import pytest
 from scale_gp_beta import SGPClient
 
+from tests.support.bodies import chunks_of
 from tests.support.metrics import metric, scrape
 from tests.support.processes import wait_until
 from tests.support.provision import ledger_row
@@ -102,6 +103,25 @@ def test_a_tool_call_whose_arguments_are_not_json_is_the_vendors_failure(client)
     answer = client.post("/v5/chat/completions", json={"model": "fake/bad-args", "messages": USER, "tools": TOOLS})
     assert answer.status_code == 502
     assert "not JSON" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(("choice", "named"), [
+    ("required", 'tool_choice was "required"'),
+    ({"type": "function", "function": {"name": "lookup"}}, "calling lookup although tool_choice named it"),
+])  # fmt: skip
+def test_an_answer_without_the_forced_tool_call_is_the_vendors_failure(client, database, choice, named, stream):
+    answer = client.post("/v5/chat/completions", json={"model": "fake/ignores-tool-choice", "messages": USER,
+                                                       "tools": TOOLS, "tool_choice": choice, "stream": stream})
+    if stream:  # begun before the vendor's end: its error event ends it
+        assert answer.status_code == 200, answer.text
+        error = chunks_of(answer.text)[-1]["error"]
+    else:
+        assert answer.status_code == 502, answer.text
+        error = answer.json()["error"]
+    assert named in error["message"] and error["vendor"] == "fake", error
+    row = ledger_row(database.url, "acct-a", answer.headers["x-request-id"])
+    assert row["outcome"] == "vendor_error", row
 
 
 def test_a_tool_conversation_is_passed_on(oai, upstream):

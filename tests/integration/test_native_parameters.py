@@ -20,6 +20,7 @@ from gateway.core.config import VendorConfig
 from gateway.core.parameters import NATIVE, Support
 from gateway.planner.capabilities import verdicts
 from gateway.vendors import registry
+from gateway.vendors.openai import servers
 from handlers.vendors import describe
 from tests.support.environments import ANTHROPIC_SECRET, GEMINI_SECRET, SHARED_TLS
 from tests.support.fakes.anthropic_upstream import FakeAnthropic
@@ -151,8 +152,13 @@ def _send(client: httpx.Client, fake: Any, endpoint: str, body: dict[str, Any]) 
 
 def _carries(vendor: str, call: dict[str, Any], name: str) -> bool:
     """Whether a vendor call carries the parameter: by its own name on the OpenAI wire (the contract
-    is that protocol); a translating protocol's request is compared with its baseline instead."""
-    return VENDORS[vendor][0] != "openai" or name in call
+    is that protocol), or the server's name for it (Ollama's `max_tokens` for `max_completion_tokens`:
+    servers.py `chat_names`, which the fake's field list holds to the server's documentation); a
+    translating protocol's request is compared with its baseline instead."""
+    protocol, options = VENDORS[vendor]
+    if protocol != "openai":
+        return True
+    return name in call or servers.SERVERS[options["server"]].chat_names.get(name) in call
 
 
 def _size(value: Any) -> int:

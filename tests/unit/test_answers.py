@@ -1,7 +1,7 @@
 """Every answer the endpoints' units write (gateway/endpoints/*/answer.py, their measured orjson
 fast path) is the contract's generated response model, whole and streamed: for any choices the
-planner can hand them, the bytes parse as `Completion` / `ChatCompletion` (`ChatCompletionChunk`
-and a completion's chunk for a stream's pieces), and say what the choices said."""
+planner can hand them, the bytes parse as `Completion` / `ChatCompletion` (`CompletionChunk` /
+`ChatCompletionChunk` for a stream's pieces), and say what the choices said."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gateway.endpoints.chat import answer as chat
 from gateway.endpoints.chat.unit import UNIT as CHAT
 from gateway.endpoints.completions import answer as completions
 from gateway.endpoints.completions.unit import UNIT as COMPLETIONS
-from generated.models import ChatCompletion, ChatCompletionChunk, Completion
+from generated.models import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 
 TEXT = st.text(max_size=40)
 COUNT = st.integers(min_value=0, max_value=10**9)
@@ -101,15 +101,12 @@ def test_a_completions_streamed_piece_is_the_contracts_completion_chunk(head, ch
     shape = COMPLETIONS.shape()
     pieces = [p for c in choices if (p := shape.piece(c, c.finish_reason)) is not None]
     pieces += [shape.closing(len(choices))]
-    # A piece before its choice finishes says `finish_reason: null`, as OpenAI streams it; the
-    # contract's CompletionChoice has no null (a gap of openapi.json's, not of the answer): held to
-    # the model with the finish it will have, and the null checked to be the only difference.
-    open_ = [p["finish_reason"] is None for p in pieces]
-    finished = [p | {"finish_reason": p["finish_reason"] or "stop"} for p in pieces]
-    written = Completion.model_validate_json(chunk(head, "text_completion", finished))
-    assert [c.text for c in written.choices[:-1]] == [c.text for c in choices if c.text or c.finish_reason
-                                                       or c.logprobs]
-    assert open_ == [c.finish_reason is None for c in choices if c.text or c.finish_reason or c.logprobs] + [False]
+    # A piece before its choice finishes says `finish_reason: null`, as OpenAI streams it (the
+    # contract's CompletionChunkChoice takes it); its last piece carries its finish reason.
+    written = CompletionChunk.model_validate_json(chunk(head, "text_completion", pieces))
+    advanced = [c for c in choices if c.text or c.finish_reason or c.logprobs]
+    assert [c.text for c in written.choices[:-1]] == [c.text for c in advanced]
+    assert [c.finish_reason for c in written.choices] == [c.finish_reason for c in advanced] + ["stop"]
 
 
 @settings(max_examples=150, deadline=None)

@@ -114,6 +114,30 @@ def test_the_transport_knows_no_protocol(path):
     assert wrong == [], f"{module_name(path)} imports a protocol's module: {wrong}"
 
 
+def foreign(module: str, names: set[str]) -> list[str]:
+    """The protocol folders' modules among `names` that are not `module`'s own folder's."""
+    own = next(f for f in PROTOCOL_FOLDERS if module == f or module.startswith(f + "."))
+    return [name for name in sorted(names)
+            if name.startswith(PROTOCOL_FOLDERS) and not (name == own or name.startswith(own + "."))]
+
+
+IN_PROTOCOLS = sorted(p for folder in PROTOCOL_FOLDERS for p in (ROOT / folder.replace(".", "/")).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", IN_PROTOCOLS, ids=[module_name(p) for p in IN_PROTOCOLS])
+def test_no_protocol_imports_another(path):
+    """What several protocols share (the OpenAI chat wire, the gateway's lingua franca: chat_wire.py;
+    conversations, logprobs, untrusted reading) lives in vendors/ beside them, so a protocol's
+    folder can change, or go, without another's."""
+    wrong = foreign(module_name(path), imports(path))
+    assert wrong == [], f"{module_name(path)} imports another protocol's folder: {wrong}"
+
+
+def test_the_protocol_check_sees_a_foreign_import():
+    assert foreign("gateway.vendors.anthropic.chat", {"gateway.vendors.openai.chat", "gateway.vendors.chat_wire",
+                                                      "gateway.vendors.anthropic.messages"}) == ["gateway.vendors.openai.chat"]
+
+
 PROTOCOL_MODULES = sorted(p for folder in PROTOCOL_FOLDERS for p in (ROOT / folder.replace(".", "/")).glob("*.py")
                           if p.name != "adapter.py")
 

@@ -32,7 +32,7 @@ from gateway.vendors import logprobs, registry
 from gateway.vendors.anthropic import completions as anthropic
 from gateway.vendors.gemini import completions as gemini
 from gateway.vendors.openai import completions as openai
-from gateway.vendors.openai import chat as openai_chat
+from gateway.vendors import chat_wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.local.completions import _Piece
 from gateway.vendors.local.engine import EngineError
@@ -180,9 +180,9 @@ def test_openai_chat_stream_chunks_read_from_their_json_as_from_the_decoded_valu
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:  # a value JSON cannot carry (an integer too large for orjson)
-            assert outcome_of(openai_chat.read_chat_chunk_json, data, n)[0] == "failed"
+            assert outcome_of(chat_wire.read_chat_chunk_json, data, n)[0] == "failed"
             continue
-        assert outcome_of(openai_chat.read_chat_chunk_json, data, n) == outcome_of(openai_chat.read_chat_chunk,
+        assert outcome_of(chat_wire.read_chat_chunk_json, data, n) == outcome_of(chat_wire.read_chat_chunk,
                                                                                    value, n)
 
 
@@ -193,8 +193,8 @@ def test_a_deeply_nested_chunk_reads_on_both_paths_as_the_general_reader_reads_i
     chat = '{"choices": [{"index": 0, "delta": {"content": "a", "x": %s}}]}' % nested
     text = '{"choices": [{"index": 0, "text": "a", "x": %s}]}' % nested
     call = CompletionCall(model="m", prompts=["p"], n=1, stream=True)
-    for fast, general in ((lambda: openai_chat.read_chat_chunk_json(chat, 1),
-                           lambda: openai_chat.read_chat_chunk(orjson.loads(chat), 1)),
+    for fast, general in ((lambda: chat_wire.read_chat_chunk_json(chat, 1),
+                           lambda: chat_wire.read_chat_chunk(orjson.loads(chat), 1)),
                           (lambda: openai.ChunkReader(call).read_json(text),
                            lambda: openai.ChunkReader(call).read(orjson.loads(text)))):
         assert outcome_of(fast) == outcome_of(general)

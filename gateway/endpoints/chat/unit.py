@@ -22,14 +22,14 @@ from gateway.vendors.registry import Registry
 from generated.models import ChatCompletionRequest
 
 # The contract's defaults (openapi.json), left out of the cache's canonical form like a field not given.
-DEFAULTS = {"n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0, "logprobs": False}
+DEFAULTS = unit.contract_defaults(ChatCompletionRequest)
 
 
 @dataclass(frozen=True, slots=True)
 class AskedChat:
     """A chat request as its unit accepted it: the contract's model, and its values as JSON (the
-    model's types: an `n` of 2.0 is the int 2; the fields not given absent), which the rules, the
-    plan and the cache read. Made once per request."""
+    model's types: an `n` of 2.0 is the int 2; the fields not given absent, the contract's defaults
+    with them: `unit.given`), which the rules, the plan and the cache read. Made once per request."""
 
     request: ChatCompletionRequest
     body: Mapping[str, Any]
@@ -46,7 +46,7 @@ class Chat:
     chunk_object = "chat.completion.chunk"
 
     def accepted(self, request: ChatCompletionRequest) -> AskedChat:
-        body = request.model_dump(by_alias=True)
+        body = unit.given(request)
         rules.check(body)
         return AskedChat(request, body)
 

@@ -56,7 +56,11 @@ def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int,
 def completion_call(request: CompletionRequest, model: str) -> CompletionCall:
     """The request's parameters as one vendor-neutral call, defaults applied. Every parameter of
     the contract is carried over (a new one the call has no field for fails here, loudly)."""
-    values: dict[str, Any] = {name: _value(getattr(request, name)) for name in PARAMETERS if name != "prompt"}
+    # Only what the client set: a field left out is the call's own default (the contract's, or
+    # None: "not set", never sent), not the value the contract's default gives the model's field.
+    set_ = request.model_fields_set
+    values: dict[str, Any] = {name: _value(getattr(request, name)) if name in set_ else None
+                              for name in PARAMETERS if name != "prompt"}
     prompt = request.prompt
     values |= {
         "prompts": [prompt] if isinstance(prompt, str) else list(prompt.root),

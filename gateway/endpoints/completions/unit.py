@@ -22,8 +22,7 @@ from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
 
 # The contract's defaults (openapi.json), left out of the cache's canonical form like a field not given.
-DEFAULTS = {"max_tokens": DEFAULT_MAX_TOKENS, "n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0,
-            "presence_penalty": 0, "echo": False, "logit_bias": {}, "stop": []}
+DEFAULTS = unit.contract_defaults(CompletionRequest)
 
 
 class Completions:

@@ -46,7 +46,7 @@ from gateway.vendors.anthropic import messages as wire
 from gateway.vendors import conversation
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic.messages import MESSAGES
-from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+from gateway.vendors.chat_wire import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 from gateway.vendors.transport.http import HttpAdapter
 
 CHAT_FINISH = wire.FINISH | {"tool_use": "tool_calls"}

@@ -44,7 +44,7 @@ from gateway.vendors import conversation, logprobs
 from gateway.vendors.gemini import wire
 from gateway.vendors import untrusted as read
 from gateway.vendors.gemini.wire import GeminiOptions
-from gateway.vendors.openai.chat import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
+from gateway.vendors.chat_wire import CALLER_KEY, MAX_NAME, MAX_TOOL_CALLS
 from gateway.vendors.transport.http import HttpAdapter
 
 _FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # FunctionDeclaration.name

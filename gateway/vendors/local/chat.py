@@ -24,7 +24,7 @@ from gateway.vendors import conversation, logprobs
 from gateway.vendors import untrusted as read
 from gateway.vendors.local.engine import EngineError, engine_seed
 from gateway.vendors.local.model import Embedded
-from gateway.vendors.openai.chat import CALLER_KEY, read_chat_chunk
+from gateway.vendors.chat_wire import CALLER_KEY, read_chat_chunk
 
 _NO_TOOLS = "the model's chat template has no tool calling (the gateway does not force calls by grammar)"
 _REFUSED = {

@@ -38,7 +38,7 @@ from gateway.vendors.openai import servers
 from gateway.vendors import untrusted as read
 from gateway.vendors.transport.answers import JsonEvents
 from gateway.vendors.logprobs import Offsets, from_engine, legacy, with_sampled
-from gateway.vendors.openai.chat import FINGERPRINT_LIMIT, read_usage
+from gateway.vendors.chat_wire import FINGERPRINT_LIMIT, read_usage
 from gateway.vendors.openai.servers import OpenAIOptions, Server
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import payload_message

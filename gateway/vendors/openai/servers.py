@@ -18,7 +18,7 @@ server known. What each entry says, and how it was learnt, is in docs/vendors.md
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,6 +48,8 @@ class Server:
     # Chat parameters it ignores (its /v1/chat/completions), emulated or refused as `lacks` are;
     # OpenAI's own chat features are refused for every compatible server (vendors/openai/chat.py).
     chat_lacks: frozenset[str] = frozenset()
+    # Chat parameters it takes under another name (the contract's: its own), sent under that name.
+    chat_names: Mapping[str, str] = field(default_factory=dict, hash=False)
     # How the gateway knows (docs/vendors.md has the detail).
     known_from: str = ""
 
@@ -62,10 +64,14 @@ VLLM = Server("vllm", "vLLM", lacks=frozenset({"best_of", "suffix", "user"}), ze
 SGLANG = Server("sglang", "SGLang", lacks=frozenset({"best_of", "suffix", "user", "logprobs"}),
                 known_from="read in its source, not run here")
 # Ollama's documentation lists the fields its compatibility layer takes ("Supported request fields").
-OLLAMA_CHAT_LACKS = frozenset({"logit_bias", "logprobs", "top_logprobs", "max_completion_tokens", "n", "top_k",
-                               "tool_choice", "parallel_tool_calls"})
+OLLAMA_CHAT_LACKS = frozenset({"logit_bias", "logprobs", "top_logprobs", "n", "top_k", "tool_choice",
+                               "parallel_tool_calls"})
+# Its chat takes `max_tokens` and not `max_completion_tokens`, OpenAI's newer name for the same bound
+# (Ollama reads it as `num_predict`: every token generated, thinking included, which is what
+# max_completion_tokens bounds), so the one is sent as the other; every compatible server takes it.
+MAX_TOKENS_NAME = {"max_completion_tokens": "max_tokens"}
 OLLAMA = Server("ollama", "Ollama", lacks=frozenset({"echo", "best_of", "logit_bias", "logprobs", "user"}),
-                one_task_per_call=True, chat_lacks=OLLAMA_CHAT_LACKS,
+                one_task_per_call=True, chat_lacks=OLLAMA_CHAT_LACKS, chat_names=MAX_TOKENS_NAME,
                 known_from="read in its source and documentation, not run here")
 # A server the gateway could not identify is assumed to lack what any compatible server it knows
 # lacks (Hugging Face TGI, which says nothing of itself, among them): nothing is accepted and then
@@ -77,6 +83,7 @@ UNIDENTIFIED = Server(
     lacks=frozenset({"echo", "suffix", "best_of", "user", "logit_bias", "presence_penalty"}),
     one_task_per_call=True,
     chat_lacks=OLLAMA_CHAT_LACKS,
+    chat_names=MAX_TOKENS_NAME,
     known_from="not identified: assumed to lack what the compatible servers known lack",
 )
 

@@ -141,8 +141,8 @@ def tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
     tools, choice = body.get("tools") or [], body.get("tool_choice") or {"type": "auto"}
     last = body["messages"][-1]
     answered = isinstance(last["content"], list) and any(b["type"] == "tool_result" for b in last["content"])
-    if not tools or choice["type"] == "none" or answered:
-        return []
+    if not tools or choice["type"] == "none" or (answered and choice["type"] == "auto"):
+        return []  # (a forced call, `any` or `tool`, is made whatever came before: the API forces it)
     names = [choice["name"]] if choice["type"] == "tool" else [tool["name"] for tool in tools][:1]
     if body["model"] == "two-tools" and choice["type"] != "tool" and not choice.get("disable_parallel_tool_use"):
         names = [tool["name"] for tool in tools][:2]

@@ -123,8 +123,8 @@ def function_calls(model: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     declared = [d["name"] for tool in body.get("tools", []) for d in tool.get("functionDeclarations", [])]
     calling = body.get("toolConfig", {}).get("functionCallingConfig", {})
     answered = any("functionResponse" in p for p in body["contents"][-1]["parts"])
-    if not declared or calling.get("mode") == "NONE" or answered:
-        return []
+    if not declared or calling.get("mode") == "NONE" or (answered and calling.get("mode") != "ANY"):
+        return []  # (mode ANY forces a call whatever came before)
     names = calling.get("allowedFunctionNames") or declared[: 2 if model == "two-tools" else 1]
     signed = {"thoughtSignature": SIGNATURE} if model == "signed" else {}
     return [{"functionCall": {"name": name, "args": {"said": _said(body)}}, **signed} for name in names]

@@ -88,7 +88,7 @@ def _function_call(request: dict[str, Any]) -> dict[str, Any] | None:
 def _tool_call(request: dict[str, Any]) -> dict[str, Any] | None:
     tools = request.get("tools") or []
     choice = request.get("tool_choice")
-    if not tools or choice == "none":
+    if not tools or choice == "none" or request.get("model") == "ignores-tool-choice":  # (llama.cpp's server does)
         return None
     name = choice["function"]["name"] if isinstance(choice, dict) else tools[0]["function"]["name"]
     arguments = "{not json" if request.get("model") == "bad-args" else json.dumps({"said": _said(request)})
