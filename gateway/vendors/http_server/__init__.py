@@ -1,0 +1,10 @@
+"""The `http` protocol: any self-hosted model server's own JSON API (TGI's `/generate`, llama.cpp's
+`/completion`, Triton's or KServe's generate endpoints...), served through POST /v5/inference with
+the client's `args` as the body.
+
+The server's API is not known to the gateway, so the operator says what it needs to know, as the
+vendor's options (`options.HttpServerOptions`): the path, the header that carries the key, how a
+stream is asked for and framed, and where the server reports tokens (JSON pointers, pointer.py).
+`wire.py` builds the request and reads the answers from them, purely; the adapter class that sends
+them (one line in vendors/registry.py) is the endpoint's to add.
+"""
