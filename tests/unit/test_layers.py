@@ -20,6 +20,8 @@ ALLOWED = {
     "gateway.core": {"generated"},
     "gateway.vendors": {"gateway.core", "generated"},
     "gateway.planner": {"gateway.vendors", "gateway.core", "generated"},
+    # One unit per endpoint (gateway/endpoints/<name>/): its shapes and rules, above the planner.
+    "gateway.endpoints": {"gateway.planner", "gateway.vendors", "gateway.core", "generated"},
     "gateway.store": {"gateway.core"},
     # Limits count in the store's database and Redis, and read the ledger's sums.
     "gateway.limits": {"gateway.store", "gateway.core"},

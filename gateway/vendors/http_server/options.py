@@ -11,7 +11,7 @@ retries are the common fields every vendor has. A TGI server:
     path = "/generate"
     stream_path = "/generate_stream"
     stream_flag = "/stream"
-    stream_end = "/details"
+    stream_end = "/generated_text"
     completion_tokens = "/details/generated_tokens"
     stream_prompt_tokens = "/details/input_length"
     stream_completion_tokens = "/details/generated_tokens"
@@ -99,7 +99,7 @@ class HttpServerOptions(BaseModel):
     stream_flag: JsonPointer | None = None
     stream_format: Literal["sse", "json_lines"] = "sse"
     # The member of a stream event, present and not null or false, that marks the server's last
-    # event (TGI: /details). Without it, the end of the body ends the stream.
+    # event (TGI: /generated_text). Without it, the end of the body ends the stream.
     stream_end: JsonPointer | None = None
     key_header: Annotated[str, AfterValidator(key_header)] = "authorization"
     key_scheme: Annotated[str, AfterValidator(key_scheme)] = "Bearer"  # "" sends the bare key
