@@ -67,7 +67,7 @@ def server_path(path: str) -> str:
     return path
 
 
-def key_header(name: str) -> str:
+def header_name(name: str) -> str:
     name = name.strip().lower()
     if not _TOKEN.fullmatch(name):
         raise ValueError("a header name is an HTTP token (letters, digits and !#$%&'*+.^_`|~-)")
@@ -76,7 +76,7 @@ def key_header(name: str) -> str:
     return name
 
 
-def key_scheme(scheme: str) -> str:
+def auth_scheme(scheme: str) -> str:
     scheme = scheme.strip()
     if scheme and not _TOKEN.fullmatch(scheme):
         raise ValueError("an auth scheme is an HTTP token (e.g. Bearer), or empty for the bare key")
@@ -101,8 +101,8 @@ class HttpServerOptions(BaseModel):
     # The member of a stream event, present and not null or false, that marks the server's last
     # event (TGI: /generated_text). Without it, the end of the body ends the stream.
     stream_end: JsonPointer | None = None
-    key_header: Annotated[str, AfterValidator(key_header)] = "authorization"
-    key_scheme: Annotated[str, AfterValidator(key_scheme)] = "Bearer"  # "" sends the bare key
+    key_header: Annotated[str, AfterValidator(header_name)] = "authorization"
+    key_scheme: Annotated[str, AfterValidator(auth_scheme)] = "Bearer"  # "" sends the bare key
     # Where a plain answer reports its tokens, and where a stream's events do (the last value wins).
     prompt_tokens: JsonPointer | None = None
     completion_tokens: JsonPointer | None = None
