@@ -136,7 +136,8 @@ def test_an_event_that_is_not_json_is_malformed(wire):
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                      max_leaves=15)
 
 

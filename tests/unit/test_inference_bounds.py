@@ -13,7 +13,8 @@ from gateway.endpoints.inference.bounds import MAX_CHOICES, OutputBound, output_
 from gateway.endpoints.inference.wires import WIRES, http_wire
 from gateway.vendors.http_server.options import HttpServerOptions
 
-TGI = http_wire(HttpServerOptions(path="/generate", output_bound="/parameters/max_new_tokens", output_bound_default=100))
+TGI = http_wire(HttpServerOptions(path="/generate", output_bound="/parameters/max_new_tokens",
+                                  output_bound_default=100))
 BARE = http_wire(HttpServerOptions(path="/infer"))
 
 

@@ -56,7 +56,8 @@ def test_an_http_vendor_checks_the_objects_its_operator_names():
 @pytest.mark.parametrize("wire", ALL, ids=lambda w: w.protocol)
 def test_the_vendors_payload_below_the_option_objects_is_not_routing(wire):
     """A tool may have a parameter named url, an image a url source: content, not routing."""
-    args = {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://e"}}]}],
+    image = {"type": "image", "source": {"type": "url", "url": "https://e"}}
+    args = {"messages": [{"role": "user", "content": [image]}],
             "tools": [{"name": "fetch", "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}}}],
             "contents": [{"parts": [{"fileData": {"fileUri": "gs://b/f"}}]}], "max_tokens": 8, "stream": False,
             "temperature": 0.5, "top_k": 3, "n_predict": 4, "stop": ["x"], "tool_choice": {"type": "auto"}}
@@ -140,7 +141,8 @@ def test_wire_of_names_every_protocol_and_needs_an_http_vendors_options():
 _spellings = st.sampled_from(sorted(ROUTING_NAMES)).flatmap(lambda n: st.sampled_from(
     [n, n.upper(), f"x_{n}" if n.endswith(("url", "key")) else n]))
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                      max_leaves=10)
 
 
