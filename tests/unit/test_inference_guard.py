@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.errors import BadRequest
-from gateway.endpoints.inference.guard import ROUTING_NAMES, check_args, is_routing, prepare, wants_stream
+from gateway.endpoints.inference.guard import (
+    ROUTING_NAMES,
+    ROUTING_SUFFIXES,
+    check_args,
+    is_routing,
+    prepare,
+    wants_stream,
+)
 from gateway.endpoints.inference.wires import WIRES, http_wire, wire_of
 from gateway.vendors.http_server.options import HttpServerOptions
 
@@ -137,9 +144,14 @@ def test_wire_of_names_every_protocol_and_needs_an_http_vendors_options():
         wire_of("http")
 
 
-# Names a client might write: anything, and every routing name in the spellings clients use.
+# Names a client might write: anything, and every routing name in the spellings clients use (a prefix
+# before a name the suffix rule covers: `anthropic_api_key`).
 _spellings = st.sampled_from(sorted(ROUTING_NAMES)).flatmap(lambda n: st.sampled_from(
-    [n, n.upper(), f"x_{n}" if n.endswith(("url", "key")) else n]))
+    [n, n.upper(), f"x_{n}" if n.endswith(ROUTING_SUFFIXES) else n, f"{n[:2]}-{n[2:]}", n.title()]))
+
+
+def test_the_query_of_a_search_or_rerank_server_is_not_routing():
+    check_args(http_wire(LLAMA_SERVER), {"query": "q", "texts": ["a"]}, vendor="v", model="m")
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                      lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=8), inner, max_size=3),

@@ -30,7 +30,7 @@ ROUTING_NAMES = frozenset({
     "url", "uri", "baseurl", "apibase", "apiurl", "endpoint", "endpoints", "host", "hostname", "port", "path",
     "proxy", "proxies", "socket", "unixsocket",
     # headers and query strings sent besides the body
-    "headers", "header", "extraheaders", "defaultheaders", "extraquery", "extrabody", "query", "queryparams",
+    "headers", "header", "extraheaders", "defaultheaders", "extraquery", "extrabody", "queryparams",
     "cookie", "cookies",
     # credentials
     "apikey", "apikeys", "key", "xapikey", "authorization", "auth", "accesstoken", "authtoken", "bearertoken",
