@@ -9,6 +9,7 @@ which member bounds the output, where usage is reported. Every rule reads that d
 - bounds.py: the output bound a token budget reserves, or the 400 naming the field to set.
 - usage.py: the vendor's own counts, plain and streamed, checked as untrusted; "not reported"
   where absent, so the gateway estimates and flags it.
+- texts.py: the text the gateway counts when the vendor reports nothing.
 - configuration.py: `inference_configuration`'s retries and timeout, within the vendor's.
 - answers.py: the `generic_inference` answer and a stream's `generic_inference.chunk` events, read
   from the vendor's and checked (JSON, depth, the vendor's own end, its error events).

@@ -15,6 +15,8 @@ retries are the common fields every vendor has. A TGI server:
     completion_tokens = "/details/generated_tokens"
     stream_prompt_tokens = "/details/input_length"
     stream_completion_tokens = "/details/generated_tokens"
+    completion_text = "/generated_text"
+    stream_completion_text = "/token/text"
     output_bound = "/parameters/max_new_tokens"
     output_bound_default = 100
     checked_objects = ["/parameters"]
@@ -108,6 +110,10 @@ class HttpServerOptions(BaseModel):
     completion_tokens: JsonPointer | None = None
     stream_prompt_tokens: JsonPointer | None = None
     stream_completion_tokens: JsonPointer | None = None
+    # Where an answer's generated text is, and each stream event's piece of it: what the gateway
+    # counts when the server reports no completion tokens (default: every string in the answer).
+    completion_text: JsonPointer | None = None
+    stream_completion_text: JsonPointer | None = None
     # The member of `args` that bounds the output (what a token budget reserves), and the server's
     # own default when `args` gives none (TGI: 100; none when the server's default is unbounded).
     output_bound: JsonPointer | None = None
