@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.core.vendor_config import load_vendors
+from gateway.core.errors import ConfigError
+from gateway.core.vendor_config import VENDOR_FIELDS, VendorConfig, load_vendors
 from gateway.endpoints.inference.answers import NativeStream, read_answer
 from gateway.endpoints.inference.bounds import reserved_output
 from gateway.endpoints.inference.guard import check_args, prepare, wants_stream
@@ -21,7 +22,7 @@ from gateway.endpoints.inference.wires import http_wire
 from gateway.vendors.http_server import pointer
 from gateway.vendors.http_server.options import HttpServerOptions
 from gateway.vendors.http_server.pointer import ABSENT, resolve
-from gateway.vendors.http_server.wire import JsonLines, count_at, error_at, headers, url
+from gateway.vendors.http_server.wire import JsonLines, check_base_urls, count_at, error_at, headers, url
 from gateway.vendors.sse_reader import EventParser, MalformedStream
 from gateway.vendors.untrusted import Malformed, Reported
 from tests.support.fakes.server import ServerThread
@@ -84,6 +85,17 @@ def test_the_options_load_from_the_environment_as_every_protocols_do():
     options = HttpServerOptions.model_validate(dict(vendor.options))
     assert (options.stream_path, options.checked_objects, options.output_bound_default) == \
         ("/generate_stream", frozenset({"/parameters", "/x"}), 100)
+
+
+def test_no_option_shadows_a_field_every_vendor_has():
+    assert not set(HttpServerOptions.model_fields) & set(VENDOR_FIELDS)
+
+
+@pytest.mark.parametrize("base_url", ["", "http://h:1/?x=1", "http://h:1/#top"])
+def test_every_deployment_names_a_server_a_path_can_follow(base_url):
+    with pytest.raises(ConfigError):
+        check_base_urls(VendorConfig(name="tgi", protocol="http", base_url=base_url))
+    check_base_urls(VendorConfig(name="tgi", protocol="http", base_url="http://h:1/tgi"))
 
 
 def test_the_request_goes_under_the_base_url_with_the_gateways_key_and_nothing_else():

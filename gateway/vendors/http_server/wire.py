@@ -8,7 +8,10 @@ endpoint's rules (gateway/endpoints/inference/); nothing here sends anything.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
+from gateway.core.errors import ConfigError
+from gateway.core.vendor_config import VendorConfig
 from gateway.vendors import untrusted as read
 from gateway.vendors.http_server.options import HttpServerOptions
 from gateway.vendors.http_server.pointer import ABSENT, resolve, tokens
@@ -19,6 +22,19 @@ PROTOCOL = "http"
 DEFAULT_BASE_URL = ""
 HOSTED_URL = ""
 ACCEPT = {"sse": "text/event-stream", "json_lines": "application/x-ndjson"}
+
+
+def check_base_urls(vendor: VendorConfig) -> None:
+    """Every deployment of an http vendor names its server (there is no default), as a base the
+    path is appended to: no query or fragment, which the path would land in. For the adapter to
+    call as it is built; a ConfigError stops the gateway at start-up."""
+    for index, target in enumerate(vendor.targets):
+        where = f"vendor {vendor.name!r}" + (f" deployment {index}" if vendor.deployments else "")
+        if not target.base_url:
+            raise ConfigError(f"{where} (protocol http) needs a base_url: the server's address")
+        parts = urlsplit(target.base_url)
+        if parts.query or parts.fragment or target.base_url.endswith(("?", "#")):
+            raise ConfigError(f"{where}: a base_url with a query or fragment cannot take a path after it")
 
 
 def url(base_url: str, options: HttpServerOptions, stream: bool) -> str:
