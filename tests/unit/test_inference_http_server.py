@@ -18,7 +18,7 @@ from gateway.endpoints.inference.answers import NativeStream, read_answer
 from gateway.endpoints.inference.bounds import reserved_output
 from gateway.endpoints.inference.guard import check_args, prepare, wants_stream
 from gateway.endpoints.inference.usage import Counted
-from gateway.endpoints.inference.wires import http_wire
+from gateway.endpoints.inference.wires import http_wire, wire_of
 from gateway.vendors.http_server import pointer
 from gateway.vendors.http_server.options import HttpServerOptions
 from gateway.vendors.http_server.pointer import ABSENT, resolve
@@ -209,3 +209,34 @@ def test_the_fake_refuses_what_tgi_does_not_take_and_a_wrong_key(tgi):
     assert answer.status_code == 422 and "strictly positive" in answer.json()["error"]
     _, answer = call(tgi, options, {"inputs": "x"}, key="not-the-key")
     assert answer.status_code == 401
+
+
+LLAMA_CPP = {"path": "/completion", "stream_flag": "/stream", "prompt_tokens": "/tokens_evaluated",
+             "completion_tokens": "/tokens_predicted", "stream_prompt_tokens": "/tokens_evaluated",
+             "stream_completion_tokens": "/tokens_predicted", "output_bound": "/n_predict",
+             "completion_text": "/content", "stream_completion_text": "/content"}  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llama_cpps_own_server_is_read_and_billed_from_its_own_counts(engine, stream):
+    """docs/inference.md's llama.cpp configuration, against llama.cpp's own server (xllamacpp, in
+    this process): its /completion answer and stream are what the pointers and the `local` wire say."""
+    options = HttpServerOptions.model_validate(LLAMA_CPP)
+    wire = http_wire(options)
+    args = {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0, "stream": stream}
+    check_args(wire, args, vendor="llamacpp", model="m")
+    body = prepare(wire, args, model="m", stream=wants_stream(wire, args, vendor="llamacpp")).body
+    answer = httpx.post(url(engine.url, options, stream), headers=headers(options, "", stream),
+                        content=json.dumps(body), timeout=120)
+    assert answer.status_code == 200, answer.text
+    prompt = len(engine.tokenize("The capital of France is"))
+    if not stream:
+        assert read_answer(wire, answer.content)[1] == Counted(prompt, 4)
+        return
+    events = EventParser().feed(answer.content)
+    reading, local = NativeStream(wire), NativeStream(wire_of("local"))
+    for event in events:
+        reading.take(event.data)
+        local.take(event.data)
+    assert reading.finish() == Counted(prompt, 4)
+    assert (local.finish().prompt_tokens, local.finish().completion_tokens) == (prompt, 4)
