@@ -151,3 +151,89 @@ def test_a_stream_passes_events_unchanged_or_refuses_them_as_the_vendors_fault(w
         except (Malformed, Reported):
             return
         assert sent is None or sent == {"object": "generic_inference.chunk", "response": event}
+
+
+# Against the house's fakes of each vendor (tests/support/fakes/), real HTTP on loopback: the body
+# `prepare` makes is one the vendor takes, and its answers and streams read as the wire says.
+
+@pytest.fixture(scope="module")
+def fakes():
+    from tests.support.fakes.anthropic_upstream import FakeAnthropic
+    from tests.support.fakes.gemini_upstream import FakeGemini
+    from tests.support.fakes.openai_upstream import FakeOpenAI
+    from tests.support.fakes.server import ServerThread
+
+    servers = {name: ServerThread(fake) for name, fake in
+               (("anthropic", FakeAnthropic()), ("gemini", FakeGemini()), ("openai", FakeOpenAI()))}
+    for server in servers.values():
+        server.__enter__()
+    yield {name: server.url for name, server in servers.items()}
+    for server in servers.values():
+        server.__exit__(None, None, None)
+
+
+def _post(fakes, protocol, args, model):
+    import httpx
+
+    from gateway.endpoints.inference.guard import check_args, prepare, wants_stream
+
+    wire = WIRES[protocol]
+    check_args(wire, args, vendor=protocol, model=model)
+    stream = wants_stream(wire, args, vendor=protocol)
+    prepared = prepare(wire, args, model=model, stream=stream)
+    url, headers = {
+        "anthropic": (f"{fakes['anthropic']}/v1/messages", {"x-api-key": "k", "anthropic-version": "2023-06-01"}),
+        "gemini": (f"{fakes['gemini']}/v1beta/models/{model}:"
+                   + ("streamGenerateContent?alt=sse" if stream else "generateContent"), {"x-goog-api-key": "k"}),
+        "openai": (f"{fakes['openai']}/v1/chat/completions", {"authorization": "Bearer k"}),
+    }[protocol]
+    answer = httpx.post(url, json=prepared.body, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return prepared, answer
+
+
+TOOLS = [{"name": "lookup", "description": "Looks up", "input_schema": {"type": "object",
+                                                                         "properties": {"url": {"type": "string"}}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_tool_use_in_its_own_shape_is_read_and_billed(fakes, stream):
+    from gateway.vendors.sse_reader import EventParser
+
+    args = {"max_tokens": 16, "tools": TOOLS, "messages": [{"role": "user", "content": "find it"}], "stream": stream}
+    prepared, answer = _post(fakes, "anthropic", args, "claude-x")
+    if not stream:
+        wrapped, counted = read_answer(WIRES["anthropic"], answer.content)
+        assert wrapped["response"]["content"][-1]["type"] == "tool_use"
+        assert counted.prompt_tokens == 2 and counted.completion_tokens == 5 + len(["Let me look."])
+        return
+    reading = NativeStream(WIRES["anthropic"])
+    sent = [reading.take(event.data) for event in EventParser().feed(answer.content)]
+    assert [c["response"]["type"] for c in sent][-1] == "message_stop"
+    assert any(c["response"].get("delta", {}).get("type") == "input_json_delta" for c in sent)
+    assert reading.finish().completion_tokens == 6
+
+
+def test_a_gemini_stream_is_routed_by_the_flag_that_is_not_sent(fakes):
+    from gateway.vendors.sse_reader import EventParser
+
+    args = {"contents": [{"role": "user", "parts": [{"text": "hi there"}]}],
+            "generationConfig": {"maxOutputTokens": 3}, "stream": True}
+    prepared, answer = _post(fakes, "gemini", args, "gemini-x")
+    assert "stream" not in prepared.body
+    reading = NativeStream(WIRES["gemini"])
+    for event in EventParser().feed(answer.content):
+        reading.take(event.data)
+    assert reading.finish().completion_tokens == 3
+
+
+def test_an_openai_stream_bills_the_usage_the_gateway_asked_for_and_does_not_pass_it_on(fakes):
+    from gateway.vendors.sse_reader import EventParser
+
+    args = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
+    prepared, answer = _post(fakes, "openai", args, "gpt-x")
+    reading = NativeStream(WIRES["openai"], usage_asked_by_gateway=prepared.usage_asked_by_gateway)
+    sent = [reading.take(event.data) for event in EventParser().feed(answer.content)]
+    assert sent[-1] is None and sent[-2] is None  # [DONE], and the usage-only chunk it did not ask for
+    assert all(c["response"]["choices"] for c in sent if c is not None)
+    assert reading.finish().completion_tokens == 2
