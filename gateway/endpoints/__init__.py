@@ -1,2 +1,5 @@
-"""One unit per endpoint: its shapes, its rules, its stream's shape (docs: "Where the house goes
-next" in the architecture notes). Between http above and the planner below."""
+"""One unit per endpoint of the v5 inference family (completions/, chat/): what makes the endpoint
+itself, over the shared core below it. A unit is one object, `UNIT` in its package's unit.py,
+which the request's way (http/serving.py `serve`) is parameterised by (unit.py `EndpointUnit`):
+its request rules, its plan (the one planner, given the endpoint's calls), its demand on the
+limits, its cache form, and its answer, whole or streamed."""
