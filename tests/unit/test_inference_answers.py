@@ -198,7 +198,7 @@ TOOLS = [{"name": "lookup", "description": "Looks up", "input_schema": {"type": 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_tool_use_in_its_own_shape_is_read_and_billed(fakes, stream):
-    from gateway.vendors.sse_reader import EventParser
+    from gateway.vendors.transport.sse_reader import EventParser
 
     args = {"max_tokens": 16, "tools": TOOLS, "messages": [{"role": "user", "content": "find it"}], "stream": stream}
     prepared, answer = _post(fakes, "anthropic", args, "claude-x")
@@ -215,7 +215,7 @@ def test_anthropic_tool_use_in_its_own_shape_is_read_and_billed(fakes, stream):
 
 
 def test_a_gemini_stream_is_routed_by_the_flag_that_is_not_sent(fakes):
-    from gateway.vendors.sse_reader import EventParser
+    from gateway.vendors.transport.sse_reader import EventParser
 
     args = {"contents": [{"role": "user", "parts": [{"text": "hi there"}]}],
             "generationConfig": {"maxOutputTokens": 3}, "stream": True}
@@ -228,7 +228,7 @@ def test_a_gemini_stream_is_routed_by_the_flag_that_is_not_sent(fakes):
 
 
 def test_an_openai_stream_bills_the_usage_the_gateway_asked_for_and_does_not_pass_it_on(fakes):
-    from gateway.vendors.sse_reader import EventParser
+    from gateway.vendors.transport.sse_reader import EventParser
 
     args = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
     prepared, answer = _post(fakes, "openai", args, "gpt-x")

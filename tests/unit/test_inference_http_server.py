@@ -23,7 +23,7 @@ from gateway.vendors.http_server import pointer
 from gateway.vendors.http_server.options import HttpServerOptions
 from gateway.vendors.http_server.pointer import ABSENT, resolve
 from gateway.vendors.http_server.wire import JsonLines, check_base_urls, count_at, error_at, headers, url
-from gateway.vendors.sse_reader import EventParser, MalformedStream
+from gateway.vendors.transport.sse_reader import EventParser, MalformedStream
 from gateway.vendors.untrusted import Malformed, Reported
 from tests.support.fakes.server import ServerThread
 from tests.support.fakes.tgi import FakeTGI

@@ -31,9 +31,9 @@ from typing import Any
 from gateway.core.completion import Usage
 from gateway.endpoints.inference.wires import NativeWire
 from gateway.vendors import untrusted as read
-from gateway.vendors.anthropic_messages import usage as anthropic_usage
+from gateway.vendors.anthropic.messages import usage as anthropic_usage
 from gateway.vendors.http_server.wire import count_at
-from gateway.vendors.openai_chat import read_usage as openai_usage
+from gateway.vendors.openai.chat import read_usage as openai_usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from gateway.core.vendor_config import VendorConfig
 from gateway.vendors import untrusted as read
 from gateway.vendors.http_server.options import HttpServerOptions
 from gateway.vendors.http_server.pointer import ABSENT, resolve, tokens
-from gateway.vendors.sse_reader import MAX_EVENT_BYTES, MalformedStream
+from gateway.vendors.transport.sse_reader import MAX_EVENT_BYTES, MalformedStream
 
 PROTOCOL = "http"
 # A server the operator names: there is no hosted service and no default address.
