@@ -145,3 +145,26 @@ def _without(document: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
         out[head] = _without(out[head], rest)
     return out
 
+
+
+# Members that name what the vendor keeps for an account (a cache, a container, a stored
+# response or conversation) or makes it call out (MCP servers, with their URLs and tokens). Under
+# the gateway's one vendor key every client shares that account: one client's stored object would
+# be another's to read. Refused by name, whatever their value (lead's decision, issue 42).
+SHARED_STATE = {
+    "gemini": ("cachedContent",),
+    "anthropic": ("container", "mcp_servers"),
+}
+# On an OpenAI-protocol vendor whose `inference_path` is a Responses API.
+RESPONSES_STATE = ("previous_response_id", "conversation")
+
+
+def check_shared_state(protocol: str, args: dict[str, Any], *, vendor: str, responses_api: bool = False) -> None:
+    """Refuse `args` that reference objects stored at the vendor under the gateway's shared key (a
+    400 naming the member, `shared_vendor_state`)."""
+    names = SHARED_STATE.get(protocol, ()) + (RESPONSES_STATE if responses_api else ())
+    for member in names:
+        if member in args:
+            raise BadRequest(f"`args.{member}` names what vendor '{vendor}' keeps for the gateway's own account, "
+                             f"which every client of the gateway shares: leave it out", code="shared_vendor_state",
+                             param=f"args.{member}", vendor=vendor)
