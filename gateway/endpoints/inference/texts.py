@@ -52,7 +52,9 @@ def _generated(wire: NativeWire, value: Any, stream: bool) -> list[str]:
         case "openai":
             return [piece for choice in _list(value.get("choices")) if isinstance(choice, dict)
                     for message in (_dict(choice.get("delta" if stream else "message")),)
-                    for piece in _pieces(message, ("content", "reasoning_content", "refusal"), ())
+                    # `text`: a legacy completion's choice (an `inference_path` of /completions)
+                    for piece in _pieces(choice, ("text",), ()) + _pieces(message, ("content", "reasoning_content",
+                                                                                   "refusal"), ())
                     + [text for call in _list(message.get("tool_calls")) if isinstance(call, dict)
                        for text in _pieces(_dict(call.get("function")), ("name", "arguments"), ())]]
         case "local":
