@@ -1635,9 +1635,9 @@ class UsageLine(BaseModel):
     """
     What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
     """
-    endpoint: Annotated[Literal['completions', 'chat'] | MISSING, Field(title='Endpoint')] = MISSING
+    endpoint: Annotated[str | MISSING, Field(max_length=64, min_length=1, title='Endpoint')] = MISSING
     """
-    The endpoint the requests came through: `completions` (POST /v5/completions) or `chat` (POST /v5/chat/completions). Present when grouped by `endpoint`.
+    The endpoint the requests came through. Known values: `completions` (POST /v5/completions), `chat` (POST /v5/chat/completions), `responses` (POST /v5/responses), `inference`; a later endpoint adds its own name without a new major version, so treat an unknown value as a new endpoint. Present when grouped by `endpoint`.
     """
     requests: Annotated[int, Field(ge=0)]
     """
