@@ -143,3 +143,12 @@ def test_llamacpps_own_server_streams_completion(client, database):
     assert events[-1]["stop"] is True
     row = ledger_row(database.url, answer.headers["x-request-id"])
     assert (row["completion_tokens"], row["estimated"]) == (events[-1]["tokens_predicted"], False)
+
+
+def test_an_http_vendor_is_listed_serving_no_openai_endpoint(client):
+    vendors = {v["name"]: v for v in client.get("/v5/vendors").json()["data"]}
+    tgi = vendors["tgi"]
+    assert tgi["protocol"] == "http" and tgi["deployments"][0]["name"]
+    assert {found["support"] for found in tgi["parameters"].values()} == {"unsupported"}
+    answer = client.post("/v5/completions", json={"model": "tgi/mistral", "prompt": "x"})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "unsupported_endpoint"
