@@ -42,6 +42,11 @@ class InferenceCall:
     def n(self) -> int:
         return 1  # the vendor's body says how many choices; the gateway makes one call of it
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The output bound `args` sets (tracing's gen_ai.request.max_tokens), None when it sets none."""
+        return self.most
+
     def given(self, name: str) -> Any:
         return None  # no parameter of the gateway's: args is the vendor's
 

@@ -12,6 +12,8 @@ import pytest
 from tests.support.chat import row as ledger_row
 from tests.support.environments import SHARED_TLS, UPSTREAM_SECRET, gateway_env
 from tests.support.gateway_process import GatewayProcess
+from tests.support.metrics import metric, scrape
+from tests.support.processes import wait_until
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -123,3 +125,22 @@ def test_a_cut_stream_ends_with_an_error_event(legacy):
                                                 "args": {"prompt": "hi", "max_tokens": 5, "stream": True}})
     data = _data(answer)
     assert data[-1] == "[DONE]" and "error" in json.loads(data[-2])
+
+
+def test_counted_with_its_operation_and_reported_by_endpoint_as_the_ledger_has_it(client, gateway, database):
+    model = "fake/native-counted"
+    answers = [client.post("/v5/inference", json={"model": model, "args": {"messages": USER, "max_tokens": k}})
+               for k in (1, 2)]
+    assert [a.status_code for a in answers] == [200, 200]
+    rows = [ledger_row(database.url, a.headers["x-request-id"]) for a in answers]
+    assert [r["completion_tokens"] for r in rows] == [a.json()["response"]["usage"]["completion_tokens"]
+                                                      for a in answers]
+    wait_until(lambda: metric(scrape(gateway.url), "gateway_requests_total", vendor="fake", model=model,
+                              status="200", stream="false", operation="generate_content") == 2,
+               message="the native requests counted")
+    report = client.get("/v5/usage", params={"group_by": "model,endpoint", "model": model})
+    assert report.status_code == 200
+    [line] = [line for line in report.json()["data"] if line["endpoint"] == "inference"]
+    assert line["requests"] == 2
+    assert line["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows)
+    assert line["completion_tokens"] == sum(r["completion_tokens"] for r in rows)
