@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support.chat import row as ledger_row
-from tests.support.environments import SHARED_TLS, UPSTREAM_SECRET, gateway_env
+from tests.support.environments import SHARED_TLS, UNREACHABLE_URL, UPSTREAM_SECRET, gateway_env
 from tests.support.gateway_process import GatewayProcess
 from tests.support.metrics import metric, scrape
 from tests.support.processes import wait_until
@@ -77,7 +77,11 @@ def legacy(upstream, database):
                       GATEWAY_VENDOR_LEGACY_BASE_URL=f"{upstream.url}/v1", GATEWAY_VENDOR_LEGACY_SERVER="openai",
                       GATEWAY_VENDOR_LEGACY_API_KEY=UPSTREAM_SECRET, GATEWAY_VENDOR_LEGACY_INFERENCE_PATH="/completions",
                       GATEWAY_VENDOR_LEGACY_RETRIES="0", GATEWAY_VENDOR_LEGACY_FIRST_BYTE="1",
-                      GATEWAY_VENDOR_LEGACY_IDLE="1")
+                      GATEWAY_VENDOR_LEGACY_IDLE="1", GATEWAY_VENDOR_RETRYING_INFERENCE_PATH="/completions",
+                      # An Anthropic vendor in the chain: never tried for an OpenAI body (nobody answers there).
+                      GATEWAY_VENDOR_ELSEWHERE_PROTOCOL="anthropic", GATEWAY_VENDOR_ELSEWHERE_BASE_URL=UNREACHABLE_URL,
+                      GATEWAY_VENDOR_ELSEWHERE_API_KEY="sk-ant-unused",
+                      GATEWAY_FALLBACKS="legacy/fail-503=elsewhere/claude,legacy/backup")
     with GatewayProcess(env) as process, httpx.Client(base_url=process.url, headers={"x-api-key": database.key},
                                                       timeout=30, verify=SHARED_TLS) as c:
         yield c
@@ -89,8 +93,7 @@ def test_inference_path_sends_the_body_there(legacy, upstream):
     assert [r["path"] for r in upstream.requests] == ["/v1/completions"]
 
 
-@pytest.mark.parametrize(("model", "status"), [("fail-500", 502), ("garbage", 502), ("truncated", 502),
-                                               ("fail-503", 502)])
+@pytest.mark.parametrize(("model", "status"), [("fail-500", 502), ("garbage", 502), ("truncated", 502)])
 def test_vendor_faults_are_502_and_never_billed(legacy, database, model, status):
     answer = legacy.post("/v5/inference", json={"model": f"legacy/{model}", "args": {"prompt": "hi", "max_tokens": 2}})
     assert answer.status_code == status, answer.text
@@ -144,3 +147,22 @@ def test_counted_with_its_operation_and_reported_by_endpoint_as_the_ledger_has_i
     assert line["requests"] == 2
     assert line["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows)
     assert line["completion_tokens"] == sum(r["completion_tokens"] for r in rows)
+
+
+def test_a_fallback_is_a_vendor_of_the_same_protocol(legacy, upstream):
+    answer = legacy.post("/v5/inference", json={"model": "legacy/fail-503", "args": {"prompt": "hi", "max_tokens": 1}})
+    assert answer.status_code == 200, answer.text
+    assert (answer.headers["x-gateway-model"], answer.headers["x-gateway-fallback-from"]) == (
+        "legacy/backup", "legacy/fail-503")
+    assert [r["body"]["model"] for r in upstream.requests] == ["fail-503", "backup"]
+
+
+def test_num_retries_is_honoured_within_the_vendors(legacy, upstream):
+    def ask(prompt: str, retries: int) -> httpx.Response:
+        return legacy.post("/v5/inference", json={"model": "retrying/flaky-1", "inference_configuration": {
+            "num_retries": retries}, "args": {"prompt": prompt, "max_tokens": 1}})
+
+    assert ask("no retry", 0).status_code == 502
+    assert ask("one retry", 1).status_code == 200
+    assert [r["body"]["prompt"] for r in upstream.requests] == ["no retry", "one retry", "one retry"]
+    assert ask("too many", 3).status_code == 400  # the vendor's retries are 2
