@@ -45,7 +45,9 @@ def test_a_stream_is_llamacpps_events_ending_with_stop(local, database):
 def test_the_native_body_is_checked_before_the_engine_runs(local):
     for args, param in [({"prompt": PROMPT, "model": "other"}, "args.model"),
                         ({"prompt": PROMPT, "api_base": "http://x"}, "args.api_base"),
-                        ({"prompt": PROMPT, "n_predict": "many"}, "args.n_predict")]:
+                        ({"prompt": PROMPT, "n_predict": "many"}, "args.n_predict"),
+                        ({"prompt": PROMPT, "n_predict": 2, "n_probs": 3}, "args.n_probs"),
+                        ({"prompt": [PROMPT, "two"], "n_predict": 2}, "args.prompt")]:
         answer = local.post("/v5/inference", json={"model": "local/smollm2-135m", "args": args})
         assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
     schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}

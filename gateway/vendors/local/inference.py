@@ -53,6 +53,8 @@ class LocalInference:
         adapter = self._adapter
         adapter._ready(call.model)
         body = {name: value for name, value in call.body.items() if name not in _ENGINES}
+        if (refused := _unserved(body)) is not None:
+            raise adapter._invalid(*refused)
         _check_schema(body)
         await call.clearance.wait()  # the request's limits let it go (core/clearance.py)
         started = time.perf_counter()
@@ -93,6 +95,22 @@ def _event(chunk: dict[str, Any], model: str, has_stop_words: bool) -> dict[str,
     if timings:
         event["timings"] = timings
     return event
+
+
+# Members whose answer /completion would carry but the engine's completion handler gives in another
+# shape (token probabilities, token ids): refused by name rather than answered without them.
+_UNSERVED = {"n_probs": "token probabilities", "return_tokens": "token ids", "post_sampling_probs": "token probabilities"}
+
+
+def _unserved(body: dict[str, Any]) -> tuple[str, str] | None:
+    """What the embedded model cannot answer in /completion's shape: (the member, why), or None."""
+    for name, what in _UNSERVED.items():
+        if body.get(name):
+            return f"args.{name}", f"the embedded model's /completion answer carries no {what}: leave `{name}` out"
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and any(isinstance(p, str | list) for p in prompt):
+        return "args.prompt", "the embedded model takes one prompt per request (a string, or a list of token ids)"
+    return None
 
 
 def _check_schema(body: dict[str, Any]) -> None:
