@@ -160,11 +160,13 @@ def test_client_headers_never_reach_the_vendor(vclient, anthropic_upstream):
     assert "anthropic-beta" not in sent and "x-custom" not in sent
 
 
-@pytest.mark.parametrize(("configuration", "param"), [({"num_retries": 10}, "inference_configuration.num_retries"),
-                                                     ({"timeout_seconds": 3600}, "inference_configuration.timeout_seconds")])
+@pytest.mark.parametrize(("configuration", "param"), [
+    ({"num_retries": 10}, "inference_configuration.num_retries"),
+    ({"timeout_seconds": 3600}, "inference_configuration.timeout_seconds")])
 def test_inference_configuration_beyond_the_vendors_is_a_400(vclient, configuration, param):
-    answer = vclient.post("/v5/inference", json={"model": "anthropic/claude-x", "inference_configuration": configuration,
-                                                 "args": {"max_tokens": 1, "messages": USER}})
+    body = {"model": "anthropic/claude-x", "inference_configuration": configuration,
+            "args": {"max_tokens": 1, "messages": USER}}
+    answer = vclient.post("/v5/inference", json=body)
     assert answer.status_code == 400 and answer.json()["error"]["param"] == param
 
 

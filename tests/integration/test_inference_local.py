@@ -9,7 +9,6 @@ import json
 from scale_gp_beta import SGPClient
 
 from tests.support.chat import row as ledger_row
-from tests.support.environments import SHARED_TLS
 
 PROMPT = "The capital of France is"
 

@@ -75,7 +75,8 @@ def legacy(upstream, database):
     /completions (`inference_path`), where the fake's faults are."""
     env = gateway_env(upstream.url, database.url, GATEWAY_VENDOR_LEGACY_PROTOCOL="openai",
                       GATEWAY_VENDOR_LEGACY_BASE_URL=f"{upstream.url}/v1", GATEWAY_VENDOR_LEGACY_SERVER="openai",
-                      GATEWAY_VENDOR_LEGACY_API_KEY=UPSTREAM_SECRET, GATEWAY_VENDOR_LEGACY_INFERENCE_PATH="/completions",
+                      GATEWAY_VENDOR_LEGACY_API_KEY=UPSTREAM_SECRET,
+                      GATEWAY_VENDOR_LEGACY_INFERENCE_PATH="/completions",
                       GATEWAY_VENDOR_LEGACY_RETRIES="0", GATEWAY_VENDOR_LEGACY_FIRST_BYTE="1",
                       GATEWAY_VENDOR_LEGACY_IDLE="1", GATEWAY_VENDOR_RETRYING_INFERENCE_PATH="/completions",
                       # An Anthropic vendor in the chain: never tried for an OpenAI body (nobody answers there).

@@ -195,7 +195,7 @@ def plan_inference(args: dict[str, Any], model: str, requested: str, configurati
         first = registry.get(requested.partition("/")[0])
         if first.protocol != adapter.protocol:
             raise BadRequest(f"fallback '{vendor}' speaks {adapter.protocol}, not {first.protocol}: a native body "
-                             "goes only to a vendor of its own protocol", vendor=vendor)  # skipped: planner/fallbacks.py
+                             "goes only to a vendor of its own protocol", vendor=vendor)  # (skipped: fallbacks.py)
     options = getattr(adapter, "options", None)
     wire = wire_of(adapter.protocol, options if adapter.protocol == "http" else None)
     guard.check_args(wire, args, vendor=vendor, model=name)

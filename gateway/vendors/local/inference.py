@@ -99,7 +99,8 @@ def _event(chunk: dict[str, Any], model: str, has_stop_words: bool) -> dict[str,
 
 # Members whose answer /completion would carry but the engine's completion handler gives in another
 # shape (token probabilities, token ids): refused by name rather than answered without them.
-_UNSERVED = {"n_probs": "token probabilities", "return_tokens": "token ids", "post_sampling_probs": "token probabilities"}
+_UNSERVED = {"n_probs": "token probabilities", "return_tokens": "token ids",
+             "post_sampling_probs": "token probabilities"}
 
 
 def _unserved(body: dict[str, Any]) -> tuple[str, str] | None:

@@ -189,7 +189,8 @@ def _usage(body: dict[str, Any], output: int) -> dict[str, Any]:
     if body["model"] == "cached":
         usage |= {"cache_read_input_tokens": 7, "cache_creation_input_tokens": 3}
     elif _breakpoints(body):  # the prefix up to the last breakpoint is written to the cache
-        usage |= {"cache_creation_input_tokens": len(_text(system).split()), "input_tokens": words - len(_text(system).split())}
+        cached = len(_text(system).split())
+        usage |= {"cache_creation_input_tokens": cached, "input_tokens": words - cached}
     return usage
 
 
@@ -209,7 +210,8 @@ def _cache_problems(body: dict[str, Any]) -> list[str]:
                 or control.get("ttl", "5m") not in _CACHE_TTLS:
             problems.append('cache_control: {"type": "ephemeral"} with an optional ttl of 5m or 1h')
     if len(found) > MAX_BREAKPOINTS:
-        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(found)}.")
+        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                        f"Found {len(found)}.")
     return problems
 
 
@@ -220,7 +222,8 @@ def _thinking_problems(body: dict[str, Any]) -> list[str]:
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind == "disabled" and set(thinking) == {"type"}:
         return []
-    if kind != "enabled" or set(thinking) != {"type", "budget_tokens"} or not isinstance(thinking["budget_tokens"], int):
+    if kind != "enabled" or set(thinking) != {"type", "budget_tokens"} \
+            or not isinstance(thinking["budget_tokens"], int):
         return ['thinking: {"type": "enabled", "budget_tokens": n} or {"type": "disabled"}']
     problems = []
     if thinking["budget_tokens"] < 1024:
@@ -303,7 +306,8 @@ def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | No
     for j, block in enumerate(blocks):
         where, kind = f"messages.{i}.content.{j}", block.get("type") if isinstance(block, dict) else None
         if isinstance(block, dict) and "cache_control" in block:
-            block = {k: v for k, v in block.items() if k != "cache_control"}  # any block may carry one (_cache_problems)
+            # Any block may carry one (checked by _cache_problems).
+            block = {k: v for k, v in block.items() if k != "cache_control"}
         if kind == "thinking" and role == "assistant":
             if set(block) != {"type", "thinking", "signature"} or not isinstance(block.get("signature"), str):
                 problems.append(f"{where}: a thinking block has thinking and its signature")
