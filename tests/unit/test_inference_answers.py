@@ -237,3 +237,10 @@ def test_an_openai_stream_bills_the_usage_the_gateway_asked_for_and_does_not_pas
     assert sent[-1] is None and sent[-2] is None  # [DONE], and the usage-only chunk it did not ask for
     assert all(c["response"]["choices"] for c in sent if c is not None)
     assert reading.finish().completion_tokens == 2
+
+
+def test_an_integer_beyond_64_bits_is_malformed_not_rounded():
+    with pytest.raises(Malformed, match="64 bits"):
+        NativeStream(WIRES["local"]).take('{"content": "x", "n": -9223372036854775809}')
+    assert NativeStream(WIRES["local"]).take('{"content": "x", "n": 18446744073709551615, "f": 1.5}')["response"][
+        "n"] == 2**64 - 1

@@ -17,6 +17,7 @@ and ends the vendor's stream (OpenAI's `[DONE]`) is not passed on.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -51,7 +52,30 @@ def decode(data: bytes | str, what: str) -> Any:
         raise read.Malformed(f"{what} is not JSON") from None
     if too_deep(value, MAX_DEPTH):
         raise read.Malformed(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if _any(value, float) and _any(json.loads(data), _beyond_64_bits):
+        # orjson reads an integer beyond 64 bits as a float (another value than the vendor's) and
+        # cannot write one back: it is not passed on changed, nor failed on later.
+        raise read.Malformed(f"{what} holds an integer beyond 64 bits")
     return value
+
+
+def _beyond_64_bits(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64
+
+
+def _any(value: Any, test: type | Any) -> bool:
+    """Whether a value of `value` (a type, or a predicate) is anywhere in `value` (iteratively)."""
+    check = (lambda item: isinstance(item, test)) if isinstance(test, type) else test
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if check(item):
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def too_deep(value: Any, limit: int) -> bool:
