@@ -188,3 +188,16 @@ def test_a_budgeted_key_needs_the_output_bound_and_is_admitted_on_it(vendors_gat
                                              "args": {"max_tokens": 3, "messages": USER}})
         assert fits.status_code == 200
     assert len(anthropic_upstream.requests) == 1
+
+
+def test_sdk_reads_a_streamed_tool_use_with_its_streaming_response(sgp):
+    """scale-gp-beta 0.7.0's `inference.create` has no stream mode: its raw streaming response reads
+    the events (docs/inference.md)."""
+    with sgp.inference.with_streaming_response.create(
+            model="anthropic/claude-x", args={"max_tokens": 50, "tools": [TOOL], "messages": USER, "stream": True}) as r:
+        assert r.http_response.status_code == 200
+        data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    starts = [json.loads(d)["response"] for d in data[:-1]]
+    blocks = [e["content_block"] for e in starts if e["type"] == "content_block_start"]
+    assert blocks[-1]["type"] == "tool_use" and blocks[-1]["name"] == "lookup"
