@@ -193,8 +193,8 @@ def test_a_budgeted_key_needs_the_output_bound_and_is_admitted_on_it(vendors_gat
 def test_sdk_reads_a_streamed_tool_use_with_its_streaming_response(sgp):
     """scale-gp-beta 0.7.0's `inference.create` has no stream mode: its raw streaming response reads
     the events (docs/inference.md)."""
-    with sgp.inference.with_streaming_response.create(
-            model="anthropic/claude-x", args={"max_tokens": 50, "tools": [TOOL], "messages": USER, "stream": True}) as r:
+    args = {"max_tokens": 50, "tools": [TOOL], "messages": USER, "stream": True}
+    with sgp.inference.with_streaming_response.create(model="anthropic/claude-x", args=args) as r:
         assert r.http_response.status_code == 200
         data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]"
