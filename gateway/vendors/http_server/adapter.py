@@ -13,25 +13,12 @@ from pydantic import BaseModel
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import ConfigError, GatewayError
-from gateway.core.inference import InferenceCall
 from gateway.core.parameters import Capabilities
 from gateway.vendors.http_server import wire
+from gateway.vendors.http_server.inference import HttpServerInference
 from gateway.vendors.http_server.options import HttpServerOptions
-from gateway.vendors.native import NativeTranslator
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
-
-
-class HttpServerInference(NativeTranslator):
-    def __init__(self, adapter: HttpAdapter, options: HttpServerOptions) -> None:
-        super().__init__(adapter)
-        self._options = options
-
-    def path(self, call: InferenceCall) -> str:
-        return self._options.path
-
-    def stream_path(self, call: InferenceCall) -> str:
-        return self._options.stream_path or self._options.path
 
 
 class HttpServerAdapter(HttpAdapter):
@@ -49,12 +36,11 @@ class HttpServerAdapter(HttpAdapter):
             # stream would be refused as garbage on every request, so it is refused here instead.
             raise ConfigError(f"vendor {config.name!r} (protocol http): stream_format {options.stream_format!r} is "
                               "not served yet; only 'sse'")
-        # The key alone: the content type and what is accepted are the transport's.
-        key_header = {name: value for name, value in wire.headers(options, "", False).items()}
+        # The key's header alone: the content type is the transport's (vendors/transport/http1.py).
+        framing = set(wire.headers(options, "", False))
 
         def headers(key: str) -> dict[str, str]:
-            sent = wire.headers(options, key, False)
-            return {name: value for name, value in sent.items() if name not in key_header}
+            return {name: value for name, value in wire.headers(options, key, False).items() if name not in framing}
 
         super().__init__(config, settings, headers, paths=tuple(p for p in (options.path, options.stream_path) if p))
         self.options = options
