@@ -1443,6 +1443,85 @@ class AuditLog(BaseModel):
     data: list[AuditEntry]
 
 
+class InferenceConfiguration(BaseModel):
+    """
+    How the gateway calls the vendor for this request (scale-gp-beta's `LaunchInferenceConfiguration`). Each value is honoured within the operator's bounds for the vendor; one beyond them is a 400 naming it, never clamped.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    num_retries: Annotated[int | MISSING, Field(ge=0, le=10)] = MISSING
+    """
+    Extra tries after a connection failure or a retryable vendor status (default: the vendor's configured `retries`). At most the vendor's configured `retries`; more is a 400 naming `inference_configuration.num_retries`.
+    """
+    timeout_seconds: Annotated[int | MISSING, Field(ge=1, le=3600)] = MISSING
+    """
+    Seconds the whole vendor call may take (default: the vendor's configured `timeouts.total`). At most the vendor's configured total timeout; more is a 400 naming `inference_configuration.timeout_seconds`. A vendor that has not answered in time is a 504.
+    """
+
+
+class InferenceRequest(BaseModel):
+    """
+    A vendor-native request (scale-gp-beta's `inference.create`): `args` is the body of the vendor's own API, sent as it is under the gateway's key, limits and ledger. The gateway owns the routing: `args` names no URL, path, header, key or other deployment (a 400 naming the member), and where the protocol carries the model in its body the gateway sets it from `model`. Per protocol, the native endpoint, the streaming flag, the output bound a token budget reserves and the usage billed are in docs/inference.md.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    model: Annotated[
+        str, Field(examples=['local/smollm2-135m', 'openai/gpt-4o'], max_length=256, min_length=1, title='Model')
+    ]
+    """
+    The model: `vendor/name`, for example `openai/gpt-4o`, where the vendor part names a configured vendor (see the gateway's configuration) and the rest is that vendor's model name; or an alias the configuration defines (a name without `/`, e.g. `gpt-4o`), which stands for the `vendor/name` it is configured to. A name without a vendor that is no alias is a 422 naming the configured vendors and aliases.
+    """
+    args: Annotated[dict[str, Any] | MISSING, Field(max_length=256)] = MISSING
+    """
+    The body of the vendor's native request (absent: `{}`) (e.g. Anthropic's Messages API body, Gemini's GenerateContentRequest, llama.cpp's /completion body), passed through unchanged but for the model the gateway sets. Refused with a 400 naming the member: a URL, path, host, header, key or deployment setting (`base_url`, `api_key`, `headers`...); a `model` other than the routed one; under a token budget, a request without the protocol's output bound (e.g. `max_tokens`). Streams when the protocol's own flag asks for it (`stream: true`; on Gemini `stream: true` picks streamGenerateContent and is not sent).
+    """
+    inference_configuration: InferenceConfiguration | MISSING = MISSING
+
+
+class InferenceResponse(BaseModel):
+    """
+    The vendor's answer, as it sent it (scale-gp-beta's `InferenceResponse`). Its usage is read from the vendor's own fields and billed; when the vendor reported none, the gateway counted it and says so in `x-gateway-usage-estimated`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['generic_inference']
+    response: Any
+    """
+    The vendor's JSON answer, unchanged: any JSON value.
+    """
+
+
+class InferenceChunk(BaseModel):
+    """
+    One event of the vendor's stream, as it sent it (scale-gp-beta's `InferenceResponseChunk`): the JSON of the event's data. The vendor's own end-of-stream sentinel that is not JSON (OpenAI's `[DONE]`) is not passed on; the gateway's end follows.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['generic_inference.chunk']
+    response: Any
+    """
+    The vendor's event, unchanged: any JSON value.
+    """
+
+
+class InferenceStreamEvent(BaseModel):
+    """
+    One server-sent event of a streamed vendor-native answer. Events without an `event` field (type `message`) carry an `InferenceChunk` as JSON in `data`, or `{"error": ErrorDetail}` when the stream fails after it started (the vendor reported an error, sent something unreadable, stopped before its own end, or went silent); then the stream ends. The stream always ends with `event: done` and `data: [DONE]`, after the vendor's own last event (e.g. Anthropic's `message_stop`).
+    """
+
+    event: Literal['message', 'done'] | MISSING = MISSING
+    data: Annotated[str, Field(min_length=1)]
+    id: str | MISSING = MISSING
+
+
 class CompletionChunkChoice(BaseModel):
     """
     A choice of a streamed completion's chunk: its new text, and `finish_reason` null until the choice's last piece, which carries its one finish reason (as OpenAI streams it).
@@ -1576,9 +1655,9 @@ class UsageLine(BaseModel):
     """
     What became of the requests (see the `outcome` parameter). Present when grouped by `outcome`.
     """
-    endpoint: Annotated[Literal['completions', 'chat'] | MISSING, Field(title='Endpoint')] = MISSING
+    endpoint: Annotated[str | MISSING, Field(max_length=64, min_length=1, title='Endpoint')] = MISSING
     """
-    The endpoint the requests came through: `completions` (POST /v5/completions) or `chat` (POST /v5/chat/completions). Present when grouped by `endpoint`.
+    The endpoint the requests came through. Known values: `completions` (POST /v5/completions), `chat` (POST /v5/chat/completions), `responses` (POST /v5/responses), `inference`; a later endpoint adds its own name without a new major version, so treat an unknown value as a new endpoint. Present when grouped by `endpoint`.
     """
     requests: Annotated[int, Field(ge=0)]
     """

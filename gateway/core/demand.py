@@ -26,3 +26,7 @@ class Demand:
     # A cache hit's (http/cache.py): the share of its tokens' price it is billed. It uses no vendor's
     # tokens, and reserves what it is billed of a budget in dollars.
     hit_share: float | None = None
+    # What answers a request whose output nothing bounds when a budget must reserve it (POST
+    # /v5/inference: the 400 naming the member to set); None when it is bounded. Raised by the
+    # limits (limits/on_request.py) only for a key or account with a budget.
+    unbounded: Exception | None = None

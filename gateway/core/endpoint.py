@@ -16,6 +16,7 @@ from enum import StrEnum
 class Endpoint(StrEnum):
     COMPLETIONS = "completions"  # POST /v5/completions
     CHAT = "chat"  # POST /v5/chat/completions
+    INFERENCE = "inference"  # POST /v5/inference: vendor-native payloads
 
     @property
     def path(self) -> str:
@@ -29,5 +30,6 @@ class Endpoint(StrEnum):
         return _OPERATIONS[self]
 
 
-_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat"}
-_PATHS = {Endpoint.COMPLETIONS: "/v5/completions", Endpoint.CHAT: "/v5/chat/completions"}
+_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat", Endpoint.INFERENCE: "generate_content"}
+_PATHS = {Endpoint.COMPLETIONS: "/v5/completions", Endpoint.CHAT: "/v5/chat/completions",
+          Endpoint.INFERENCE: "/v5/inference"}

@@ -57,7 +57,9 @@ class Asked(Protocol):
 
 
 class Shape(Protocol):
-    """How one endpoint writes a stream's choices (http/answer_stream.py reads it)."""
+    """How one endpoint writes a stream's choices (http/answer_stream.py reads it). A shape may also
+    have `event(pieces) -> bytes`, writing its pieces as whole events of their own instead of a
+    chunk's choices (the vendor-native endpoint's: endpoints/inference/unit.py)."""
 
     def piece(self, choice: Choice, finish: str | None) -> dict[str, Any] | None:
         """A chunk's choice as the client reads it; None when it says nothing (no text, no finish)."""

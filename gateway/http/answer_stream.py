@@ -45,6 +45,9 @@ class EventStream:
         self._head = head
         # What every chunk's event starts with, encoded once: `data: {"id":...,"model":...,"choices":`.
         self._prefix = b"data: " + orjson.dumps(head)[:-1] + b',"choices":'
+        # A shape whose pieces are whole events of their own (endpoints/inference/unit.py: a vendor's
+        # event as it sent it) writes them itself; the others' are a chunk's choices.
+        self._whole_events = getattr(shape, "event", None)
         self._life = life
         self._events = self._generate()
         self._closed = False
@@ -84,7 +87,8 @@ class EventStream:
                     choices.append(written)
             if choices:
                 sent(chunk.choices)
-                events.append(prefix + orjson.dumps(choices) + b"}\n\n")
+                events.append(prefix + orjson.dumps(choices) + b"}\n\n" if self._whole_events is None
+                              else self._whole_events(choices))
         return b"".join(events)
 
     async def _generate(self) -> AsyncIterator[bytes]:

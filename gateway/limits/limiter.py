@@ -139,6 +139,16 @@ class Limiter:
             return Grant(refusal=Refusal(refusing, MODEL, 0), subjects=applicable.found)
         return self._claim(applicable, model, prompt_tokens, completion_tokens, request_id, hit_share)
 
+    def budgeted(self, key_id: str, account: str, model: str) -> bool:
+        """Whether a budget (of tokens or dollars) applies to the key or its account on `model`: a
+        request must then say the most it may generate (core/demand.py `Demand.unbounded`). Not on a
+        model an allow-list refuses: that refusal (`ask`) answers first."""
+        table = self.table.subjects
+        applicable = self._pairs.get(table, key_id, account) if table else None
+        if applicable is None or (applicable.listed and applicable.refusing(model) is not None):
+            return False
+        return any(limits.budgets for _, limits in applicable.counted)
+
     def ask_call(self, *, key_id: str, request_id: str) -> Grant | Asking:
         """The verdict on a call that reaches no model, an administrative one (Applicable.of_calls)."""
         applicable = Applicable.of_calls(self.table.subjects, key_id)

@@ -54,6 +54,8 @@ def check(limiter: Limiter, *, key_id: str, account: str, demand: Demand, reques
     """The limits' verdict on the request, asked for now and awaited with `Check.grant()`."""
     if not limiter.table.subjects:
         return UNLIMITED
+    if demand.unbounded is not None and limiter.budgeted(key_id, account, demand.model):
+        raise demand.unbounded
     return Check(limiter.ask(key_id=key_id, account=account, model=demand.model, prompt_tokens=prompt_tokens(demand),
                              completion_tokens=demand.completion_tokens, request_id=request_id,
                              hit_share=demand.hit_share), key_id, demand, meter)

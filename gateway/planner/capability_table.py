@@ -27,9 +27,11 @@ DEFAULT_PATH = Path("docs/capabilities.md")
 
 
 def render() -> str:
-    columns = {name: verdicts(adapter.capabilities_of[Endpoint.COMPLETIONS](_documented(adapter))) for name, adapter in PROTOCOLS.items()}
+    columns = {name: verdicts(adapter.capabilities_of[Endpoint.COMPLETIONS](_documented(adapter)))
+               for name, adapter in PROTOCOLS.items() if Endpoint.COMPLETIONS in adapter.capabilities_of}
     compatible = {server: verdicts(capabilities(OpenAIOptions(server=server))) for server in SERVERS}
-    chat = {name: verdicts(adapter.capabilities_of[Endpoint.CHAT](_documented(adapter))) for name, adapter in PROTOCOLS.items()}
+    chat = {name: verdicts(adapter.capabilities_of[Endpoint.CHAT](_documented(adapter)))
+            for name, adapter in PROTOCOLS.items() if Endpoint.CHAT in adapter.capabilities_of}
     compatible_chat = {server: verdicts(OpenAIAdapter.capabilities_of[Endpoint.CHAT](OpenAIOptions(server=server)))
                        for server in SERVERS}
     lines = [

@@ -20,12 +20,13 @@ from gateway.core.errors import BadRequest, ConfigError, NotFound, clip
 from gateway.vendors.anthropic.adapter import AnthropicAdapter
 from gateway.vendors.base import Adapter
 from gateway.vendors.gemini.adapter import GeminiAdapter
+from gateway.vendors.http_server.adapter import HttpServerAdapter
 from gateway.vendors.local.adapter import LocalAdapter
 from gateway.vendors.openai.adapter import OpenAIAdapter
 
 PROTOCOLS: dict[str, type[Adapter]] = {
     adapter.protocol: adapter  # type: ignore[misc]
-    for adapter in (OpenAIAdapter, AnthropicAdapter, GeminiAdapter, LocalAdapter)
+    for adapter in (OpenAIAdapter, AnthropicAdapter, GeminiAdapter, LocalAdapter, HttpServerAdapter)
 }
 
 

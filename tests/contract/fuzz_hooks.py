@@ -37,10 +37,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zlib
 from datetime import UTC, datetime
 from decimal import Decimal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import schemathesis
@@ -91,6 +93,12 @@ ADMIN = "/v5/admin/"  # its calls are counted apart ("admin <mode> <status>"): t
 CHAT = "/v5/chat/completions"
 ACCOUNT_LIMITS = "/v5/admin/limits/accounts/{account_id}"
 RUN_ACCOUNT = "acct-a"  # every call's account (fuzz.py's x-selected-account-id)
+NATIVE = "/v5/inference"
+# The 400 codes POST /v5/inference documents (openapi.json: its 400's description names each): what
+# a valid native request may be refused with.
+NATIVE_CODES = frozenset(re.findall(r"`([a-z_]+)`", json.loads(
+    (Path(__file__).parents[2] / "openapi.json").read_text())["paths"][NATIVE]["post"]["responses"]["400"][
+    "description"])) - {"args", "code", "param", "model", "inference_configuration", "inference_path"}  # (not codes)
 STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "[<kind> ]<mode> <status>"
 KEYS: dict[str, str] = json.loads(os.environ.get("FUZZ_KEYS") or "{}")
 
@@ -132,11 +140,44 @@ def map_case(context, case):
         # (a 403 test_contract.py holds no valid call to); it is fuzzed on the other accounts.
         body["models"] = None
         return case
-    if "messages" in body:
+    if case.operation.path == NATIVE:
+        steer_native(body)
+    elif "messages" in body:
         steer_chat(body)
     else:
         steer(body)
     return case
+
+
+def steer_native(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """A positive vendor-native case sent to the run's vendor, its stream and output kept short (the
+    protocol's own members: endpoints/inference/wires.py); `args` stays the fuzz's, for the vendor
+    to take or refuse (a 400 the check below holds to the documented codes)."""
+    body["model"] = vendor.model
+    args = body.get("args")
+    if isinstance(args, dict):
+        for member in ("n_predict", "max_tokens", "max_completion_tokens"):
+            if member in args:
+                args[member] = min(args[member], vendor.limits["stream_max_tokens"]) if _is_int(args[member]) \
+                    else args[member]
+
+
+@schemathesis.check
+def native_refusals_are_documented(ctx, response, case):
+    """A valid POST /v5/inference answered 400 says why with a code its operation documents, and names
+    what it refuses for the endpoint's own rules."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or case.operation.path != NATIVE \
+            or response.status_code != 400:
+        return None
+    error = json.loads(response.content).get("error") or {}
+    if error.get("code") not in NATIVE_CODES:
+        raise AssertionError(f"a valid native request was refused with an undocumented 400 {error.get('code')!r}: "
+                             f"{error.get('message')}")
+    if error["code"] in ("routing_in_args", "model_mismatch", "invalid_stream_flag", "invalid_output_bound",
+                         "shared_vendor_state") and not str(error.get("param", "")).startswith("args."):
+        raise AssertionError(f"a native refusal {error['code']} names no member of args: {error}")
+    return None
 
 
 def _fine(schema: Any, compiled: bool = False) -> bool:

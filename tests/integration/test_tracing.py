@@ -226,3 +226,17 @@ def test_without_the_otel_extra_the_gateway_runs_and_asking_for_traces_says_what
     assert done.returncode == 0, done.stderr
     assert "served without OpenTelemetry" in done.stdout
     assert "pip install 'completions-gateway[otel]'" in done.stdout
+
+
+def test_a_vendor_native_request_is_traced_as_generate_content(traced, exporter, database):
+    url, _ = traced
+    trace, trace_id = new_trace()
+    response = httpx.post(f"{url}/v5/inference", json={"model": "fake/traced", "args": {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}},
+        headers={"x-api-key": database.key, "traceparent": trace}, timeout=30, verify=SHARED_TLS)
+    assert response.status_code == 200
+    usage = response.json()["response"]["usage"]
+    [server] = finished(exporter, trace_id, "POST /v5/inference")
+    assert server.attributes["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+    [call] = children(exporter, server)
+    assert call.name == "generate_content traced" and call.attributes["gen_ai.request.max_tokens"] == 2

@@ -248,7 +248,8 @@ def _reached(protocol: str, stream: bool) -> list:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
-@pytest.mark.parametrize("protocol", sorted(registry.PROTOCOLS))
+@pytest.mark.parametrize("protocol", sorted(name for name, adapter in registry.PROTOCOLS.items()
+                                            if Endpoint.COMPLETIONS in adapter.capabilities_of))
 def test_every_adapter_awaits_the_requests_clearance_before_its_vendor_is_asked(protocol, stream):
     """A shared store's verdict on a request's limits is awaited by the vendor layer, as late as
     can be (the call's clearance, core/clearance.py): an adapter that asked its vendor first would serve a

@@ -29,7 +29,9 @@ from gateway.vendors.registry import PROTOCOLS
 from generated.models import CompletionRequest
 
 # Each protocol with its default options and, where options change the declaration, others.
-OPTION_VARIANTS = [(name, {}) for name in PROTOCOLS] + [
+# The protocols that serve completions (the http protocol serves only POST /v5/inference).
+COMPLETING = [name for name, adapter in PROTOCOLS.items() if Endpoint.COMPLETIONS in adapter.capabilities_of]
+OPTION_VARIANTS = [(name, {}) for name in COMPLETING] + [
     ("openai", {"lacks": "prompt,n,echo,stop,best_of,user,logprobs", "max_stop": 2}),
     ("gemini", {"max_candidates": 8}),
 ]
@@ -63,7 +65,7 @@ def test_every_protocol_declares_every_parameter_exactly_once(protocol, options)
             assert found.detail, f"{protocol}: unsupported {name} says why"
 
 
-@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+@pytest.mark.parametrize("protocol", COMPLETING)
 def test_a_property_added_to_the_contract_fails_every_adapter_naming_it(protocol, monkeypatch):
     monkeypatch.setattr(parameters, "PARAMETERS", request_parameters(with_a_new_property()))
     with pytest.raises(IncompleteCapabilities, match=r"request parameter\(s\) top_k"):

@@ -15,6 +15,7 @@ from gateway.core.parameters import Capabilities
 from gateway.vendors.anthropic import messages as wire
 from gateway.vendors.anthropic.chat import CHAT, AnthropicChat
 from gateway.vendors.anthropic.completions import AnthropicCompletions, capabilities
+from gateway.vendors.anthropic.inference import AnthropicInference
 from gateway.vendors.anthropic.messages import MESSAGES
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
@@ -46,7 +47,8 @@ class AnthropicAdapter(HttpAdapter):
         self.translators = {
             Endpoint.COMPLETIONS: AnthropicCompletions(self, self.capabilities, options.prompt_as,
                                                        options.user_turn_models),
-            Endpoint.CHAT: AnthropicChat(self, CHAT)}
+            Endpoint.CHAT: AnthropicChat(self, CHAT),
+            Endpoint.INFERENCE: AnthropicInference(self)}
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.

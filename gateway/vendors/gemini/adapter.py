@@ -12,6 +12,7 @@ from gateway.core.config import Settings, VendorConfig
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError
 from gateway.core.parameters import Capabilities
+from gateway.vendors.gemini.inference import GeminiInference
 from gateway.vendors.gemini import wire
 from gateway.vendors.gemini.chat import GeminiChat, chat_capabilities
 from gateway.vendors.gemini.completions import GeminiCompletions, capabilities
@@ -34,7 +35,8 @@ class GeminiAdapter(HttpAdapter):
         self.capabilities = capabilities(options)
         self.chat_capabilities = chat_capabilities(options)
         self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self, self.capabilities),
-                            Endpoint.CHAT: GeminiChat(self, self.chat_capabilities)}
+                            Endpoint.CHAT: GeminiChat(self, self.chat_capabilities),
+                            Endpoint.INFERENCE: GeminiInference(self)}
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's

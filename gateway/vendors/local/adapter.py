@@ -20,6 +20,7 @@ from gateway.core.parameters import Capabilities
 from gateway.vendors.local.chat import CHAT, LocalChat
 from gateway.vendors.local.completions import LocalCompletions, capabilities
 from gateway.vendors.local.engine import Engine, EngineError
+from gateway.vendors.local.inference import LocalInference
 from gateway.vendors.local.model import LocalOptions, engine_options
 
 log = logging.getLogger("gateway")
@@ -44,7 +45,8 @@ class LocalAdapter:
         self.capabilities = capabilities(options)
         self.chat_capabilities = CHAT
         self.translators = {Endpoint.COMPLETIONS: LocalCompletions(self, self.capabilities),
-                            Endpoint.CHAT: LocalChat(self, self.chat_capabilities)}
+                            Endpoint.CHAT: LocalChat(self, self.chat_capabilities),
+                            Endpoint.INFERENCE: LocalInference(self)}
         prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
         self.model = prepared.alias
         self._engine = engine or Engine(prepared)

@@ -24,6 +24,7 @@ from gateway.core.parameters import Capabilities
 from gateway.vendors.openai import servers
 from gateway.vendors.openai.chat import CHAT_COMPLETIONS, OpenAIChat, chat_capabilities
 from gateway.vendors.openai.completions import COMPLETIONS, OpenAICompletions, capabilities
+from gateway.vendors.openai.inference import OpenAIInference
 from gateway.vendors.openai.servers import OpenAIOptions, Server
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
@@ -57,7 +58,8 @@ class OpenAIAdapter(HttpAdapter):
         self._identifying: asyncio.Task[None] | None = None
         self._completions = OpenAICompletions(self)
         self._chat = OpenAIChat(self)
-        self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat}
+        self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat,
+                            Endpoint.INFERENCE: OpenAIInference(self, options.inference_path)}
         self._use(self._declared or servers.UNIDENTIFIED)
 
     def _use(self, server: Server) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
+from gateway.vendors.http_server.options import ServerPath
 from gateway.core.config import Names
 from gateway.core.parameters import CHAT_PARAMETERS, PARAMETERS
 
@@ -147,6 +148,10 @@ class OpenAIOptions(BaseModel):
     lacks: Names = frozenset()  # request parameters (or "prompt" for list prompts) the server does not implement
     # Stop sequences it takes per request (0: none); more are matched by the gateway.
     max_stop: NonNegativeInt | None = None
+    # Where POST /v5/inference sends the client's body instead of /chat/completions (a compatible
+    # server's own API: llama.cpp's /completion; /responses), under the base URL, checked like an
+    # http vendor's path (vendors/http_server/options.py).
+    inference_path: ServerPath | None = None
 
     @field_validator("server")
     @classmethod

@@ -222,7 +222,11 @@ class Deployments:
         """
         await call.clearance.wait()  # the request's limits let it go (core/clearance.py)
         served = call.served_by
-        attempts = self.config.retries + 1
+        # A call may ask for fewer retries than the vendor's (POST /v5/inference's
+        # inference_configuration: core/inference.py `InferenceCall.retries`, already held within them).
+        asked = getattr(call, "retries", None)
+        retries = self.config.retries if asked is None else min(asked, self.config.retries)
+        attempts = retries + 1
         balancer = self.balancer
         tried: list[Member] = []
         member = balancer.pick()

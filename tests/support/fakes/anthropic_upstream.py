@@ -15,6 +15,15 @@ user turns, first in the turn, each answering a tool_use of the turn before, and
 answered), `tools` (a name and an object `input_schema`), `tool_choice` (auto, any, none, or a
 tool of `tools`, with `disable_parallel_tool_use`) and `top_k`.
 
+Native requests (POST /v5/inference) bring prompt caching and extended thinking, checked as the
+API reference has them: `cache_control` (`{"type": "ephemeral"}`, `ttl` "5m" or "1h") on system
+blocks, content blocks and tools, at most 4 breakpoints; `thinking` (`{"type": "enabled",
+"budget_tokens"}` from 1024 and below max_tokens, or `{"type": "disabled"}`), which takes no
+`temperature` but 1 and no `top_k`; assistant turns may carry back `thinking` (with its `signature`)
+and `redacted_thinking` blocks. A request with cache breakpoints reports the prefix up to the last
+one as written to the cache (`cache_creation_input_tokens`); with thinking enabled, the answer
+starts with a thinking block (streamed: thinking_delta then signature_delta).
+
 The "model" writes tokens " w0", " w1", ... up to max_tokens, cut at the first stop sequence. Given
 tools (and tool_choice not none) and no tool result in the last turn, it says "Let me look." (not
 when the call is forced: tool_choice any or tool) and calls the named tool, or the first, with
@@ -42,7 +51,10 @@ from tests.support.fakes.asgi import Recorder, end_events, read_request, send_ev
 
 VERSION = "2023-06-01"
 _KEYS = {"model", "max_tokens", "messages", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream",
-         "system", "tools", "tool_choice"}  # fmt: skip
+         "system", "tools", "tool_choice", "thinking"}  # fmt: skip
+_CACHE_TTLS = {"5m", "1h"}
+MAX_BREAKPOINTS = 4
+THOUGHT = "Considering the question."
 _IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -76,9 +88,11 @@ class FakeAnthropic(Recorder):
         forced = (body.get("tool_choice") or {}).get("type") in ("any", "tool")
         tokens, stop_reason, stop_sequence = ([] if forced else ["Let me look."], "tool_use", None) if calls \
             else generate(body)
-        usage = _usage(body, len(tokens) + 5 * len(calls))
+        thinks = (body.get("thinking") or {}).get("type") == "enabled"
+        usage = _usage(body, len(tokens) + 5 * len(calls) + (len(THOUGHT.split()) if thinks else 0))
+        thought = [{"type": "thinking", "thinking": THOUGHT, "signature": "sig-fake"}] if thinks else []
         if not body.get("stream"):
-            content = [*([{"type": "text", "text": "".join(tokens)}] if tokens or not calls else []), *calls]
+            content = [*thought, *([{"type": "text", "text": "".join(tokens)}] if tokens or not calls else []), *calls]
             await send_json(send, 200, {
                 "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
                 "content": f"x-api-key: {headers['x-api-key']}" if model == "leak-malformed" else content,
@@ -89,13 +103,23 @@ class FakeAnthropic(Recorder):
         start = {"id": "msg_fake", "type": "message", "role": "assistant", "content": [], "model": model,
                  "stop_reason": None, "stop_sequence": None, "usage": usage | {"output_tokens": 1}}
         await _event(send, {"type": "message_start", "message": start})
+        first = 0
+        if thinks:
+            await _event(send, {"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+            await _event(send, {"type": "content_block_delta", "index": 0,
+                                "delta": {"type": "thinking_delta", "thinking": THOUGHT}})
+            await _event(send, {"type": "content_block_delta", "index": 0,
+                                "delta": {"type": "signature_delta", "signature": "sig-fake"}})
+            await _event(send, {"type": "content_block_stop", "index": 0})
+            first = 1
         text_block = bool(tokens or not calls)  # a forced call's message starts with the tool_use block
         if text_block:
-            await _event(send, {"type": "content_block_start", "index": 0,
+            await _event(send, {"type": "content_block_start", "index": first,
                                 "content_block": {"type": "text", "text": ""}})
         await _event(send, {"type": "ping"})
         for i, token in enumerate(tokens):
-            await _event(send, {"type": "content_block_delta", "index": 0,
+            await _event(send, {"type": "content_block_delta", "index": first,
                                 "delta": {"type": "text_delta", "text": token}})
             if i == 0 and model in ("stream-error", "leak-stream-error"):
                 message = "Overloaded" if model == "stream-error" else f"Overloaded; x-api-key {headers['x-api-key']}"
@@ -106,8 +130,8 @@ class FakeAnthropic(Recorder):
                 await end_events(send)
                 return
         if text_block:
-            await _event(send, {"type": "content_block_stop", "index": 0})
-        for index, call in enumerate(calls, start=int(text_block)):
+            await _event(send, {"type": "content_block_stop", "index": first})
+        for index, call in enumerate(calls, start=first + int(text_block)):
             await _event(send, {"type": "content_block_start", "index": index, "content_block": call | {"input": {}}})
             arguments = json.dumps(call["input"])
             for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
@@ -164,7 +188,53 @@ def _usage(body: dict[str, Any], output: int) -> dict[str, Any]:
              "cache_read_input_tokens": 0}  # fmt: skip
     if body["model"] == "cached":
         usage |= {"cache_read_input_tokens": 7, "cache_creation_input_tokens": 3}
+    elif _breakpoints(body):  # the prefix up to the last breakpoint is written to the cache
+        cached = len(_text(system).split())
+        usage |= {"cache_creation_input_tokens": cached, "input_tokens": words - cached}
     return usage
+
+
+def _breakpoints(body: dict[str, Any]) -> list[Any]:
+    """Every cache_control of the request: on tools, system blocks and content blocks."""
+    blocks = [*(body.get("tools") or []), *(body["system"] if isinstance(body.get("system"), list) else []),
+              *(block for m in body.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
+                for block in m["content"])]
+    return [b["cache_control"] for b in blocks if isinstance(b, dict) and "cache_control" in b]
+
+
+def _cache_problems(body: dict[str, Any]) -> list[str]:
+    problems = []
+    found = _breakpoints(body)
+    for control in found:
+        if not isinstance(control, dict) or control.get("type") != "ephemeral" or set(control) - {"type", "ttl"} \
+                or control.get("ttl", "5m") not in _CACHE_TTLS:
+            problems.append('cache_control: {"type": "ephemeral"} with an optional ttl of 5m or 1h')
+    if len(found) > MAX_BREAKPOINTS:
+        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                        f"Found {len(found)}.")
+    return problems
+
+
+def _thinking_problems(body: dict[str, Any]) -> list[str]:
+    if "thinking" not in body:
+        return []
+    thinking = body["thinking"]
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "disabled" and set(thinking) == {"type"}:
+        return []
+    if kind != "enabled" or set(thinking) != {"type", "budget_tokens"} \
+            or not isinstance(thinking["budget_tokens"], int):
+        return ['thinking: {"type": "enabled", "budget_tokens": n} or {"type": "disabled"}']
+    problems = []
+    if thinking["budget_tokens"] < 1024:
+        problems.append("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+    if isinstance(body.get("max_tokens"), int) and body["max_tokens"] <= thinking["budget_tokens"]:
+        problems.append("`max_tokens` must be greater than `thinking.budget_tokens`")
+    if body.get("temperature", 1) != 1:
+        problems.append("`temperature` may only be set to 1 when thinking is enabled")
+    if "top_k" in body:
+        problems.append("`top_k` is not supported when thinking is enabled")
+    return problems
 
 
 def _problems(headers: dict[str, str], body: Any) -> list[str]:
@@ -216,9 +286,10 @@ def _problems(headers: dict[str, str], body: Any) -> list[str]:
     system = body.get("system", "")
     if not (isinstance(system, str) and (system.strip() or "system" not in body)) and not (
             isinstance(system, list) and all(isinstance(b, dict) and b.get("type") == "text"
-                                             and isinstance(b.get("text"), str) and b["text"].strip() for b in system)):
+                                             and isinstance(b.get("text"), str) and b["text"].strip()
+                                             and not set(b) - {"type", "text", "cache_control"} for b in system)):
         problems.append("system: a string or text blocks, of non-whitespace text")
-    return problems + _tool_problems(body)
+    return problems + _tool_problems(body) + _cache_problems(body) + _thinking_problems(body)
 
 
 def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | None,
@@ -234,7 +305,16 @@ def _block_problems(i: int, message: dict[str, Any], before: dict[str, Any] | No
     seen_other = False
     for j, block in enumerate(blocks):
         where, kind = f"messages.{i}.content.{j}", block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
+        if isinstance(block, dict) and "cache_control" in block:
+            # Any block may carry one (checked by _cache_problems).
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+        if kind == "thinking" and role == "assistant":
+            if set(block) != {"type", "thinking", "signature"} or not isinstance(block.get("signature"), str):
+                problems.append(f"{where}: a thinking block has thinking and its signature")
+        elif kind == "redacted_thinking" and role == "assistant":
+            if set(block) != {"type", "data"}:
+                problems.append(f"{where}: a redacted_thinking block has data")
+        elif kind == "text":
             if not isinstance(block.get("text"), str) or not block["text"].strip() or set(block) != {"type", "text"}:
                 problems.append(f"{where}: text content blocks must contain non-whitespace text")
             elif after is None and role == "assistant" and j == len(blocks) - 1 \
@@ -279,7 +359,8 @@ def _tool_problems(body: dict[str, Any]) -> list[str]:
         for k, tool in enumerate(tools):
             schema = tool.get("input_schema") if isinstance(tool, dict) else None
             if not _TOOL_NAME.match(str(tool.get("name"))) or not isinstance(schema, dict) \
-                    or schema.get("type") != "object" or set(tool) - {"name", "description", "input_schema"}:
+                    or schema.get("type") != "object" \
+                    or set(tool) - {"name", "description", "input_schema", "cache_control"}:
                 problems.append(f"tools.{k}: a name and an input_schema of type object")
     choice = body.get("tool_choice")
     if choice is not None:

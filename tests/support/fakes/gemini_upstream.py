@@ -258,6 +258,28 @@ def _problems(headers: dict[str, str], query: dict[str, list[str]], method: str,
         problems.append("logprobs: only valid if responseLogprobs=True, in the range of [0, 20]")
     if not isinstance(config.get("maxOutputTokens", 0), int):
         problems.append("maxOutputTokens: an integer")
+    return problems + _safety_problems(body.get("safetySettings", []))
+
+
+# SafetySetting (the API reference): a HarmCategory and a HarmBlockThreshold, nothing else.
+_HARM_CATEGORIES = {"HARM_CATEGORY_HARASSMENT", "HARM_CATEGORY_HATE_SPEECH", "HARM_CATEGORY_SEXUALLY_EXPLICIT",
+                    "HARM_CATEGORY_DANGEROUS_CONTENT", "HARM_CATEGORY_CIVIC_INTEGRITY"}
+_THRESHOLDS = {"HARM_BLOCK_THRESHOLD_UNSPECIFIED", "BLOCK_LOW_AND_ABOVE", "BLOCK_MEDIUM_AND_ABOVE", "BLOCK_ONLY_HIGH",
+               "BLOCK_NONE", "OFF"}
+
+
+def _safety_problems(settings: Any) -> list[str]:
+    if not isinstance(settings, list):
+        return ["safetySettings: a list"]
+    problems, seen = [], set()
+    for i, setting in enumerate(settings):
+        if not isinstance(setting, dict) or set(setting) != {"category", "threshold"} \
+                or setting["category"] not in _HARM_CATEGORIES or setting["threshold"] not in _THRESHOLDS:
+            problems.append(f"safetySettings[{i}]: a known category and threshold")
+        elif setting["category"] in seen:
+            problems.append(f"safetySettings[{i}]: the category {setting['category']} is set twice")
+        else:
+            seen.add(setting["category"])
     return problems
 
 
