@@ -33,7 +33,7 @@ from gateway.endpoints.inference.wires import NativeWire
 from gateway.vendors import untrusted as read
 from gateway.vendors.anthropic.messages import usage as anthropic_usage
 from gateway.vendors.http_server.wire import count_at
-from gateway.vendors.openai.chat import read_usage as openai_usage
+from gateway.vendors.chat_wire import read_usage as openai_usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,12 +37,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Non
 from gateway.core.completion import MAX_USAGE_TOKENS
 from gateway.core.vendor_config import split_names
 from gateway.vendors.http_server.pointer import JsonPointer
+from gateway.vendors.server_paths import ServerPath
 
-MAX_PATH_CHARS = 512
-# A path's characters: RFC 3986's unreserved and sub-delims, ':' and '@' (pchar), '/' between
-# segments, and one '?' before a query of the same characters. No '%': an encoded '/' or '.' is how
-# a path climbs out of its base behind a check of its text; no '\\', '#', spaces or controls.
-_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/-]*(\?[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?")
 # An HTTP field name and an auth scheme: RFC 9110 tokens.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 # Headers the key may not ride in: the message's framing and routing (a key there would break or
@@ -53,20 +49,6 @@ FORBIDDEN_HEADERS = frozenset({
     "forwarded", "via", "x-real-ip", "x-request-id", "user-agent", "origin", "referer",
 })  # fmt: skip
 _FORBIDDEN_PREFIXES = ("x-forwarded-", "proxy-", "sec-", ":")
-
-
-def server_path(path: str) -> str:
-    """A path under the base URL: starts with '/', has no '.' or '..' segment, no '//' (which a
-    URL joiner would read as a new host), no percent-escapes, and only URL-safe characters."""
-    if len(path) > MAX_PATH_CHARS:
-        raise ValueError(f"a path is at most {MAX_PATH_CHARS} characters")
-    if not _PATH.fullmatch(path):
-        raise ValueError("a path starts with '/' and holds only URL-safe characters (no '%', '\\', '#', "
-                         "spaces or controls; at most one '?')")
-    segments = path.split("?", 1)[0].split("/")[1:]
-    if path.startswith("//") or any(s in (".", "..") for s in segments):
-        raise ValueError("a path cannot leave the base URL ('//', '.' or '..' segments)")
-    return path
 
 
 def header_name(name: str) -> str:
@@ -85,7 +67,6 @@ def auth_scheme(scheme: str) -> str:
     return scheme
 
 
-ServerPath = Annotated[str, AfterValidator(server_path)]
 Pointers = Annotated[frozenset[JsonPointer], BeforeValidator(split_names)]
 
 

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, field_validator
 
-from gateway.vendors.http_server.options import ServerPath
+from gateway.vendors.server_paths import ServerPath
 from gateway.core.config import Names
 from gateway.core.parameters import CHAT_PARAMETERS, PARAMETERS
 
