@@ -1,4 +1,6 @@
-"""A fake OpenAI-compatible `/v1/completions` server that records what it receives.
+"""A fake OpenAI-compatible `/v1/completions` server that records what it receives (and, as
+OpenAI's, `/v1/chat/completions` and `/v1/responses`: openai_chat_upstream.py,
+openai_responses_upstream.py).
 
 Deterministic text: choice i of a prompt is the words " w0 w1 ..." up to max_tokens, cut at the
 first stop sequence; a token is one word. The model name selects faults, so one server serves
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.support.fakes import openai_chat_upstream as chat_upstream
+from tests.support.fakes import openai_responses_upstream as responses_upstream
 from tests.support.fakes.asgi import read_request, send_json
 from tests.support.fakes.server_profiles import PROFILES, Profile
 
@@ -94,6 +97,9 @@ class FakeOpenAI:
             return
         if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
             await self._chat(send, scope, headers, json.loads(body))
+            return
+        if scope["path"] == "/v1/responses" and scope["method"] == "POST" and self.profile.name == "openai":
+            await self._responses(send, scope, headers, json.loads(body))
             return
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
             await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
@@ -163,6 +169,17 @@ class FakeOpenAI:
             await _raw(send, 200, data + b"data: [DONE]\n\n", b"text/event-stream")
         else:
             await send_json(send, 200, chat_upstream.chat(request, one_task_usage=self.profile.one_task_usage))
+
+    async def _responses(self, send, scope, headers, request) -> None:
+        """OpenAI's Responses API (tests/support/fakes/openai_responses_upstream.py); only the
+        `openai` server has it."""
+        self.requests.append({"path": scope["path"], "headers": headers, "body": request})
+        if refusal := responses_upstream.wire_problem(request):
+            await send_json(send, *refusal)
+        elif request.get("stream"):
+            await _raw(send, 200, responses_upstream.sse(responses_upstream.events(request)), b"text/event-stream")
+        else:
+            await send_json(send, 200, responses_upstream.respond(request))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
         await send({"type": "http.response.start", "status": 200,
