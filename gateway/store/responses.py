@@ -260,7 +260,8 @@ class ResponseStore:
         how many. Call it until it returns less than `batch`: each call is one short transaction
         rather than one that holds the database while a backlog is removed."""
         expired = (await connection.execute(select(responses.c.id).where(
-            responses.c.created_at <= now - self.retention).order_by(responses.c.created_at).limit(batch))).scalars().all()
+            responses.c.created_at <= now - self.retention).order_by(responses.c.created_at).limit(batch))
+                   ).scalars().all()
         if expired:
             await connection.execute(delete(response_items).where(response_items.c.response_id.in_(expired)))
             await connection.execute(delete(responses).where(responses.c.id.in_(expired)))

@@ -75,7 +75,8 @@ CALLS = {
                                        "schema": {"type": "object", "properties": {}}}}},
     "items": {"input": [
         {"role": "user", "content": [{"type": "input_text", "text": "see"},
-                                     {"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "auto"}]},
+                                     {"type": "input_image", "image_url": "data:image/png;base64,AA==",
+                                      "detail": "auto"}]},
         {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
          "content": [{"type": "output_text", "text": "calling", "annotations": []}]},
         {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{}",
@@ -119,7 +120,8 @@ def test_what_is_not_openais_request_is_a_contract_error(body, where):
 
 
 def test_a_built_in_tool_passes_the_contract_so_that_it_is_refused_by_name():
-    assert valid("ResponseCreateRequest", {"model": "openai/gpt-4o", "input": "x", "tools": [{"type": "web_search"}]}) == []
+    body = {"model": "openai/gpt-4o", "input": "x", "tools": [{"type": "web_search"}]}
+    assert valid("ResponseCreateRequest", body) == []
 
 
 def test_what_the_bridge_makes_is_the_contracts_response_and_events():

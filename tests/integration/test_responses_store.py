@@ -94,7 +94,8 @@ def test_another_accounts_id_is_answered_as_an_unknown_one(url):
 def test_store_false_keeps_nothing(url):
     resp = response(store=False)
     assert not save(url, "acct-a", resp, [user("x")])
-    count = run(url, lambda c: c.scalar(select(func.count()).select_from(responses).where(responses.c.id == resp["id"])))
+    count = run(url, lambda c: c.scalar(select(func.count()).select_from(responses)
+                                        .where(responses.c.id == resp["id"])))
     assert count == 0
     with pytest.raises(ResponseNotFound):
         run(url, lambda c: STORE.chain(c, "acct-a", resp["id"], T0))
@@ -118,7 +119,8 @@ def test_the_chain_gives_each_responses_input_then_output_oldest_first_without_i
     second = response(first["id"], text="two")
     save(url, "acct-a", second, [user("b")])
     items = run(url, lambda c: STORE.chain(c, "acct-a", second["id"], T0))
-    assert [i.get("content") if i["role"] == "user" else i["content"][0]["text"] for i in items] == ["a", "one", "b", "two"]
+    said = [i["content"] if i["role"] == "user" else i["content"][0]["text"] for i in items]
+    assert said == ["a", "one", "b", "two"]
     assert all(i["id"] for i in items) and "be brief" not in str(items)
 
 

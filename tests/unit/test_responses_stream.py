@@ -122,14 +122,16 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
     assert (final["usage"] is not None) == with_usage
     # The text is exactly the deltas, both as the response holds it and as the events said it.
     said = "".join(d.get("content", "") for d in given_deltas)
-    assert output_text(final) == said == "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    text_deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert output_text(final) == said == "".join(text_deltas)
     assert "".join(p["refusal"] for i in final["output"] if i["type"] == "message" for p in i["content"]
                    if p["type"] == "refusal") == "".join(d.get("refusal", "") for d in given_deltas)
     # Every call's arguments are its pieces, in order; ids kept.
     calls = [i for i in final["output"] if i["type"] == "function_call"]
     for index in seen_calls:
         [item] = [c for c in calls if c["call_id"] == f"call_{index}"]
-        pieces = [c["function"]["arguments"] for d in given_deltas for c in d.get("tool_calls", ()) if c["index"] == index]
+        pieces = [c["function"]["arguments"] for d in given_deltas for c in d.get("tool_calls", ())
+                  if c["index"] == index]
         assert item["arguments"] == "".join(pieces)
     # Each item is added once, then done once, after its deltas; nothing is empty.
     added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
@@ -138,11 +140,13 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
     for e in events:
         if e["type"].endswith(".delta"):
             assert e["delta"] != ""
-            assert done.index(e["item_id"]) >= 0 and events.index(e) < next(
-                n for n, x in enumerate(events) if x["type"] == "response.output_item.done" and x["item"]["id"] == e["item_id"])
+            closing = next(n for n, x in enumerate(events)
+                           if x["type"] == "response.output_item.done" and x["item"]["id"] == e["item_id"])
+            assert events.index(e) < closing
     # Parts open and close in pairs, and a done part holds what was said in it.
     opened = [(e["item_id"], e["content_index"]) for e in events if e["type"] == "response.content_part.added"]
-    closed = {(e["item_id"], e["content_index"]): e["part"] for e in events if e["type"] == "response.content_part.done"}
+    closed = {(e["item_id"], e["content_index"]): e["part"] for e in events
+              if e["type"] == "response.content_part.done"}
     assert sorted(opened) == sorted(closed)
     by_id = {i["id"]: i for i in final["output"]}
     assert all(by_id[item]["content"][index] == part for (item, index), part in closed.items())

@@ -97,8 +97,9 @@ def _usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
     given = request["input"]
     prompt = len(given.split()) + 1 if isinstance(given, str) else sum(len(json.dumps(i).split()) for i in given)
     prompt += len((request.get("instructions") or "").split())
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": generated,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + generated}
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": generated, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + generated}
 
 
 def _shell(request: dict[str, Any], status: str) -> dict[str, Any]:
@@ -108,7 +109,8 @@ def _shell(request: dict[str, Any], status: str) -> dict[str, Any]:
             "parallel_tool_calls": request.get("parallel_tool_calls", True), "previous_response_id": None,
             "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
             "store": request.get("store", True), "temperature": request.get("temperature", 1.0),
-            "text": request.get("text") or {"format": {"type": "text"}}, "tool_choice": request.get("tool_choice", "auto"),
+            "text": request.get("text") or {"format": {"type": "text"}},
+            "tool_choice": request.get("tool_choice", "auto"),
             "tools": request.get("tools") or [], "top_p": request.get("top_p", 1.0),
             "truncation": request.get("truncation", "disabled"), "usage": None, "user": request.get("user"),
             "metadata": request.get("metadata") or {}}
@@ -145,7 +147,8 @@ def events(request: dict[str, Any]) -> list[dict[str, Any]]:
     emit("response.in_progress", response=_shell(request, "in_progress"))
     for index, item in enumerate(whole["output"]):
         if item["type"] == "function_call":
-            emit("response.output_item.added", output_index=index, item=item | {"arguments": "", "status": "in_progress"})
+            emit("response.output_item.added", output_index=index,
+                 item=item | {"arguments": "", "status": "in_progress"})
             half = len(item["arguments"]) // 2
             for piece in (item["arguments"][:half], item["arguments"][half:]):
                 emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
