@@ -2090,10 +2090,10 @@ class Response(BaseModel):
 
 class ResponseStreamEvent(BaseModel):
     """
-    One server-sent event of a streamed response, as OpenAI sends it: `event` names its type and `data` is a JSON object with the same `type` and a `sequence_number` counting from 0. The stream starts with `response.created` and `response.in_progress`, and ends with exactly one of `response.completed`, `response.incomplete` or `response.failed`, carrying the whole response with its `usage` (also when the vendor broke off). There is no `[DONE]`.
+    One server-sent event of a streamed response, as OpenAI sends it: `event` names its type and `data` is a JSON object with the same `type` and a `sequence_number` counting from 0. The stream starts with `response.created` and `response.in_progress`, and ends with exactly one of `response.completed`, `response.incomplete` or `response.failed`, carrying the whole response with its `usage` (also when the vendor broke off). A reasoning model served natively (OpenAI) may add its reasoning items' events (`response.reasoning_summary_*`, `response.reasoning_text.*`) when `reasoning.summary` asks for them; the gateway sends no event this list does not name. There is no `[DONE]`.
     """
 
-    event: Literal['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'response.output_text.done', 'response.refusal.delta', 'response.refusal.done', 'response.function_call_arguments.delta', 'response.function_call_arguments.done', 'response.content_part.done', 'response.output_item.done', 'response.completed', 'response.incomplete', 'response.failed']
+    event: Literal['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'response.output_text.done', 'response.refusal.delta', 'response.refusal.done', 'response.function_call_arguments.delta', 'response.function_call_arguments.done', 'response.content_part.done', 'response.reasoning_summary_part.added', 'response.reasoning_summary_part.done', 'response.reasoning_summary_text.delta', 'response.reasoning_summary_text.done', 'response.reasoning_text.delta', 'response.reasoning_text.done', 'response.output_item.done', 'response.completed', 'response.incomplete', 'response.failed']
     data: Annotated[str, Field(min_length=1)]
     id: str | MISSING = MISSING
 

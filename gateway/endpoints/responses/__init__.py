@@ -8,4 +8,6 @@ that they hold whatever the core's own types become (docs/responses.md).
   completion's answer shaped into it.
 - `stream.py`: chat completion chunks in, OpenAI's Responses events out, ending with exactly one
   terminal event that carries the whole response and its usage.
+- `native.py`: the same for a vendor that has the Responses API itself (OpenAI): the request sent
+  statelessly (`store: false`, the whole conversation), its answer and events kept to the contract.
 """
