@@ -1977,6 +1977,13 @@ class InputTokensDetails(BaseModel):
         extra='forbid',
     )
     cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Input tokens served from the vendor's prompt cache (0 where the vendor says nothing).
+    """
+    cache_write_tokens: Annotated[int, Field(ge=0)]
+    """
+    Input tokens the vendor wrote to its prompt cache (0 where the vendor says nothing).
+    """
 
 
 class OutputTokensDetails(BaseModel):
@@ -2001,21 +2008,6 @@ class ResponseUsage(BaseModel):
     total_tokens: Annotated[int, Field(ge=0)]
 
 
-class Error(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    code: Annotated[str, Field(max_length=256)]
-    message: Annotated[str, Field(max_length=4096)]
-
-
-class IncompleteDetails(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    reason: Literal['max_output_tokens', 'content_filter', 'client_disconnected', 'vendor_error']
-
-
 class Instructions1(RootModel[str]):
     root: Annotated[str, Field(max_length=1048576)]
 
@@ -2030,62 +2022,6 @@ class PreviousResponseId1(RootModel[str]):
 
 class User(RootModel[str]):
     root: Annotated[str, Field(max_length=256)]
-
-
-class Response(BaseModel):
-    """
-    OpenAI's `response` object.
-    """
-
-    model_config = ConfigDict(
-        extra='forbid',
-    )
-    id: Annotated[str, Field(max_length=128, min_length=1)]
-    """
-    `resp_…`
-    """
-    object: Literal['response']
-    created_at: Annotated[int, Field(ge=0)]
-    """
-    Unix seconds.
-    """
-    status: Literal['completed', 'incomplete', 'failed', 'in_progress']
-    """
-    `in_progress` only in a stream's first events and on a stored response whose stream is still running.
-    """
-    error: Error | None
-    incomplete_details: IncompleteDetails | None
-    instructions: Instructions1 | None
-    max_output_tokens: MaxOutputTokens1 | None | MISSING = MISSING
-    model: Annotated[str, Field(max_length=256, min_length=1)]
-    """
-    The model that answered, `vendor/name`.
-    """
-    output: Annotated[
-        list[Annotated[ResponseOutputMessage | ResponseFunctionCall | ResponseReasoningItem, Field(discriminator='type')]],
-        Field(max_length=4096),
-    ]
-    parallel_tool_calls: bool
-    previous_response_id: PreviousResponseId1 | None | MISSING = MISSING
-    reasoning: ResponseReasoningConfig | None | MISSING = MISSING
-    store: bool | MISSING = MISSING
-    temperature: float | None | MISSING = MISSING
-    text: ResponseTextConfig | MISSING = MISSING
-    tool_choice: Literal['none', 'auto', 'required'] | ToolChoice
-    """
-    Whether and which tool the model calls: `none`, `auto`, `required`, or one function by name.
-    """
-    tools: Annotated[list[ResponseFunctionTool], Field(max_length=128)]
-    top_p: float | None | MISSING = MISSING
-    truncation: Literal['auto', 'disabled'] | None | MISSING = MISSING
-    usage: ResponseUsage | None
-    user: User | None | MISSING = MISSING
-    metadata: Annotated[
-        dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None, Field(max_length=16)
-    ]
-    """
-    Up to 16 key-value tags, kept with a stored response and returned with it; not sent to the vendor.
-    """
 
 
 class ResponseStreamEvent(BaseModel):
@@ -2138,6 +2074,30 @@ class ResponseInputItemList(BaseModel):
     first_id: FirstId | None
     last_id: LastId | None
     has_more: bool
+
+
+class ResponseError(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    code: Literal['server_error', 'rate_limit_exceeded', 'invalid_prompt', 'data_residency_mismatch', 'bio_policy', 'misalignment_policy_violation', 'vector_store_timeout', 'invalid_image', 'invalid_image_format', 'invalid_base64_image', 'invalid_image_url', 'image_too_large', 'image_too_small', 'image_parse_error', 'image_content_policy_violation', 'invalid_image_mode', 'image_file_too_large', 'unsupported_image_media_type', 'empty_image_file', 'failed_to_download_image', 'image_file_not_found']
+    """
+    OpenAI's codes: `server_error` when the vendor failed or broke off mid-stream, `rate_limit_exceeded` when it stopped for its rate limit; a native vendor's own code otherwise.
+    """
+    message: Annotated[str, Field(max_length=4096)]
+    """
+    What went wrong, for a human (never an upstream address or key).
+    """
+
+
+class ResponseIncompleteDetails(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    reason: Literal['max_output_tokens', 'content_filter'] | None
+    """
+    Why: `max_output_tokens` (the answer reached it), `content_filter` (the vendor's filter stopped it), or null (OpenAI's reasons name neither: the client left a stream before its end, and the stored response kept what it reached).
+    """
 
 
 class HTTPValidationError(BaseModel):
@@ -2392,6 +2352,62 @@ class AdminKeyCreate(BaseModel):
     limits: AdminLimitsUpdate | None | MISSING = MISSING
     """
     Its limits, made with it in one transaction (so in force from its first request): the fields `PUT /v5/admin/limits/keys/{key_id}` takes; a null field is no such limit. The allow-list goes in `models` or here, not both.
+    """
+
+
+class Response(BaseModel):
+    """
+    OpenAI's `response` object.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(max_length=128, min_length=1)]
+    """
+    `resp_…`
+    """
+    object: Literal['response']
+    created_at: Annotated[int, Field(ge=0)]
+    """
+    Unix seconds.
+    """
+    status: Literal['completed', 'incomplete', 'failed', 'in_progress']
+    """
+    `in_progress` only in a stream's first events and on a stored response whose stream is still running.
+    """
+    error: ResponseError | None
+    incomplete_details: ResponseIncompleteDetails | None
+    instructions: Instructions1 | None
+    max_output_tokens: MaxOutputTokens1 | None | MISSING = MISSING
+    model: Annotated[str, Field(max_length=256, min_length=1)]
+    """
+    The model that answered, `vendor/name`.
+    """
+    output: Annotated[
+        list[Annotated[ResponseOutputMessage | ResponseFunctionCall | ResponseReasoningItem, Field(discriminator='type')]],
+        Field(max_length=4096),
+    ]
+    parallel_tool_calls: bool
+    previous_response_id: PreviousResponseId1 | None | MISSING = MISSING
+    reasoning: ResponseReasoningConfig | None | MISSING = MISSING
+    store: bool | MISSING = MISSING
+    temperature: float | None | MISSING = MISSING
+    text: ResponseTextConfig | MISSING = MISSING
+    tool_choice: Literal['none', 'auto', 'required'] | ToolChoice
+    """
+    Whether and which tool the model calls: `none`, `auto`, `required`, or one function by name.
+    """
+    tools: Annotated[list[ResponseFunctionTool], Field(max_length=128)]
+    top_p: float | None | MISSING = MISSING
+    truncation: Literal['auto', 'disabled'] | None | MISSING = MISSING
+    usage: ResponseUsage | None
+    user: User | None | MISSING = MISSING
+    metadata: Annotated[
+        dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None, Field(max_length=16)
+    ]
+    """
+    Up to 16 key-value tags, kept with a stored response and returned with it; not sent to the vendor.
     """
 
 

@@ -224,11 +224,12 @@ class ResponseStore:
         return [json.loads(r.body) for r in rows]
 
     async def mark_incomplete(self, connection: AsyncConnection, account_id: str, response_id: str,
-                              now: datetime, *, reason: str = "client_disconnected",
+                              now: datetime, *, reason: str | None = None,
                               output: Sequence[dict[str, Any]] | None = None,
                               usage: dict[str, Any] | None = None) -> bool:
         """A stream that ended before its last event (the client left): the stored response, saved
-        `in_progress` when it started, becomes `incomplete` with `reason`, keeping the `output` and
+        `in_progress` when it started, becomes `incomplete` with `reason` (null by default: OpenAI's
+        reasons have no name for a client that left), keeping the `output` and
         `usage` it reached when they are given. False when there is no such response in progress
         (never stored, or it ended already)."""
         row = (await connection.execute(select(responses.c.body).where(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.endpoints.responses.answer import output_text, response_from_chat, shell
+from openai.types.responses import Response as OpenAIResponse
+from scale_gp_beta.types.response_create_response import OpenAIResponse as SGPResponse
+
 from generated.models import Response
 
 REQUEST = {"model": "fake/m", "input": "Hi", "instructions": "Be brief.", "metadata": {"k": "v"},
@@ -24,6 +27,8 @@ def answer(message: dict, finish_reason: str = "stop") -> dict:
     made = response_from_chat(REQUEST, completion(message, finish_reason), response_id="resp_1",
                               created_at=1_700_000_000, model="fake/m")
     Response.model_validate(made)
+    OpenAIResponse.model_validate(made)  # the openai SDK's own type, validated strictly
+    SGPResponse.model_validate(made)  # and scale-gp-beta's
     return made
 
 
@@ -34,7 +39,8 @@ def test_text_is_one_message_with_one_output_text_part_and_the_usage_in_response
     assert message["id"].startswith("msg_") and message["status"] == "completed"
     assert message["content"] == [{"type": "output_text", "text": "Paris.", "annotations": []}]
     assert output_text(made) == "Paris."
-    assert made["usage"] == {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 2}, "output_tokens": 4,
+    assert made["usage"] == {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
+                             "output_tokens": 4,
                              "output_tokens_details": {"reasoning_tokens": 1}, "total_tokens": 13}
     assert (made["instructions"], made["metadata"], made["store"]) == ("Be brief.", {"k": "v"}, True)
 

@@ -9,11 +9,22 @@ A chat answer's `finish_reason` decides the status: `length` is `incomplete` wit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from gateway.core.ids import ids
+from generated.models import ResponseError
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# OpenAI's error codes of a failed response (the contract's list): a client matches on them.
+ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
+MAX_ERROR_MESSAGE = 4096  # the contract's bound
+
+
+def error_value(error: dict[str, Any]) -> dict[str, str]:
+    """A failed response's `error`: the code when it is one of OpenAI's, else `server_error`."""
+    code = error.get("code")
+    return {"code": code if code in ERROR_CODES else "server_error",
+            "message": str(error.get("message") or "")[:MAX_ERROR_MESSAGE]}
 
 
 def new_id(prefix: str) -> str:
@@ -52,9 +63,11 @@ def usage_from_chat(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     if usage is None:
         return None
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
+    written = int(details.get("cache_write_tokens") or 0)  # a vendor's cache writes, where its translator says
     reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
             "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": int(usage.get("total_tokens") or prompt + completion)}
 

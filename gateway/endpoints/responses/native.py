@@ -22,7 +22,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any, get_args
 
-from gateway.endpoints.responses.answer import shell, usage_from_chat
+from gateway.endpoints.responses.answer import error_value, shell, usage_from_chat
 from gateway.endpoints.responses.request import Refused, input_items
 from generated.models import (
     InputTokensDetails,
@@ -98,7 +98,8 @@ def usage(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
     kept = _keep(value, ResponseUsage)
-    kept["input_tokens_details"] = _keep(value.get("input_tokens_details") or {"cached_tokens": 0}, InputTokensDetails)
+    kept["input_tokens_details"] = _keep(
+        {"cached_tokens": 0, "cache_write_tokens": 0} | (value.get("input_tokens_details") or {}), InputTokensDetails)
     kept["output_tokens_details"] = _keep(value.get("output_tokens_details") or {"reasoning_tokens": 0},
                                           OutputTokensDetails)
     return kept
@@ -112,9 +113,10 @@ def from_native(answer: dict[str, Any], request: dict[str, Any], *, response_id:
     if made["status"] not in ("completed", "incomplete", "failed", "in_progress"):
         raise Unexpected(f"a response status {made['status']!r}")
     if answer.get("error"):
-        made["error"] = {"code": str(answer["error"].get("code")), "message": str(answer["error"].get("message"))}
+        made["error"] = error_value(answer["error"])
     if answer.get("incomplete_details"):
-        made["incomplete_details"] = {"reason": answer["incomplete_details"].get("reason")}
+        reason = answer["incomplete_details"].get("reason")
+        made["incomplete_details"] = {"reason": reason if reason in ("max_output_tokens", "content_filter") else None}
     made["output"] = [item(i) for i in answer.get("output") or ()]
     made["usage"] = usage(answer.get("usage"))
     return made
@@ -177,11 +179,11 @@ class NativeStream:
         elif kind == "response.function_call_arguments.delta" and held["type"] == "function_call":
             held["arguments"] += fields.get("delta", "")
 
-    def end(self, *, error: dict[str, str] | None = None, reason: str | None = None,
+    def end(self, *, error: dict[str, str] | None = None, client_left: bool = False,
             usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """After the vendor's stream: nothing when its terminal event came; else every open item
-        closed `incomplete` and one terminal event (as `ResponseStream.end`; `usage` in chat's
-        shape, the caller's count)."""
+        closed `incomplete` and one terminal event, `failed` unless the client left (as
+        `ResponseStream.end`; `usage` in chat's shape, the caller's count)."""
         if self.ended:
             return []
         self.ended = True
@@ -190,15 +192,16 @@ class NativeStream:
             self._items[index]["status"] = "incomplete"
             events.append(self._event("response.output_item.done", output_index=index,
                                       item=copy.deepcopy(self._items[index])))
+        if error is None and not client_left:
+            error = {"code": "server_error", "message": "the vendor's stream ended before its answer did"}
         status = "failed" if error is not None else "incomplete"
         made = shell(self._request, response_id=self._id, created_at=self._created, model=self._model, status=status)
         made["output"] = [self._items[i] for i in sorted(self._items)]
         made["usage"] = usage_from_chat(usage)
         if error is not None:
-            made["error"] = {"code": str(error.get("code") or "vendor_error"),
-                             "message": str(error.get("message") or "")}
+            made["error"] = error_value(error)
         else:
-            made["incomplete_details"] = {"reason": reason or "vendor_error"}
+            made["incomplete_details"] = {"reason": None}
         self.response = made
         events.append(self._event(f"response.{status}", response=copy.deepcopy(made)))
         return events

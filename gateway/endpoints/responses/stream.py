@@ -9,7 +9,7 @@ response with its usage. Every event has `sequence_number`, from 0. There is no 
 
 Why a class that is fed and then ended, rather than a generator over the chunks: the stream's end
 is not always the vendor's. A vendor that breaks off, or a client that leaves, ends it from outside
-(`end(error=...)`, `end(reason=...)`), and the terminal event must still close every open item and
+(`end(error=...)`, `end(client_left=True)`), and the terminal event must still close every open item and
 carry the usage consumed so far: the issue's first complaint about other gateways is exactly a
 terminal event without usage when a stream ends `incomplete` or `failed`.
 
@@ -23,7 +23,15 @@ import copy
 import json
 from typing import Any
 
-from gateway.endpoints.responses.answer import call_item, message_item, new_id, shell, status_of, usage_from_chat
+from gateway.endpoints.responses.answer import (
+    call_item,
+    error_value,
+    message_item,
+    new_id,
+    shell,
+    status_of,
+    usage_from_chat,
+)
 
 TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -149,23 +157,23 @@ class ResponseStream:
                                   item=copy.deepcopy(item)))
         return events
 
-    def end(self, *, error: dict[str, str] | None = None, reason: str | None = None,
+    def end(self, *, error: dict[str, str] | None = None, client_left: bool = False,
             usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Close every open item and send the one terminal event. `error` (`{"code", "message"}`):
-        the vendor failed mid-stream, `response.failed`. `reason` (e.g. `client_disconnected`,
-        `vendor_error`): cut short, `response.incomplete` with it. Neither: as the vendor's
-        `finish_reason` says; a stream that stopped without one is `incomplete`, `vendor_error`.
-        `usage` (chat's shape, the caller's count) stands in when the vendor reported none; the
-        terminal event carries the usage consumed either way."""
+        the vendor failed mid-stream, `response.failed`. `client_left`: `response.incomplete` with
+        reason null (OpenAI's reasons have no name for it; the event is for the stored response,
+        nobody reads it). Neither: as the vendor's `finish_reason` says; a stream that stopped
+        without one failed (`server_error`). `usage` (chat's shape, the caller's count) stands in
+        when the vendor reported none; the terminal event carries the usage consumed either way."""
         if self.ended:
             return []
         self.ended = True
+        if error is None and not client_left and self._finish is None:
+            error = {"code": "server_error", "message": "the vendor's stream ended before its answer did"}
         if error is not None:
             status, details = "failed", None
-        elif reason is not None:
-            status, details = "incomplete", {"reason": reason}
-        elif self._finish is None:
-            status, details = "incomplete", {"reason": "vendor_error"}
+        elif client_left:
+            status, details = "incomplete", {"reason": None}
         else:
             status, details = status_of(self._finish)
         events = []
@@ -174,8 +182,7 @@ class ResponseStream:
         self.response.update(status=status, incomplete_details=details,
                              usage=self._usage or usage_from_chat(usage))
         if error is not None:
-            self.response["error"] = {"code": str(error.get("code") or "vendor_error"),
-                                      "message": str(error.get("message") or "")}
+            self.response["error"] = error_value(error)
         events.append(self._event(TERMINAL[status], response=copy.deepcopy(self.response)))
         return events
 
