@@ -1452,7 +1452,7 @@ class ResponseInputText(BaseModel):
         extra='forbid',
     )
     type: Literal['input_text']
-    text: Annotated[str, Field(max_length=1048576)]
+    text: Annotated[str, Field(max_length=67108864)]
     """
     The text.
     """
@@ -1517,7 +1517,7 @@ class ResponseOutputText(BaseModel):
         extra='forbid',
     )
     type: Literal['output_text']
-    text: Annotated[str, Field(max_length=1048576)]
+    text: Annotated[str, Field(max_length=67108864)]
     """
     The text.
     """
@@ -1540,14 +1540,14 @@ class ResponseOutputRefusal(BaseModel):
         extra='forbid',
     )
     type: Literal['refusal']
-    refusal: Annotated[str, Field(max_length=1048576)]
+    refusal: Annotated[str, Field(max_length=67108864)]
     """
     The model's refusal.
     """
 
 
 class Content6(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
     """
     The message: text, or parts (input text and images; an assistant's earlier output text and refusals).
     """
@@ -1617,7 +1617,7 @@ class ResponseFunctionCall(BaseModel):
     """
     The function's name.
     """
-    arguments: Annotated[str, Field(max_length=1048576)]
+    arguments: Annotated[str, Field(max_length=67108864)]
     """
     The arguments, a JSON object as text.
     """
@@ -1628,7 +1628,7 @@ class ResponseFunctionCall(BaseModel):
 
 
 class Output(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
     """
     What the function returned: text, or input parts.
     """
@@ -1678,7 +1678,7 @@ class SummaryItem(BaseModel):
         extra='forbid',
     )
     type: Literal['summary_text']
-    text: Annotated[str, Field(max_length=1048576)]
+    text: Annotated[str, Field(max_length=67108864)]
 
 
 class Content8Item(BaseModel):
@@ -1686,7 +1686,7 @@ class Content8Item(BaseModel):
         extra='forbid',
     )
     type: Literal['reasoning_text']
-    text: Annotated[str, Field(max_length=1048576)]
+    text: Annotated[str, Field(max_length=67108864)]
 
 
 class Content8(RootModel[list[Content8Item]]):
@@ -1694,7 +1694,7 @@ class Content8(RootModel[list[Content8Item]]):
 
 
 class EncryptedContent(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
     """
     The vendor's opaque reasoning state.
     """
@@ -1723,7 +1723,7 @@ class ResponseReasoningItem(BaseModel):
 
 
 class Description(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
 
 
 class ResponseFunctionTool(BaseModel):
@@ -1794,7 +1794,7 @@ class ResponseTextFormat3(BaseModel):
     """
     The output's JSON Schema, self-contained and bounded as chat's.
     """
-    description: Annotated[str | MISSING, Field(max_length=1048576)] = MISSING
+    description: Annotated[str | MISSING, Field(max_length=67108864)] = MISSING
     strict: bool | None | MISSING = MISSING
 
 
@@ -1829,7 +1829,7 @@ class ResponseReasoningConfig(BaseModel):
 
 
 class Input(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
     """
     Text (one user message), or the items of the conversation, oldest first.
     """
@@ -1848,7 +1848,7 @@ class Input1(
 
 
 class Instructions(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
     """
     A system message put first; not carried over by `previous_response_id`.
     """
@@ -2009,7 +2009,7 @@ class ResponseUsage(BaseModel):
 
 
 class Instructions1(RootModel[str]):
-    root: Annotated[str, Field(max_length=1048576)]
+    root: Annotated[str, Field(max_length=67108864)]
 
 
 class MaxOutputTokens1(RootModel[int]):

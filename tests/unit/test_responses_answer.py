@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.endpoints.responses.answer import output_text, response_from_chat, shell
+from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, output_text, response_from_chat, shell
 from openai.types.responses import Response as OpenAIResponse
 from scale_gp_beta.types.response_create_response import OpenAIResponse as SGPResponse
 
@@ -73,3 +73,11 @@ def test_the_shell_echoes_openais_defaults():
             empty["text"], empty["metadata"], empty["store"]) == (True, "auto", [], "disabled",
                                                                    {"format": {"type": "text"}}, {}, True)
     Response.model_validate(empty)
+
+
+def test_more_tool_calls_than_the_contract_carries_are_unexpected():
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+             for i in range(MAX_OUTPUT_ITEMS)]
+    with pytest.raises(Unexpected):
+        response_from_chat(REQUEST, completion({"content": "x", "tool_calls": calls}, "tool_calls"),
+                           response_id="resp_1", created_at=1, model="fake/m")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import given, settings
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 from hypothesis import strategies as st
 
-from gateway.endpoints.responses.answer import output_text
+from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, output_text
 from gateway.endpoints.responses.stream import ResponseStream, sse
 from generated.models import Response
 
@@ -161,3 +163,16 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
     status = final["status"]
     assert all(i["status"] == ("completed" if status == "completed" else "incomplete") or
                (i["status"] == "completed" and i["type"] == "message") for i in final["output"])
+
+
+def test_a_vendor_calling_tools_without_end_is_stopped_at_the_contracts_bound():
+    s = stream()
+    s.start()
+    with pytest.raises(Unexpected):
+        for index in range(MAX_OUTPUT_ITEMS + 1):
+            s.feed(chunk({"tool_calls": [{"index": index, "id": f"call_{index}", "type": "function",
+                                          "function": {"name": "f", "arguments": "{}"}}]}))
+    assert len(s.response["output"]) == MAX_OUTPUT_ITEMS
+    final = s.end(error={"code": "server_error", "message": "too many items"})[-1]["response"]
+    assert final["status"] == "failed"
+    Response.model_validate(final)

@@ -12,12 +12,20 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from gateway.core.ids import ids
-from generated.models import ResponseError
+from generated.models import Response, ResponseError
 
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 # OpenAI's error codes of a failed response (the contract's list): a client matches on them.
 ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
 MAX_ERROR_MESSAGE = 4096  # the contract's bound
+# The contract's bound on a response's output items: a vendor that makes more (a hostile one calling
+# tools without end) answered what the contract cannot carry.
+MAX_OUTPUT_ITEMS = next(m.max_length for m in Response.model_fields["output"].metadata if hasattr(m, "max_length"))
+
+
+class Unexpected(ValueError):
+    """The vendor's answer holds what the contract has no place for: the vendor's failure (502),
+    or, mid-stream, the stream's end with `error`."""
 
 
 def error_value(error: dict[str, Any]) -> dict[str, str]:
@@ -96,6 +104,8 @@ def call_item(call_id: str, name: str, arguments: str, *, item_id: str, status: 
 def output_items(message: dict[str, Any], status: str = "completed") -> list[dict[str, Any]]:
     """A chat answer's message as output items: the message (when it said or refused anything),
     then one `function_call` per tool call, in order."""
+    if len(message.get("tool_calls") or ()) >= MAX_OUTPUT_ITEMS:
+        raise Unexpected(f"more than {MAX_OUTPUT_ITEMS - 1} tool calls")
     items = []
     if message.get("content") is not None or message.get("refusal") is not None:
         items.append(message_item(message.get("content"), message.get("refusal"), item_id=new_id("msg_"),

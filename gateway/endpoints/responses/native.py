@@ -22,7 +22,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any, get_args
 
-from gateway.endpoints.responses.answer import error_value, shell, usage_from_chat
+from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, error_value, shell, usage_from_chat
 from gateway.endpoints.responses.request import Refused, input_items
 from generated.models import (
     InputTokensDetails,
@@ -44,10 +44,6 @@ EVENT_FIELDS = ("item_id", "output_index", "content_index", "summary_index", "de
                 "refusal", "logprobs")
 # `include` values a native vendor serves within the contract: reasoning state, kept opaque.
 INCLUDED = ("reasoning.encrypted_content",)
-
-
-class Unexpected(ValueError):
-    """The vendor's answer holds what the contract has no place for."""
 
 
 def native_request(request: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -117,6 +113,8 @@ def from_native(answer: dict[str, Any], request: dict[str, Any], *, response_id:
     if answer.get("incomplete_details"):
         reason = answer["incomplete_details"].get("reason")
         made["incomplete_details"] = {"reason": reason if reason in ("max_output_tokens", "content_filter") else None}
+    if len(answer.get("output") or ()) > MAX_OUTPUT_ITEMS:
+        raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
     made["output"] = [item(i) for i in answer.get("output") or ()]
     made["usage"] = usage(answer.get("usage"))
     return made
@@ -156,6 +154,8 @@ class NativeStream:
         fields = {name: event[name] for name in EVENT_FIELDS if name in event}
         index = event.get("output_index")
         if "item" in event:
+            if index not in self._items and len(self._items) == MAX_OUTPUT_ITEMS:
+                raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
             fields["item"] = item(event["item"])
             self._items[index] = copy.deepcopy(fields["item"])
             (self._open.add if kind.endswith(".added") else self._open.discard)(index)

@@ -24,6 +24,8 @@ import json
 from typing import Any
 
 from gateway.endpoints.responses.answer import (
+    MAX_OUTPUT_ITEMS,
+    Unexpected,
     call_item,
     error_value,
     message_item,
@@ -57,6 +59,12 @@ class ResponseStream:
         self._sequence += 1
         return event
 
+    def _add(self, item: dict[str, Any]) -> None:
+        if len(self.response["output"]) == MAX_OUTPUT_ITEMS:
+            raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
+        self.response["output"].append(item)
+        self._open.append(item)
+
     def _index(self, item: dict[str, Any]) -> int:
         return next(i for i, it in enumerate(self.response["output"]) if it is item)
 
@@ -66,7 +74,8 @@ class ResponseStream:
                 self._event("response.in_progress", response=copy.deepcopy(snapshot))]
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        """The events one chat chunk makes (none for a chunk that adds nothing)."""
+        """The events one chat chunk makes (none for a chunk that adds nothing). `Unexpected` when
+        the vendor makes more items than the contract carries: end the stream with `error`."""
         events: list[dict[str, Any]] = []
         if chunk.get("usage"):
             self._usage = usage_from_chat(chunk["usage"])
@@ -87,9 +96,9 @@ class ResponseStream:
     def _text(self, kind: str, delta: str) -> list[dict[str, Any]]:
         events = []
         if self._message is None:
-            self._message = message_item(None, None, item_id=new_id("msg_"), status="in_progress")
-            self.response["output"].append(self._message)
-            self._open.append(self._message)
+            message = message_item(None, None, item_id=new_id("msg_"), status="in_progress")
+            self._add(message)
+            self._message = message
             events.append(self._event("response.output_item.added", output_index=self._index(self._message),
                                       item=copy.deepcopy(self._message)))
         message = self._message
@@ -131,9 +140,8 @@ class ResponseStream:
                 events += self._close_item(self._message, "completed")
             item = call_item(call.get("id") or new_id("call_"), function.get("name") or "", "",
                              item_id=new_id("fc_"), status="in_progress")
+            self._add(item)
             self._calls[index] = item
-            self.response["output"].append(item)
-            self._open.append(item)
             events.append(self._event("response.output_item.added", output_index=self._index(item),
                                       item=copy.deepcopy(item)))
         if function.get("arguments"):
