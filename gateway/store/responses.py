@@ -59,7 +59,10 @@ class ItemNotFound(ResponseNotFound):
 
 class ChainTooLong(ValueError):
     """A `previous_response_id` chain holds more responses, or more bytes, than the gateway reads
-    back (GATEWAY_RESPONSES_MAX_CHAIN, GATEWAY_RESPONSES_MAX_CHAIN_BYTES)."""
+    back (GATEWAY_RESPONSES_MAX_CHAIN, GATEWAY_RESPONSES_MAX_CHAIN_BYTES): a 400 naming
+    `previous_response_id`."""
+
+    code = "conversation_too_long"
 
     def __init__(self, response_id: str, what: Literal["responses", "bytes"], limit: int) -> None:
         super().__init__(f"The conversation of previous_response_id '{response_id}' holds more than {limit} "
