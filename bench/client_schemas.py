@@ -4,9 +4,9 @@
     .venv/bin/python -m bench.client_schemas [--rounds 5]
 
 Each case is the largest request of its kind the bounds let through. Its schemas are checked as
-a request's are: the rules (planner/chat_rules.py `check`: size, nesting and names, the
+a request's are: the rules (endpoints/chat/rules.py `check`: size, nesting and names, the
 meta-schema) and the plan's compiling of a strict schema, which answers are held to
-(planner/chat_verify.py `answer_schema`). Meanwhile a ticker on the loop sleeps 1 ms
+(planner/verify.py `answer_schema`). Meanwhile a ticker on the loop sleeps 1 ms
 at a time and records the longest gap between two ticks: how long any other request on the loop
 would have waited, with the checks on the loop and in a worker thread. Beside them, what reading
 the same body costs (parsing, the nesting check and the contract's validation, http/server/validation.py),
@@ -28,8 +28,8 @@ import orjson
 
 from gateway.core import client_schemas
 from gateway.http.server.validation import MAX_DEPTH, _nested_deeper
-from gateway.planner import chat_rules
-from gateway.planner.chat_verify import STRICT_SCHEMA, strict_schema
+from gateway.endpoints.chat import rules as chat_rules
+from gateway.planner.verify import STRICT_SCHEMA, strict_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = [{"role": "user", "content": "hello"}]

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
-from gateway.vendors.local_model import PACKAGED_NAME
+from gateway.vendors.local.model import PACKAGED_NAME
 from tests.support.gateway_process import GatewayProcess
 from tests.support.llamacpp import EngineServer
 from tests.support.provision import TestDatabase, sqlite_database
@@ -39,7 +39,7 @@ Request = Callable[[int, bool], int]
 
 
 def engine_body(max_tokens: int, stream: bool) -> dict:
-    """What the adapter sends the engine for the gateway request below (vendors/local.py:_body)."""
+    """What the adapter sends the engine for the gateway request below (vendors/local/completions.py:_body)."""
     return {"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.0, "samplers": ["temperature"],
             "logit_bias": NO_EOS, "stream": stream}
 

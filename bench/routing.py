@@ -3,7 +3,7 @@
 Three measures, each variant interleaved round-robin with the others so machine noise hits all
 alike, in CPU time (this process's, or the gateway's) rather than wall time:
 
-1. the balancer alone (gateway/vendors/balancer.py): pick a deployment, open its ticket, report
+1. the balancer alone (gateway/vendors/transport/balancer.py): pick a deployment, open its ticket, report
    a latency sample and a success, close it: what every try pays, per routing policy, idle and
    with 8 calls in flight;
 2. the vendor layer in-process: `OpenAIAdapter.complete()` over httpx.MockTransport, so that the
@@ -30,10 +30,11 @@ import httpx
 import orjson
 
 from bench.routing_http import end_to_end
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.vendors import registry
-from gateway.vendors.balancer import Balancer
+from gateway.vendors.transport.balancer import Balancer
 from tests.support.fakes.httpx_client import answered_by
 from tests.support.fakes.openai_upstream import completion
 
@@ -83,7 +84,7 @@ async def call_cost(vendor, iterations: int) -> float:
     """CPU seconds per `complete()` through the vendor layer."""
     start = time.process_time()
     for _ in range(iterations):
-        await vendor.complete(CompletionCall(model="m", prompts=["hi"], max_tokens=4))
+        await vendor.translators[Endpoint.COMPLETIONS].complete(CompletionCall(model="m", prompts=["hi"], max_tokens=4))
     return (time.process_time() - start) / iterations
 
 

@@ -3,14 +3,19 @@ contract) in front of many model vendors, with one key system and one usage ledg
 
 The package's folders are its layers; imports run one way (tests/unit/test_layers.py checks it):
 
-    http/      request orchestration (the lifecycle, the SSE writer, the response cache); server/:
-               uvicorn, the connection, Connexion assembly and fast path, validation, security;
-               observe/: metrics, traces, logs; ui/: the dashboard
-      -> planner/   request -> vendor calls -> answer: capabilities, emulations, fan-out, fallbacks,
-                    admission
-           -> vendors/   one module per wire protocol (openai, anthropic, gemini, local) + registry
-                -> core/      errors, the vendor call/result types, parameters and their support
-                              records, configuration
+    http/      request orchestration: `serve` (the one way of every inference endpoint), the
+               lifecycle, the SSE writer, the response cache; server/: uvicorn, the connection,
+               Connexion assembly and fast path, validation, security; observe/: metrics, traces,
+               logs; ui/: the dashboard
+      -> endpoints/ one unit per endpoint (completions/, chat/): its request rules, its call, its
+                    demand, its cache form, its answer
+           -> planner/   the one planner: plan, fan-out, verification, merging, emulations,
+                         capabilities, fallbacks, admission
+                -> vendors/   one folder per wire protocol (openai/, anthropic/, gemini/, local/),
+                              each one translator per endpoint; transport/ (HTTP to vendors); registry
+                     -> core/      errors, the endpoints, the vendor calls and what comes back, a
+                                   request's clearance and demand, parameters and their support
+                                   records, configuration
       -> limits/    limits on a key or an account: rules, table, counters, limiter, a request's check
            -> store/     database, tables, migrations, ledger, accounts and keys, usage reports, token
                          counting, the Redis client (-> core/ only)

@@ -1,6 +1,6 @@
 """GET /v5/vendors: the configured vendors and what each does with every request parameter, from
 the same verdicts the planner enforces (gateway/planner/capabilities.py), and for a vendor served
-from deployments, its routing and each deployment's state in this process (vendors/balancer.py)."""
+from deployments, its routing and each deployment's state in this process (vendors/transport/balancer.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from gateway.core.parameters import Capabilities, Support
+from gateway.core.endpoint import Endpoint
+from gateway.core.parameters import PARAMETERS, Capabilities, Support, no_chat, unsupported
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
-from gateway.vendors.balancer import Balancer, Snapshot
+from gateway.vendors.transport.balancer import Balancer, Snapshot
 from gateway.vendors.base import Adapter, Balanced
 
 
@@ -23,14 +24,26 @@ async def list_vendors(request: HandlerRequest) -> Response:
 
 
 def _vendor(adapter: Adapter) -> dict[str, Any]:
-    body = describe(adapter.name, adapter.protocol, adapter.capabilities)
-    body["chat_parameters"] = _parameters(adapter.chat_capabilities)
-    server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai_servers.py)
+    body = describe(adapter.name, adapter.protocol, served(adapter, Endpoint.COMPLETIONS))
+    body["chat_parameters"] = _parameters(served(adapter, Endpoint.CHAT))
+    server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name
     if isinstance(adapter, Balanced):
         body |= deployments(adapter.balancer)
     return body
+
+
+def served(adapter: Adapter, endpoint: Endpoint) -> Capabilities:
+    """The adapter's record for `endpoint`: its translator's, or every parameter unsupported when
+    its protocol has no translator for the endpoint (what a request for it is answered: a 400)."""
+    translator = adapter.translators.get(endpoint)
+    if translator is not None:
+        return translator.capabilities
+    reason = f"the {adapter.protocol} protocol does not serve {endpoint.path}"
+    if endpoint is Endpoint.CHAT:
+        return no_chat(adapter.protocol, reason)
+    return Capabilities(adapter.protocol, {name: unsupported(reason) for name in PARAMETERS})
 
 
 def deployments(balancer: Balancer) -> dict[str, Any]:

@@ -10,10 +10,13 @@ what the planner decided is lifted out: the vendor's model name, the messages, w
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from gateway.core.clearance import CLEAR, Clearance
 from gateway.core.completion import Choice
+from gateway.core.endpoint import Endpoint
 
 # The most tokens a choice may generate when a chat request sets no maximum: what the limits
 # reserve for it, and what a vendor that needs a maximum (Anthropic's Messages API) is sent.
@@ -22,6 +25,7 @@ DEFAULT_MAX_TOKENS = 4096
 
 @dataclass(slots=True)
 class ChatCall:
+    endpoint: ClassVar[Endpoint] = Endpoint.CHAT
     model: str  # the vendor's own model name (what follows "vendor/")
     messages: list[dict[str, Any]]
     # Every other parameter the request sets (not null), by its name on the wire; the gateway's
@@ -30,12 +34,29 @@ class ChatCall:
     stream: bool = False
     # Where the vendor layer names the deployment that served the call (the ledger records it).
     served_by: list[str] = field(default_factory=list)
+    clearance: Clearance = CLEAR  # the request's (core/clearance.py): awaited before a vendor is asked
+    # The conversation as text, once (`prompt_text`): what an estimate of its tokens counts.
+    prompts: list[str] = field(default_factory=list)
 
     def given(self, name: str) -> Any:
         """The value of parameter `name` when the request sets it, else None."""
         if name == "messages":
             return self.messages
         return self.parameters.get(name)
+
+    def most_tokens(self) -> int | None:
+        max_tokens = self.max_tokens
+        return None if max_tokens is None else max_tokens * self.n
+
+    def split(self, prompts: list[str], n: int, seed: int | None) -> ChatCall:
+        """The call for `n` of its choices, sampled from `seed` (its one conversation: `prompts`)."""
+        parameters = dict(self.parameters)
+        parameters.pop("n", None)
+        if n > 1:
+            parameters["n"] = n
+        if seed is not None:
+            parameters["seed"] = seed
+        return dataclasses.replace(self, parameters=parameters, prompts=prompts)  # one `served_by` list for all
 
     @property
     def n(self) -> int:

@@ -12,10 +12,12 @@ client is told, as OpenAI counts it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from gateway.core.clearance import CLEAR, Clearance
+from gateway.core.endpoint import Endpoint
 
 T = TypeVar("T")
 
@@ -31,10 +33,38 @@ MAX_USAGE_TOKENS = 10**9
 COUNT_TOKENS_TIMEOUT = 5.0
 
 
+class Call(Protocol):
+    """A vendor call of any endpoint, as the planner, the transport and tracing read it (one per
+    endpoint: `CompletionCall` here, core/chat.py `ChatCall`; each endpoint's translators read
+    the rest of it). Made by the endpoint's unit, fanned out and verified by the planner."""
+
+    endpoint: ClassVar[Endpoint]
+    model: str  # the vendor's own model name (what follows "vendor/")
+    # The prompts (a chat call: its conversation as text, once): what an estimate of its tokens counts.
+    prompts: list[str]
+    stream: bool
+    served_by: list[str]  # where the vendor layer names the deployments that served it (for the ledger)
+    clearance: Clearance  # the request's (core/clearance.py): awaited before a vendor is asked
+
+    @property
+    def n(self) -> int: ...
+
+    def given(self, name: str) -> Any:
+        """The value of parameter `name` when the request sets it (to other than its default), else None."""
+
+    def most_tokens(self) -> int | None:
+        """The most completion tokens the call may generate, all its choices (None: the vendor's default)."""
+
+    def split(self, prompts: list[str], n: int, seed: int | None) -> Any:
+        """The call for `prompts` of its prompts and `n` of its choices, sampled from `seed` (a fan-out's leg)."""
+
+
 @dataclass(slots=True)
 class CompletionCall:
     """One call to one vendor, with every contract default already applied. Its fields are the
     request parameters (core/parameters.py), with `prompt` as the list `prompts`."""
+
+    endpoint: ClassVar[Endpoint] = Endpoint.COMPLETIONS
 
     model: str  # the vendor's own model name (what follows "vendor/")
     prompts: list[str]
@@ -56,6 +86,7 @@ class CompletionCall:
     # Not a parameter: where the vendor layer names the deployment each vendor call was served by
     # (the ledger records them). The calls of one plan share one list.
     served_by: list[str] = field(default_factory=list)
+    clearance: Clearance = CLEAR  # the request's (core/clearance.py): awaited before a vendor is asked
 
     def given(self, name: str) -> Any:
         """The value of parameter `name` when the request sets it to something other than its
@@ -64,6 +95,14 @@ class CompletionCall:
             return self.prompts if len(self.prompts) > 1 else None
         value = getattr(self, name)
         return None if value == _DEFAULTS[name] else value
+
+    def most_tokens(self) -> int | None:
+        """The most completion tokens the call may generate, all its choices (best_of candidates too)."""
+        return self.max_tokens * (self.best_of or self.n) * len(self.prompts)
+
+    def split(self, prompts: list[str], n: int, seed: int | None) -> CompletionCall:
+        """The call for `prompts` of its prompts and `n` of its choices, sampled from `seed` (a fan-out's leg)."""
+        return dataclasses.replace(self, prompts=prompts, n=n, seed=seed)
 
 
 _DEFAULTS: dict[str, Any] = {
@@ -188,38 +227,6 @@ class Chunk:
     billed: Usage | None = None  # the planner's final chunk: what the vendor calls reported, summed
 
 
-# Who hears of text generated for the current request before any of it reaches the client:
-# `generated(candidate, text)`. An adapter that generates a non-streamed answer piece by piece (the
-# embedded model) reports each piece, so that a request whose client left mid-generation is billed
-# for what was generated, not for nothing. The handler sets it per request (the ledger's meter);
-# a context variable, because the pieces come from tasks the adapter starts, which inherit the
-# request's context, and a vendor call's signature should not carry the ledger's concerns.
-generated: ContextVar[Callable[[int, str], None] | None] = ContextVar("generated", default=None)
-
-# The current request's go-ahead, awaited by the vendor layer at the last moment before a vendor is
-# asked (`cleared()`: an HTTP request's first byte, the embedded model's first step): the limits'
-# verdict comes from a shared store while the request is planned and its vendor request built. It
-# returns when the request may go on and raises Withheld when it may not. The handler sets it.
-go_ahead: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("go_ahead", default=None)
-
-
-class Withheld(BaseException):
-    """The go-ahead was refused (a limit): no vendor was asked. A BaseException, like a
-    cancellation, so that no layer between the vendor and the handler takes it for a vendor's
-    failure (a retry, a fallback, a 502); the handler answers with `error`."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-async def cleared() -> None:
-    """The go-ahead of the current request, awaited (nothing to wait for without one)."""
-    wait = go_ahead.get()
-    if wait is not None:
-        await wait()
-
-
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """What the usage ledger records about the vendor calls that serve a request on one model
@@ -238,7 +245,7 @@ class Attempt:
     # The deployments that served the vendor calls (configured name or index), filled in as they
     # answer: the plan's calls' `served_by`.
     served_by: Sequence[str] = ()
-    endpoint: str = "completions"  # the endpoint the request came through: "completions" or "chat"
+    endpoint: Endpoint = Endpoint.COMPLETIONS  # the endpoint the request came through
 
 
 def _add_details(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ PARAMETERS: tuple[str, ...] = request_parameters(CompletionRequest)
 # Parameters the planner knows how to emulate (planner/emulation.py, planner/plan.py describe how).
 EMULATABLE = frozenset({"prompt", "n", "echo", "stop", "best_of", "user"})
 # POST /v5/chat/completions: its parameters (`messages` among them: a vendor that serves no chat
-# declares it unsupported), and what the gateway emulates of them (planner/chat_plan.py).
+# declares it unsupported), and what the gateway emulates of them (planner/capabilities.py `check_chat`).
 CHAT_PARAMETERS: tuple[str, ...] = request_parameters(ChatCompletionRequest)
 CHAT_EMULATABLE = frozenset({"user", "n"})
 # Parameters whose support may be limited per vendor call: list prompts, choices, stop sequences.

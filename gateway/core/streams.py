@@ -5,7 +5,7 @@ stream's waits with one timer (`Watch`).
 When one of the calls fails, the others are cancelled with the message ABANDONED: the gateway gave
 up on them, not their caller, so the vendor layer does not hold a call it was waiting for against
 its deployment (a call its client gave up on, unanswered, is that deployment's failure:
-vendors/http.py). Without it, one request fanned out 50 ways and refused by the vendor (a client's
+vendors/transport/http.py). Without it, one request fanned out 50 ways and refused by the vendor (a client's
 mistake) would count dozens of failures and eject every healthy deployment."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """TLS client contexts for the gateway's own connections to its stores (Redis, PostgreSQL): always
 verifying the server, host name included unless the caller's setting says otherwise (libpq's
 verify-ca), against a CA file the settings name or the system's CAs (which honour SSL_CERT_FILE).
-The vendors' contexts are vendors/transport.py's `tls()`."""
+The vendors' contexts are vendors/transport/client.py's `tls()`."""
 
 from __future__ import annotations
 

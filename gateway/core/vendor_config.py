@@ -72,7 +72,7 @@ class Timeouts(Frozen):
 
 
 class Health(Frozen):
-    """Passive health of a vendor's deployments (gateway/vendors/balancer.py): `eject_after`
+    """Passive health of a vendor's deployments (gateway/vendors/transport/balancer.py): `eject_after`
     consecutive failures (connection failures, timeouts, 5xx, answers that are not answers, calls
     given up on unanswered) take a deployment out for `cooldown` seconds, doubled at each
     ejection in a row up to `max_cooldown`."""
@@ -91,7 +91,7 @@ class Health(Frozen):
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
-# How a vendor with several deployments picks the one for each try (gateway/vendors/balancer.py).
+# How a vendor with several deployments picks the one for each try (gateway/vendors/transport/balancer.py).
 Routing = Literal["least_outstanding", "weighted_random", "p2c_ewma"]
 
 
@@ -134,7 +134,7 @@ class VendorConfig(Frozen):
     retries: NonNegativeInt = 2  # extra tries after a connection failure or a retryable status
     options: Mapping[str, Any] = Field(default_factory=dict)  # the protocol's own, validated by its adapter
     # The proxy its connections go through (http://[user:password@]host[:port]; "" or "none": none,
-    # whatever HTTPS_PROXY says; unset: the environment's, gateway/vendors/proxies.py). A secret: the
+    # whatever HTTPS_PROXY says; unset: the environment's, gateway/vendors/transport/proxies.py). A secret: the
     # URL may hold a password.
     proxy: SecretStr | None = None
     ca_file: str = ""  # PEM file of the CAs its TLS certificates are checked against (default: the system's)

@@ -1,7 +1,8 @@
 """The SSE body of a streamed answer, for every endpoint: one id/created/model on every chunk,
 exactly one finish_reason per choice, the usage chunk when the client asked for it (estimated
 when the vendor reported none), and an error event instead of a silent cut. What differs between
-endpoints is the shape of a chunk's choice (`Shape`: a completion's `text`, a chat `delta`).
+endpoints is the shape of a chunk's choice (endpoints/unit.py `Shape`: a completion's `text`, a
+chat `delta`).
 
 The events of the chunks that arrived together (one vendor read) go out as one piece of the body.
 `aclose()` (called once by the response, however it ends) closes the vendor stream; the request's
@@ -13,15 +14,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import pydantic
 from pydantic import BaseModel
 
-from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.completion import Chunk, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream
+from gateway.endpoints.unit import Planned, Shape
+from gateway.endpoints.usage import usage_body
 from gateway.http.lifecycle import Lifecycle
 
 log = logging.getLogger("gateway")
@@ -29,31 +32,13 @@ log = logging.getLogger("gateway")
 M = TypeVar("M", bound=BaseModel)
 
 
-class Shape(Protocol):
-    """How one endpoint writes its chunks' choices."""
-
-    def piece(self, choice: Choice, finish: str | None) -> dict[str, Any] | None:
-        """A chunk's choice as the client reads it; None when it says nothing (no text, no finish)."""
-
-    def closing(self, index: int) -> dict[str, Any]:
-        """The choice that ends choice `index`, which the vendor never closed."""
-
-
-class Streamed(Protocol):
-    """What the stream needs of its plan (planner/plan.py Plan, planner/chat_plan.py ChatPlan)."""
-
-    prompts: list[str]
-    include_usage: bool
-
-
 class EventStream:
-    def __init__(self, plan: Streamed, choices: int, shape: Shape, head: dict[str, Any], first: list[Chunk],
-                 rest: AsyncIterator[list[Chunk]], life: Lifecycle, redact: Callable[[str], str],
-                 echoed: Callable[[int], str]) -> None:
+    def __init__(self, plan: Planned, shape: Shape, head: dict[str, Any], first: list[Chunk],
+                 rest: AsyncIterator[list[Chunk]], life: Lifecycle, redact: Callable[[str], str]) -> None:
         self._plan = plan
-        self._choices = choices
+        self._choices = plan.choices
         self._shape = shape
-        self._echoed = echoed
+        self._echoed = plan.echoed
         self._redact = redact
         self._first = first
         self._rest = rest
@@ -144,31 +129,3 @@ def parsed(model: type[M], body: dict[str, Any]) -> M:
     except pydantic.ValidationError as exc:
         detail = [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         raise ValidationFailed(detail) from None
-
-
-def parsed_body(model: type[BaseModel], body: dict[str, Any]) -> dict[str, Any]:
-    """The body as the generated model reads it (`parsed`), as JSON-shaped values again: what the
-    planner and the vendors are given, never the raw JSON. JSON Schema counts 2.0 and 1e0 as
-    integers, so they pass validation; Python does not (`range(2.0)` fails), and a vendor may refuse
-    them. The model's integer fields hold ints, its fields not given stay absent."""
-    return parsed(model, body).model_dump(by_alias=True)
-
-
-def usage_body(usage: Usage) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    if usage.prompt_tokens_details:
-        body["prompt_tokens_details"] = usage.prompt_tokens_details
-    if usage.completion_tokens_details:
-        body["completion_tokens_details"] = usage.completion_tokens_details
-    if usage.estimated:
-        body["estimated"] = True
-    return body
-
-
-def no_echo(index: int) -> str:
-    """What a choice starts with that is not its own text: nothing (an answer that echoes nothing)."""
-    return ""

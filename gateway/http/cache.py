@@ -37,10 +37,11 @@ from starlette.datastructures import Headers
 
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.demand import Demand
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
-from gateway.limits import on_request
 from gateway.limits.rules import ACCOUNT, KEY, Subject
 from gateway.limits.table import LimitsTable
 from gateway.store.response_cache import Store
@@ -55,16 +56,6 @@ OFF, REFRESH, ONLY_IF_CACHED, FORCE = "off", "refresh", "only-if-cached", "force
 ASKED = (OFF, REFRESH, ONLY_IF_CACHED, FORCE)
 MAX_TTL = 30 * 86400  # seconds; the longest an entry may be asked to live
 
-# The request's fields that say how its answer is delivered or whom it is attributed to, not what it is.
-LEFT_OUT = frozenset({"model", "stream", "stream_options", "user"})
-# The contract's defaults (openapi.json), left out of the canonical form like a field not given.
-COMPLETION_DEFAULTS = {"max_tokens": 16, "n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0,
-                       "presence_penalty": 0, "echo": False, "logit_bias": {}, "stop": []}
-CHAT_DEFAULTS = {"n": 1, "temperature": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0,
-                 "logprobs": False}
-_ABSENT = object()
-
-
 class CacheMiss(GatewayError):
     """`only-if-cached` and nothing cached: no vendor is called (HTTP's 504 for it)."""
 
@@ -72,31 +63,12 @@ class CacheMiss(GatewayError):
     type = "cache_miss"
 
 
-def form(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical fields of a validated request body: what is null, the contract's default or
-    left out (LEFT_OUT) is not there (`best_of` equal to `n` is no ranking either), and a whole
-    float is written as an integer (JSON's 1.0 is 1; nested values are taken as they are)."""
-    n = body.get("n") or 1
-    return {name: int(value) if value.__class__ is float and value.is_integer() else value
-            for name, value in body.items()
-            if name not in LEFT_OUT and value is not None and defaults.get(name, _ABSENT) != value
-            and not (name == "best_of" and value == n)}
-
-
-def completion_form(body: Mapping[str, Any]) -> dict[str, Any]:
-    return form(body, COMPLETION_DEFAULTS)
-
-
-def chat_form(body: Mapping[str, Any]) -> dict[str, Any]:
-    return form(body, CHAT_DEFAULTS)
-
-
 def deterministic(form: Mapping[str, Any]) -> bool:
     """Whether the same request gives the same answer: greedy (temperature 0) or seeded."""
     return form.get("temperature") == 0 or form.get("seed") is not None
 
 
-def key(endpoint: str, account: str, model: str, form: Mapping[str, Any]) -> str:
+def key(endpoint: Endpoint, account: str, model: str, form: Mapping[str, Any]) -> str:
     """The entry's key: a digest of everything that makes the answer what it is, and whose it is."""
     canonical = orjson.dumps([VERSION, endpoint, account, model, form], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
@@ -229,14 +201,14 @@ class Lookup:
     only_if_cached: bool = False
     price_share: float = 0.0  # what a hit is billed, of its tokens' price (GATEWAY_CACHE_HIT_PRICE)
 
-    def demand(self, demand: on_request.Demand) -> on_request.Demand:
+    def demand(self, demand: Demand) -> Demand:
         """What the limits are asked for: a hit is a request (RPM, concurrency) that uses no vendor's
         tokens, billed `price_share` of its entry's tokens' price (what a budget in dollars reserves)."""
         if self.entry is None:
             return demand
         usage = self.entry.usage
         return dataclasses.replace(demand, prompts_sent=(), completion_tokens=usage.completion_tokens,
-                                   _prompt_tokens=usage.prompt_tokens, hit_share=self.price_share)
+                                   prompt_tokens=usage.prompt_tokens, hit_share=self.price_share)
 
     def header(self) -> dict[str, str]:
         return {HEADER: self.state}
@@ -259,7 +231,7 @@ class Lookup:
 BYPASSED = Lookup(BYPASS)
 
 
-async def look_up(request: HandlerRequest, account: str, endpoint: str, model: str,
+async def look_up(request: HandlerRequest, account: str, endpoint: Endpoint, model: str,
                   form: Callable[[], Mapping[str, Any]]) -> Lookup:
     """The request's lookup: a hit (its entry), a miss (where its answer goes), or a bypass.
     `form()` is the request's canonical form (made only when the cache may serve it)."""
@@ -279,7 +251,7 @@ async def look_up(request: HandlerRequest, account: str, endpoint: str, model: s
                     price_share=services.settings.cache_hit_price)
     if wants != REFRESH:
         raw = await store.get(where)
-        if raw is not None and (entry := decode(raw, chat=endpoint == "chat")) is not None:
+        if raw is not None and (entry := decode(raw, chat=endpoint is Endpoint.CHAT)) is not None:
             looked.state, looked.entry = HIT, entry
     metrics.cache_looked_up(looked.state)
     return looked

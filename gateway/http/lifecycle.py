@@ -8,24 +8,27 @@ admitted to the moment it is over, and the one way each of those is given back, 
 | admission                   | there is none)                   | (`finish`, `failed_midway`)                 |
 | the meter: its one ledger   | `Lifecycle(...)`                 | closed once: `finish` (the vendor's usage), |
 | row                         |                                  | `fail`, or by `end()` as `left`             |
-| the limits' claim           | `Lifecycle(...)`, asked before   | settled with the meter's row when it is     |
-|                             | the request is planned           | written; given back unused when the client  |
-|                             |                                  | left before the verdict came                |
-| `core.completion.generated` | `call()`, for the vendor call    | when `call()` returns                       |
-| `core.completion.go_ahead`  | `call()`, for a single vendor    | when `call()` returns                       |
-|                             | call on a shared limits store    |                                             |
+| the limits' claim           | `ask(demand)`, once the request  | settled here with the row the meter gives   |
+|                             | is planned                       | back as it closes; given back unused when   |
+|                             |                                  | the client left before the verdict came     |
+| the request's `clearance`   | `Lifecycle(...)`; deferred to    | when `call()` returns                       |
+| (core/clearance.py)         | the limits' verdict by `call()`, |                                             |
+|                             | for a single vendor call on a    |                                             |
+|                             | shared limits store              |                                             |
 | the vendor call `call()`    | `call()` returns it begun        | closed by the stream's response once handed |
 | started (a stream's rest)   |                                  | to `stream()`, else by `fail()`             |
 
-A handler reads as the steps of its request: open the lifecycle, plan, `call()` the vendor, shape
-the answer and hand it to `answer()` or `stream()`; anything raised on the way goes to `fail()`,
-which closes what is open and raises what answers it. A plain answer's lifecycle ends once the
+A request reads as its steps (http/serving.py): open the lifecycle, plan (every vendor call
+carrying the lifecycle's `clearance`), `ask()` the limits, `call()` the vendor, shape the answer and
+hand it to `answer()` or `stream()`; anything raised on the way goes to `fail()`, which closes what
+is open and raises what answers it. A plain answer's lifecycle ends once the
 answer was sent (or failed to be); a stream's when its response closes it. Nothing else settles
 limits, closes a meter or gives an admission slot back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -33,14 +36,15 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from gateway.core.completion import Attempt, Choice, Usage, generated, go_ahead
+from gateway.core.clearance import Clearance
+from gateway.core.completion import Attempt, Choice, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import observability
 from gateway.limits import on_request
 from gateway.limits.verdicts import Grant
-from gateway.store.meter import Meter
+from gateway.store.meter import NO_ROW, Closed, Meter
 
 log = logging.getLogger("gateway")
 
@@ -55,28 +59,33 @@ B = TypeVar("B", bound=Begun)
 
 
 class Lifecycle:
-    __slots__ = ("request_id", "meter", "grant", "_request", "_check", "_admission", "_admitted", "_begun")
+    __slots__ = ("request_id", "meter", "grant", "clearance", "_request", "_account", "_check", "_admission",
+                 "_admitted", "_begun")
 
-    def __init__(self, request: HandlerRequest, request_id: str, account: str, demand: on_request.Demand) -> None:
+    def __init__(self, request: HandlerRequest, request_id: str, account: str) -> None:
         services = request.services
         self.request_id = request_id
         self._request = request
+        self._account = account
         self.meter: Meter = services.ledger.meter(request_id=request_id, account_id=account,
                                                   key_id=request.caller.key_id)
-        self.meter.on_close = self._settle
         observability.attach(request, self.meter)  # the access line and the request's metrics read it
         self._admission = services.admission
         self._admission.enter()  # a 503 when full: then nothing is held (a meter without a vendor call writes nothing)
         self._admitted = True
         self._begun: Begun | None = None  # the vendor call begun, until its stream is handed on
         self.grant: Grant = on_request.NO_LIMITS
-        try:
-            # Asked now: a shared store answers while the request is planned and its vendor request built.
-            self._check = on_request.check(services.limiter, key_id=request.caller.key_id, account=account,
-                                         demand=demand, request_id=request_id, meter=self.meter)
-        except BaseException:
-            self.end()
-            raise
+        self._check: on_request.Check = on_request.UNLIMITED  # until `ask`
+        # What every vendor call of the request waits on and reports generated text to.
+        self.clearance = Clearance(heard=self.meter.generated)
+
+    def ask(self, demand: on_request.Demand) -> None:
+        """Ask the limits for the request's `demand` (once, planned or refused by the planner: a
+        limit's refusal answers before the request's own mistake). A shared store answers while
+        the vendor's request is built; the verdict is awaited by `call()` or `from_cache()`."""
+        services = self._request.services
+        self._check = on_request.check(services.limiter, key_id=self._request.caller.key_id, account=self._account,
+                                       demand=demand, request_id=self.request_id, meter=self.meter)
 
     def fallbacks(self, chains: Mapping[str, Sequence[str]], model: str) -> Mapping[str, Sequence[str]]:
         """The fallback chains, less what the request's limits do not allow (on_request.Check)."""
@@ -85,23 +94,18 @@ class Lifecycle:
     async def call(self, vendor_calls: int, work: Callable[[], Awaitable[B]]) -> B:
         """`work()`, the request's vendor call(s), under the limits' verdict and cancelled the moment
         the client leaves. One vendor call on a shared store awaits the verdict as its request is
-        about to leave (core.completion.go_ahead); the calls of a fan-out start together, after it.
-        A refusal raises, with its ledger row."""
+        about to leave (its `clearance`); the calls of a fan-out start together, after it. A refusal
+        raises, with its ledger row."""
         check = self._check
-        heard = generated.set(self.meter.generated)  # the vendor call's tasks inherit it
+        if not (check.remote and vendor_calls == 1):
+            await check.grant()
+            return await self._granted(work)
+        check.defer()
+        self.clearance.defer_to(check.go_ahead)
         try:
-            deferred = check.remote and vendor_calls == 1
-            if not deferred:
-                await check.grant()
-                return await self._granted(work)
-            check.defer()
-            token = go_ahead.set(check.go_ahead)
-            try:
-                return await self._granted(work)
-            finally:
-                go_ahead.reset(token)
+            return await self._granted(work)
         finally:
-            generated.reset(heard)
+            self.clearance.defer_to(None)
 
     async def _granted(self, work: Callable[[], Awaitable[B]]) -> B:
         begun = self._begun = await self._request.unless_client_leaves(work())
@@ -133,12 +137,12 @@ class Lifecycle:
         """The vendor finished: its row records `billed` (None: the vendor reported none, estimated);
         `answer` is a plain answer's choices, sent. What is left is writing (a stream's last events):
         the admission slot is given back now, before the client can have read them and asked again."""
-        self.meter.finish(billed, answer)
+        self._settle(self.meter.finish(billed, answer))
         self._leave()
 
     def failed_midway(self, exc: BaseException) -> None:
         """The answer had begun when `exc` ended it (a stream's error event follows, as its end)."""
-        self.meter.fail(exc)
+        self._settle(self.meter.fail(exc))
         self._leave()
 
     async def fail(self, exc: BaseException) -> NoReturn:
@@ -151,7 +155,7 @@ class Lifecycle:
             if begun is not None:
                 await begun.aclose()
         finally:
-            self.meter.fail(answer)
+            self._settle(self.meter.fail(answer))
             self.end()
         if isinstance(answer, Exception) and not isinstance(answer, GatewayError | ValidationFailed):
             log.error("request %s failed in the gateway", self.request_id, exc_info=answer)
@@ -165,7 +169,7 @@ class Lifecycle:
     def end(self) -> None:
         """The request is over: its admission slot is given back, and a meter still open closes as
         the client's leaving (a stream whose response ended before the vendor did)."""
-        self.meter.left()  # a no-op once closed
+        self._settle(self.meter.left())  # nothing once closed
         self._leave()
 
     def _leave(self) -> None:
@@ -173,10 +177,22 @@ class Lifecycle:
             self._admitted = False
             self._admission.leave()
 
-    def _settle(self, row: dict[str, Any] | None) -> None:
-        """The meter's row is written (None: no vendor was called): the limits' claim is settled by it
-        (a cache hit's: no tokens, and what it was billed in a budget in dollars: limits/limiter.py)."""
-        self.grant.settle(row)
+    def _settle(self, closed: Closed) -> None:
+        """The meter closed, giving back its row (NO_ROW: no vendor was called; a task: the row once
+        its tokens are counted): the limits' claim is settled by it (a cache hit's: no tokens, and
+        what it was billed in a budget in dollars: limits/limiter.py)."""
+        if closed is None:
+            return  # closed before: settled then
+        if closed is NO_ROW:
+            self.grant.settle(None)
+        elif isinstance(closed, dict):
+            self.grant.settle(closed)
+        else:
+            closed.add_done_callback(self._counted)
+
+    def _counted(self, counting: asyncio.Task[dict[str, Any]]) -> None:
+        if not counting.cancelled() and counting.exception() is None:
+            self.grant.settle(counting.result())
 
     def answer(self, body: bytes, headers: dict[str, str], billed: Usage | None,
                choices: Sequence[Choice]) -> Response:

@@ -1,9 +1,11 @@
-"""Limits as a completion request meets them (limits/limiter.py does the counting): the
-request's estimate, the answer to a refusal, and OpenAI's x-ratelimit-* headers.
+"""Limits as a request of any endpoint meets them (limits/limiter.py does the counting): the check
+of its demand (core/demand.py, which the endpoint's unit says), the answer to a refusal, and
+OpenAI's x-ratelimit-* headers.
 
 A refused request reaches no vendor and is billed nothing; its ledger row (outcome `refused`, no
-tokens) is what the usage report counts. One that is let through settles its grant when its meter
-closes, with the row's real usage (also when it failed, was cut short or its client left).
+tokens) is what the usage report counts. One that is let through has its grant settled by its
+lifecycle when its meter closes, with the row's real usage (also when it failed, was cut short or
+its client left).
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ import asyncio
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-
-from pydantic import MISSING
 
 from gateway.core import observe
-from gateway.core.completion import DEFAULT_MAX_TOKENS, Withheld
+from gateway.core.clearance import Withheld
+from gateway.core.demand import Demand
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import (
     ClientDisconnected,
     GatewayError,
@@ -34,75 +35,35 @@ from gateway.limits.counters import RPM
 from gateway.limits.limiter import Limiter
 from gateway.limits.rules import Budget, Limits, Subject, Unit
 from gateway.limits.verdicts import NO_LIMITS, Asking, Grant
-from gateway.planner.plan import Plan
 from gateway.store import tokens
 from gateway.store.meter import Meter
-from generated.models import CompletionRequest
 
-__all__ = ["NO_LIMITS", "Check", "Demand", "admit_call", "check", "demand", "headers"]
+__all__ = ["NO_LIMITS", "Check", "Demand", "admit_call", "check", "headers"]
 log = logging.getLogger("gateway.limits")
 
 
-@dataclass(slots=True)
-class Demand:
-    """A request as its limits see it, whatever its endpoint: the model it asks for, the tokens it
-    may use at most, and what its ledger row says of it if a limit refuses it. Its prompts are
-    counted only when a limit asks (`prompt_tokens`): a request under no limit never pays for it."""
-
-    model: str
-    prompts_sent: Sequence[str]  # each prompt as often as a vendor call carries it
-    completion_tokens: int
-    streamed: bool = False
-    user: str | None = None
-    endpoint: str = "completions"  # what the ledger's row of a refusal says it came through
-    _prompt_tokens: int | None = None
-    # A cache hit's (http/cache.py): the share of its tokens' price it is billed. It uses no vendor's
-    # tokens, and reserves what it is billed of a budget in dollars.
-    hit_share: float | None = None
-
-    @property
-    def prompt_tokens(self) -> int:
-        if self._prompt_tokens is None:
-            self._prompt_tokens = sum(tokens.counts(tokens.counter(self.model), self.prompts_sent))
-        return self._prompt_tokens
-
-
-def demand(request: CompletionRequest, plan: Plan | None = None, falls_back: bool = False) -> Demand:
-    """What a completion request can cost at most, as the vendor calls bill it: every vendor call's
-    prompts (counted with the offline counter the ledger estimates with, store/tokens.py), plus
-    max_tokens for every choice each call generates (best_of candidates included). `plan` is its
-    plan on its own model; without one (the planner refused it, or a fallback chain may serve it
-    on a vendor that fans out differently) the bound holds for any vendor: one call per choice,
-    each carrying its prompt. docs/limits.md states the estimate's error."""
-    model = request.model
-    if plan is not None and not falls_back:
-        attempt = plan.attempt()
-        sent: Sequence[str] = attempt.prompts_sent
-        completion = attempt.max_completion_tokens or 0
-    else:
-        prompt = request.prompt
-        prompts = [prompt] if isinstance(prompt, str) else list(prompt.root)
-        choices = max(_value(request.n, 1), _value(request.best_of, 1))
-        sent = [p for p in prompts for _ in range(choices)]
-        completion = _value(request.max_tokens, DEFAULT_MAX_TOKENS) * choices * len(prompts)
-    return Demand(model, sent, completion,
-                  bool(_value(request.stream, False)), _value(request.user, None))
+def prompt_tokens(demand: Demand) -> int:
+    """The demand's prompt tokens, counted with the offline counter the ledger estimates with
+    (store/tokens.py) the first time a limit asks."""
+    if demand.prompt_tokens is None:
+        demand.prompt_tokens = sum(tokens.counts(tokens.counter(demand.model), demand.prompts_sent))
+    return demand.prompt_tokens
 
 
 def check(limiter: Limiter, *, key_id: str, account: str, demand: Demand, request_id: str, meter: Meter) -> Check:
     """The limits' verdict on the request, asked for now and awaited with `Check.grant()`."""
     if not limiter.table.subjects:
         return UNLIMITED
-    return Check(limiter.ask(key_id=key_id, account=account, model=demand.model, prompt_tokens=demand.prompt_tokens,
+    return Check(limiter.ask(key_id=key_id, account=account, model=demand.model, prompt_tokens=prompt_tokens(demand),
                              completion_tokens=demand.completion_tokens, request_id=request_id,
                              hit_share=demand.hit_share), key_id, demand, meter)
 
 
 class Check:
-    """A request's limits check, asked for before the request is planned. A shared store works on
-    it meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's
-    request is about to leave (`defer`, `go_ahead`), else by the handler before any vendor is
-    called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
+    """A request's limits check, asked for once the request is planned. A shared store works on it
+    meanwhile: its verdict is awaited as late as can be, by the vendor layer as the vendor's request
+    is about to leave (`defer`, `go_ahead`: the request's clearance, core/clearance.py), else by the
+    lifecycle before any vendor is called (`grant`). Either way it is awaited, or `release`d, on every way a request takes: a
     claim the store took holds a slot until it is settled (http/lifecycle.py settles it)."""
 
     __slots__ = ("_asked", "_key_id", "_demand", "_meter", "_grant", "_refusal", "_verdict")
@@ -131,8 +92,8 @@ class Check:
             self._verdict = asyncio.ensure_future(self._asked.grant())
 
     async def go_ahead(self) -> None:
-        """core.completion.go_ahead: returns once the request may reach a vendor, or raises
-        Withheld with the refusal (its ledger row written)."""
+        """What the request's clearance waits on (core/clearance.py): returns once the request may
+        reach a vendor, or raises Withheld with the refusal (its ledger row written)."""
         try:
             await self.grant()
         except GatewayError as refusal:
@@ -224,7 +185,7 @@ async def admit_call(limiter: Limiter, key_id: str, request_id: str) -> Grant:
 
 
 # Every request's while no limit exists: its grant is known, nothing else of it is read.
-UNLIMITED = Check(NO_LIMITS, "", Demand("", (), 0), None)  # type: ignore[arg-type]
+UNLIMITED = Check(NO_LIMITS, "", Demand(Endpoint.COMPLETIONS, "", (), 0), None)  # type: ignore[arg-type]
 
 
 def _give_back(verdict: asyncio.Future[Grant]) -> None:
@@ -340,8 +301,3 @@ def _unit(grant: Grant, refusal: counters.Refusal) -> Unit:
 def _budget_of(grant: Grant, refusal: counters.Refusal) -> Budget:
     limits = next(limits for s, limits in grant.subjects if s == refusal.subject)
     return next((b for b in limits.budgets if b.unit.name == refusal.unit), limits.budgets[0])
-
-
-def _value(value, default):
-    return default if value is MISSING or value is None else value
-

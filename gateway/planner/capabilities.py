@@ -3,7 +3,8 @@
 One function (`verdict`) judges an adapter's declared `Support` records (gateway/core/parameters.py)
 against what the gateway can do. The planner enforces it before any vendor call (`check`),
 GET /v5/vendors shows it and docs/capabilities.md prints it, so the behaviour, the operation and
-the README table cannot disagree. Nothing is accepted and ignored: a parameter neither the vendor
+the README table cannot disagree. Each endpoint's parameters are judged by the one `verdict`:
+completions' by `check` (which also says the emulations a request needs), chat's by `check_chat`. Nothing is accepted and ignored: a parameter neither the vendor
 nor an emulation can serve is a 400 naming it and the vendor, a value outside the vendor's range
 is a 400 naming the range (never clamped).
 """
@@ -11,12 +12,14 @@ is a 400 naming the range (never clamped).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from gateway.core.chat import ChatCall
 from gateway.core.completion import CompletionCall
 from gateway.core.errors import ParameterOutOfRange, UnsupportedParameter
 from gateway.core.parameters import EMULATABLE, EMULATED, NATIVE, PARAMETERS, UNSUPPORTED, Capabilities, Support
 from gateway.planner.emulation import Emulation
-from gateway.vendors.base import Adapter
+from gateway.vendors.base import Adapter, Translator
 
 # How the gateway emulates each parameter it can (planner/emulation.py, planner/plan.py).
 EMULATIONS = {
@@ -76,10 +79,10 @@ def used_parameters(call: CompletionCall) -> Iterator[str]:
     return (name for name in PARAMETERS if call.given(name) is not None)
 
 
-def check(adapter: Adapter, call: CompletionCall) -> Emulation:
+def check(adapter: Adapter, translator: Translator[CompletionCall], call: CompletionCall) -> Emulation:
     """Reject what the vendor cannot be given (400 naming parameter and vendor), and say what
     the gateway must emulate for this request."""
-    caps, vendor = adapter.capabilities, adapter.name
+    caps, vendor = translator.capabilities, adapter.name
     emulated = set()
     for name in used_parameters(call):
         found = verdict(caps, name)
@@ -107,6 +110,44 @@ def check(adapter: Adapter, call: CompletionCall) -> Emulation:
         user_recorded="user" in emulated,
         no_tokens="max_tokens" in emulated,
     )
+
+
+# Chat values that ask a vendor for nothing beyond its default: a vendor lacking the parameter serves
+# them as it is (the parameter is not sent), so clients that spell out defaults work everywhere.
+AS_IF_UNSET: dict[str, Any] = {
+    "n": 1,
+    "response_format": {"type": "text"},
+    "parallel_tool_calls": True,
+    "logprobs": False,
+    "store": False,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+}
+
+
+def check_chat(adapter: Adapter, translator: Translator[ChatCall], call: ChatCall) -> set[str]:
+    """Refuse what the vendor cannot be given (400 naming parameter and vendor); the parameters the
+    gateway serves itself (`user` recorded, `n` fanned out) or that ask for nothing (AS_IF_UNSET):
+    never sent to the vendor. A translator may refuse values its record cannot say (`refused`: an
+    image it cannot take, say)."""
+    caps, vendor = translator.capabilities, adapter.name
+    served_here = set()
+    for name in ("messages", *call.parameters):
+        found = verdict(caps, name)
+        value = call.given(name)
+        if found.kind != NATIVE and name in AS_IF_UNSET and value == AS_IF_UNSET[name]:
+            served_here.add(name)
+            continue
+        if found.kind == UNSUPPORTED:
+            raise UnsupportedParameter(name, vendor, found.detail or "")
+        if found.range is not None and value not in found.range:
+            raise ParameterOutOfRange(name, vendor, value, str(found.range))
+        if found.kind == EMULATED:
+            served_here.add(name)
+    refused = getattr(translator, "refused", None)  # vendors.base.RefusesValues
+    if refused is not None and (why := refused(call)) is not None:
+        raise UnsupportedParameter(why[0], vendor, why[1])
+    return served_here
 
 
 def served_below(name: str, found: Support) -> int | None:

@@ -155,6 +155,9 @@ class Emulation:
         return StopMatcher(self.stop, skip=len(prompt) if self.vendor_echoes else 0)
 
 
+NONE = Emulation()  # a request that needs none (every chat request)
+
+
 def _echoed(pieces: list[Choice], prompts: Sequence[str], n: int, total: int) -> list[Choice]:
     """The first pieces of a stream's choices with each choice's prompt in front: prepended to the
     choice's own piece when the chunk has one, else a piece of its own."""

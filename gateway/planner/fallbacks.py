@@ -24,7 +24,9 @@ log = logging.getLogger("gateway")
 
 
 class Startable(Protocol):
-    """A planned request (planner/plan.py Plan, planner/chat_plan.py ChatPlan)."""
+    """A planned request (planner/plan.py Plan)."""
+
+    model: str
 
     @property
     def stream(self) -> bool: ...
@@ -37,6 +39,13 @@ class Startable(Protocol):
 
 
 P = TypeVar("P", bound=Startable)
+P_co = TypeVar("P_co", bound=Startable, covariant=True)
+
+
+class Replans(Protocol[P_co]):
+    """The request as its endpoint plans it on another model (endpoints/unit.py Planning)."""
+
+    def plan(self, model: str) -> P_co: ...
 
 
 @dataclass(slots=True)
@@ -60,18 +69,19 @@ def chain(model: str, fallbacks: Mapping[str, Sequence[str]]) -> list[str]:
     return [model, *fallbacks.get(model, ())]
 
 
-async def start(plan: P, requested: str, replan: Callable[[str], P], fallbacks: Mapping[str, Sequence[str]],
+async def start(plan: P, planning: Replans[P], fallbacks: Mapping[str, Sequence[str]],
                 on_attempt: Callable[[Attempt], None]) -> Started[P]:
-    """Start the request for model `requested`, planned as `plan` on it (a request that cannot be
+    """Start the request, planned as `plan` on the model it asks for (a request that cannot be
     served as the client wrote it is the client's mistake, no fallback), falling back along its
-    model's chain, each fallback planned by `replan(model)`. `on_attempt` hears of each model tried
+    model's chain, each fallback planned by `planning.plan(model)`. `on_attempt` hears of each model tried
     before its vendor is called (the ledger's row names the one that answered, or the last one tried)."""
+    requested = plan.model
     models = chain(requested, fallbacks)
     first_error: GatewayError | None = None
     for number, model in enumerate(models):
         if number:
             try:
-                plan = replan(model)
+                plan = planning.plan(model)
             except GatewayError:
                 log.info("fallback %s cannot serve this request; skipped", model)
                 continue

@@ -1,45 +1,35 @@
-"""From a validated request to vendor calls, and their answers back into one completion.
+"""The one planner: a request's vendor calls, made by its endpoint's unit (endpoints/<name>/plan.py
+builds its `Call` and judges its parameters), fanned out here, run, verified, and their answers
+merged back into one, whole or streamed, for every endpoint alike.
 
-The planner reads the adapter's `Capabilities` before any vendor call (planner/capabilities.py):
-each parameter a request uses is passed through (native), emulated by the gateway, or rejected
-with a 400 naming it and the vendor. List prompts and `n` beyond what one vendor call takes are
-emulated by concurrent fan-out; the answers are merged with OpenAI's prompt-major indexing,
-`index = prompt_index * n + i`. The other emulations (echo, stop, best_of) are applied to each
-vendor call's answer by planner/emulation.py.
+What one vendor call cannot take is fanned out (`fan_out`): a list of prompts beyond what the
+vendor takes per call (`prompt`'s per-call record; a chat call has one conversation), and `n`
+beyond its choices per call (`n`'s; emulated: one call per choice), each leg sampling choice i
+with seed + i, at most `max_vendor_calls` legs (a 400 beyond). The legs run concurrently (at most
+FANOUT_CONCURRENCY at once) and their choices are merged with OpenAI's prompt-major indexing,
+`index = prompt_index * n + i`; the usage the client is told counts each prompt once (OpenAI's
+semantics), what the ledger bills every call's. Each leg's answer is held to what it asked
+(planner/verify.py) before the client sees it, and the endpoint's emulations (planner/emulation.py:
+echo, stop, best_of for completions) are applied to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import MISSING
+import jsonschema_rs
 
 from gateway.core import observe
-from gateway.core.completion import (
-    DEFAULT_MAX_TOKENS,
-    Attempt,
-    Chunk,
-    CompletionCall,
-    Result,
-    Usage,
-    choice_seed,
-    summed_usage,
-    usage_per_prompt,
-)
-from gateway.core.errors import BadRequest, invalid_field
-from gateway.core.parameters import PARAMETERS
+from gateway.core.completion import Attempt, Call, Chunk, Result, Usage, choice_seed, summed_usage, usage_per_prompt
+from gateway.core.errors import BadRequest
 from gateway.core.streams import all_of, merged
-from gateway.planner import capabilities
-from gateway.planner.emulation import Emulation
+from gateway.planner.emulation import NONE, Emulation
 from gateway.planner.verify import Expected
-from gateway.vendors.base import Adapter
-from gateway.vendors.registry import Registry
-from generated.models import CompletionRequest
+from gateway.vendors.base import Adapter, Translator
 
 FANOUT_CONCURRENCY = 16  # vendor calls in flight for one request
 
@@ -48,7 +38,7 @@ FANOUT_CONCURRENCY = 16  # vendor calls in flight for one request
 class Leg:
     """One vendor call of a plan, and where its choices land in the client's answer."""
 
-    call: CompletionCall
+    call: Any  # the endpoint's Call (core/completion.py)
     first_prompt: int
     first_choice: int  # offset within n
 
@@ -60,14 +50,32 @@ class Leg:
 @dataclass(slots=True)
 class Plan:
     adapter: Adapter
+    translator: Translator[Any]  # the adapter's for the endpoint
     model: str  # as the client wrote it: "vendor/name"
-    prompts: list[str]
-    n: int
+    prompts: list[str]  # the request's prompts (a chat's conversation as text): echo, estimates
+    n: int  # choices per prompt the client asked for
     legs: list[Leg]
     stream: bool
     include_usage: bool
-    emulation: Emulation
     user: str | None  # the request's end user, whether or not the vendor is sent it
+    emulation: Emulation = NONE
+    echo: bool = False  # the choices start with their prompts (completions' echo)
+    # What every call's answer must match (a strict json_schema), compiled once for all of them.
+    answer_schema: jsonschema_rs.Validator | None = None
+    _attempt: Attempt | None = field(default=None, init=False, repr=False)  # (made once: `attempt`)
+
+    @property
+    def vendor_calls(self) -> int:
+        return len(self.legs)
+
+    @property
+    def choices(self) -> int:
+        """The client's answer's choices: `n` per prompt."""
+        return len(self.prompts) * self.n
+
+    def echoed(self, index: int) -> str:
+        """The prompt choice `index` starts with (nothing without echo): not part of its completion."""
+        return self.prompts[index // self.n] if self.echo else ""
 
     @property
     def per_prompt(self) -> int:
@@ -83,6 +91,9 @@ class Plan:
             by_prompts.setdefault(leg.first_prompt, []).append(usage)
         return usage_per_prompt(by_prompts.values()), summed_usage(usages)
 
+    def expected(self, call: Call) -> Expected:
+        return Expected(call, self.adapter.name, self.answer_schema)
+
     async def complete(self) -> Result:
         return await complete(self)
 
@@ -90,90 +101,51 @@ class Plan:
         return stream(self)
 
     def attempt(self) -> Attempt:
-        """What the usage ledger records of this plan's vendor calls."""
-        model = self.legs[0].call.model
+        """What the usage ledger records of this plan's vendor calls (the limits' demand reads it too)."""
+        if self._attempt is not None:
+            return self._attempt
+        first = self.legs[0].call
+        model = first.model
         # base.CountsTokens, read as an attribute: isinstance() of a runtime protocol inspects the
         # class on every call, on every request.
         count_tokens = getattr(self.adapter, "count_tokens", None)
         own = (lambda text: count_tokens(model, text)) if count_tokens is not None else None
-        adapter = self.adapter
-        return Attempt(vendor=adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
-                       prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
-                       max_completion_tokens=sum(leg.call.max_tokens * (leg.call.best_of or leg.call.n)
-                                                 * len(leg.call.prompts) for leg in self.legs),
-                       vendor_calls=len(self.legs), count_tokens=own, served_by=self.legs[0].call.served_by)
+        most = [leg.call.most_tokens() for leg in self.legs]
+        attempt = self._attempt = Attempt(
+            vendor=self.adapter.name, model=self.model, streamed=self.stream, end_user=self.user,
+            prompts_sent=tuple(prompt for leg in self.legs for prompt in leg.call.prompts),
+            max_completion_tokens=None if None in most else sum(most),  # type: ignore[arg-type]
+            vendor_calls=len(self.legs), count_tokens=own, served_by=first.served_by, endpoint=first.endpoint)
+        return attempt
 
 
-def plan(request: CompletionRequest, registry: Registry, max_vendor_calls: int) -> Plan:
-    """The vendor calls that serve `request`; at most `max_vendor_calls` of them (settings)."""
-    vendor, _, model = request.model.partition("/")
-    adapter = registry.serving(vendor, model)
-    call = completion_call(request, model)
-    if call.best_of is not None and call.best_of < call.n:
-        raise invalid_field(("best_of",), f"best_of ({call.best_of}) must be at least n ({call.n})", "value_error",
-                            call.best_of)
-    if call.best_of == call.n or call.max_tokens == 0:
-        call.best_of = None  # as many candidates as choices, or nothing generated: nothing to rank
-    emulation = capabilities.check(adapter, call)
-    options = _value(request.stream_options)
-    legs = _fan_out(adapter, emulation.vendor_call(call), max_vendor_calls)
-    for leg in legs:
-        leg.call.served_by = call.served_by  # one record of the deployments that served the plan
-    return Plan(
-        adapter=adapter,
-        model=request.model,
-        prompts=call.prompts,
-        n=call.n,
-        legs=legs,
-        stream=call.stream,
-        include_usage=bool(options and _value(options.include_usage)),
-        emulation=emulation,
-        user=call.user,
-    )
-
-
-def completion_call(request: CompletionRequest, model: str) -> CompletionCall:
-    """The request's parameters as one vendor-neutral call, defaults applied. Every parameter of
-    the contract is carried over (a new one the call has no field for fails here, loudly)."""
-    values: dict[str, Any] = {name: _value(getattr(request, name)) for name in PARAMETERS if name != "prompt"}
-    prompt = request.prompt
-    values |= {
-        "prompts": [prompt] if isinstance(prompt, str) else list(prompt.root),
-        "max_tokens": _value(request.max_tokens, DEFAULT_MAX_TOKENS),
-        "n": _value(request.n, 1),
-        "echo": bool(_value(request.echo)),
-        "stop": _stop(request.stop),
-        "logit_bias": _value(request.logit_bias) or None,
-    }
-    return CompletionCall(model=model, stream=bool(_value(request.stream)), **values)
-
-
-def _fan_out(adapter: Adapter, call: CompletionCall, max_calls: int) -> list[Leg]:
-    caps = adapter.capabilities
-    per_call = caps.per_call("prompt") or len(call.prompts)
-    n_per_call = caps.per_call("n") or call.n
-    calls = -(-len(call.prompts) // per_call) * -(-call.n // n_per_call)
-    if calls > max_calls:
+def fan_out(adapter: Adapter, translator: Translator[Any], call: Call, n: int, max_calls: int | None) -> list[Leg]:
+    """The legs that serve `call` for `n` choices per prompt: as few as what the vendor takes per
+    call allows, at most `max_calls` (settings; None: no bound), the calls of one plan sharing one
+    `served_by` list."""
+    caps = translator.capabilities
+    prompts = call.prompts
+    per_call = (caps.per_call("prompt") or len(prompts)) if len(prompts) > 1 else 1
+    n_per_call = caps.per_call("n") or n
+    calls = -(-max(len(prompts), 1) // per_call) * -(-n // n_per_call)
+    if max_calls is not None and calls > max_calls:
         # Concurrency is bounded too (FANOUT_CONCURRENCY), but a request must not turn into an
         # unbounded number of billed vendor calls.
         raise BadRequest(
             f"vendor '{adapter.name}' takes {per_call} prompt(s) and {n_per_call} choice(s) per call: this request "
             f"would need {calls} vendor calls, more than the gateway's limit of {max_calls}",
             code="too_many_vendor_calls",
-            param="prompt" if len(call.prompts) > 1 else "n",
+            param="prompt" if len(prompts) > 1 else "n",
             vendor=adapter.name,
         )
     if calls == 1:
         return [Leg(call, 0, 0)]  # the usual case: the call as it is (the seed of choice 0 is the seed)
+    seed = call.given("seed")
     legs = []
-    for first_prompt in range(0, len(call.prompts), per_call):
-        for first_choice in range(0, call.n, n_per_call):
-            leg_call = dataclasses.replace(
-                call,
-                prompts=call.prompts[first_prompt : first_prompt + per_call],
-                n=min(n_per_call, call.n - first_choice),
-                seed=choice_seed(call.seed, first_choice),
-            )
+    for first_prompt in range(0, max(len(prompts), 1), per_call):
+        for first_choice in range(0, n, n_per_call):
+            leg_call = call.split(prompts[first_prompt: first_prompt + per_call], min(n_per_call, n - first_choice),
+                                  choice_seed(seed, first_choice))
             legs.append(Leg(leg_call, first_prompt, first_choice))
     return legs
 
@@ -213,7 +185,7 @@ async def stream(plan: Plan) -> AsyncIterator[list[Chunk]]:
     case, is relayed without a task or a queue between the vendor and the client."""
     legs = plan.legs
     usages: list[Usage | None] = [None] * len(legs)
-    expected = [Expected(leg.call, plan.adapter.name) for leg in legs]
+    expected = [plan.expected(leg.call) for leg in legs]
     # Who shows each leg's own chunks to its Expected: the emulations, when they rewrite them.
     checked_here = not plan.emulation.rewrites_stream
     if len(legs) == 1:
@@ -270,9 +242,9 @@ async def _vendor_complete(plan: Plan, leg: Leg) -> Result:
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
     try:
         with span.current():
-            result = await plan.adapter.complete(leg.call)
+            result = await plan.translator.complete(leg.call)
         span.result(result)
-        return Expected(leg.call, plan.adapter.name).result(result)
+        return plan.expected(leg.call).result(result)
     except BaseException as exc:
         span.failed(exc)
         raise
@@ -284,20 +256,7 @@ def _vendor_stream(plan: Plan, leg: Leg, expected: Expected) -> AsyncIterator[li
     """One leg's chunks; `expected` sees them as the vendor sent them (here when the emulations
     rewrite them, else as they are relayed: `_relayed`)."""
     span = observe.current().vendor_call(plan.adapter.name, leg.call)
-    chunks = observe.observed_stream(span, plan.adapter.stream(leg.call))
+    chunks = observe.observed_stream(span, plan.translator.stream(leg.call))
     if plan.emulation.rewrites_stream:
         return plan.emulation.stream(chunks, leg.call.prompts, leg.call.n, expected)
     return chunks
-
-
-def _value(value: Any, default: Any = None) -> Any:
-    """A request field's value, or `default` when it is absent or null (null means "not set")."""
-    return default if value is MISSING or value is None else value
-
-
-def _stop(value: Any) -> list[str]:
-    value = _value(value)
-    if value is None:
-        return []
-    root = value.root
-    return [root] if isinstance(root, str) else [item.root for item in root]

@@ -143,22 +143,20 @@ class Ledger:
         if self.add(row):  # (_clean keeps the row itself)
             self._refusing[alike] = row
 
-    def estimate(self, row: dict[str, Any], estimate: Estimate,
-                 then: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Count the tokens (off the event loop, bounded in time: meter.counted), then add the row
-        (and hand it to `then`)."""
-        task = asyncio.get_running_loop().create_task(self._count(row, estimate, then))
+    def estimate(self, row: dict[str, Any], estimate: Estimate) -> asyncio.Task[dict[str, Any]]:
+        """Count the tokens (off the event loop, bounded in time: meter.counted), then add the row:
+        the task doing it, whose result is the row as written."""
+        task = asyncio.get_running_loop().create_task(self._count(row, estimate))
         self._counting.add(task)
         task.add_done_callback(self._counting.discard)
+        return task
 
-    async def _count(self, row: dict[str, Any], estimate: Estimate,
-                     then: Callable[[dict[str, Any]], None] | None) -> None:
+    async def _count(self, row: dict[str, Any], estimate: Estimate) -> dict[str, Any]:
         prompt, completion = await counted(estimate, self.ESTIMATE_TIMEOUT, f"the row of {row['request_id']}")
         row = row | {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
                      "cost_nanos": estimate.cost(prompt, completion)}
         self.add(row)
-        if then is not None:
-            then(row)
+        return row
 
     async def close(self) -> None:
         """Write every pending row (graceful shutdown), then stop."""

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway.core.completion import COUNT_TOKENS_TIMEOUT, Attempt, Choice, Usage, rough_tokens
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import ClientDisconnected, GatewayError, VendorTimeout
 from gateway.store import tokens
 from gateway.store.prices import Prices
@@ -44,8 +45,8 @@ class Sink(Protocol):
 
     def add(self, row: dict[str, Any]) -> None: ...
 
-    def estimate(self, row: dict[str, Any], estimate: Estimate,
-                 then: Callable[[dict[str, Any]], None] | None = None) -> None: ...
+    def estimate(self, row: dict[str, Any], estimate: Estimate) -> asyncio.Task[dict[str, Any]]:
+        """The row, once its tokens are counted: the task counting them, whose result it is."""
 
 
 # What became of a request.
@@ -115,15 +116,23 @@ class Estimate:
         return prompt, completion
 
 
+# What closing a meter gives back: the row as written, NO_ROW when no vendor was called (nothing is
+# written), the task still counting an estimated row's tokens (its result: the row), or None when
+# the meter was closed already (nothing more to settle).
+Closed = dict[str, Any] | asyncio.Task[dict[str, Any]] | None
+NO_ROW: dict[str, Any] = {}
+
+
 class Meter:
     """One request's way into the ledger, opened as the request starts. The handler names each
     vendor call it makes (`trying`), reports the text sent, and closes the meter exactly once:
     `finish` with the vendor's usage, `fail` with what went wrong, or `left` when the client went
     away. A request that never reached a vendor records nothing, unless a limit refused it
-    (`refused`). `on_close` hears of the final row (None without one), e.g. to settle limits."""
+    (`refused`). Closing gives back what was written (`Closed`): whoever closes it settles what
+    depends on the row (the request's lifecycle settles its limits with it)."""
 
     __slots__ = ("_ledger", "_prices", "_attempt", "_requested", "_row", "_clock", "_first_text", "_sent",
-                 "_generated", "_closed", "on_close", "_counts", "_hit_price")
+                 "_generated", "_closed", "_counts", "_hit_price")
 
     def __init__(self, ledger_: Sink, request_id: str, account_id: str, key_id: str, prices: Prices) -> None:
         self._ledger = ledger_
@@ -135,7 +144,6 @@ class Meter:
         self._sent: dict[int, list[str]] = {}
         self._generated: dict[int, list[str]] = {}  # by candidate, before any of it was sent
         self._closed = False
-        self.on_close: Callable[[dict[str, Any] | None], None] | None = None
         # Token counts of texts already counted for this request: the client's estimate and the
         # row's count the same prompts (and the row a fanned-out prompt once per call).
         self._counts: dict[str, int] = {}
@@ -177,8 +185,9 @@ class Meter:
                 self._sent.setdefault(choice.index, []).append(choice.text)
 
     def generated(self, candidate: int, text: str) -> None:
-        """Text was generated for the answer but not yet sent (core.completion.generated): what an
-        estimate counts when nothing was sent because the client left first."""
+        """Text was generated for the answer but not yet sent (reported through the call's
+        clearance, core/clearance.py): what an estimate counts when nothing was sent because the
+        client left first."""
         self._generated.setdefault(candidate, []).append(text)
 
     async def estimated_usage(self, prompts: Sequence[str], echoed: Callable[[int], str],
@@ -196,22 +205,22 @@ class Meter:
                                            f"the answer to {self._row['request_id']}")
         return Usage(prompt, completion, estimated=True)
 
-    def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> None:
+    def finish(self, usage: Usage | None, choices: Iterable[Choice] = ()) -> Closed:
         """The request completed; `choices` is a plain (non-stream) answer's text."""
         self.sent(choices)
-        self._close(COMPLETED, usage)
+        return self._close(COMPLETED, usage)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> Closed:
         outcome = outcome_of(exc)
         if outcome == REJECTED and self._sent:
             outcome = VENDOR_ERROR  # text reached the client: the vendor answered (and billed) before it refused
-        self._close(outcome, None)
+        return self._close(outcome, None)
 
-    def left(self) -> None:
+    def left(self) -> Closed:
         """The client went away (or the response ended before the stream did)."""
-        self._close(CLIENT_DISCONNECTED, None)
+        return self._close(CLIENT_DISCONNECTED, None)
 
-    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: str = "completions") -> None:
+    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: Endpoint) -> None:
         """A limit refused the request before any vendor call: its row says so, with no tokens."""
         if self._closed:
             return
@@ -222,15 +231,13 @@ class Meter:
             "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
             "reasoning_tokens": None, "estimated": False, "cost_nanos": 0, "endpoint": endpoint})
 
-    def _close(self, outcome: str, usage: Usage | None) -> None:
+    def _close(self, outcome: str, usage: Usage | None) -> Closed:
         if self._closed:
-            return
+            return None
         self._closed = True
         attempt = self._attempt
         if attempt is None:
-            if self.on_close is not None:
-                self.on_close(None)
-            return
+            return NO_ROW
         row = self._row
         row |= {
             "vendor": attempt.vendor,
@@ -240,7 +247,7 @@ class Meter:
             "deployment": ",".join(dict.fromkeys(attempt.served_by)) or None,
             "streamed": attempt.streamed,
             "end_user": attempt.end_user,
-            "endpoint": attempt.endpoint,
+            "endpoint": attempt.endpoint,  # a StrEnum: the column holds its word
             "outcome": outcome,
             "ended_at": datetime.now(UTC),
             "ttft_ms": None if self._first_text is None else round((self._first_text - self._clock) * 1000, 3),
@@ -253,9 +260,7 @@ class Meter:
             row |= {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_tokens": None,
                     "reasoning_tokens": None, "estimated": False, "cost_nanos": 0}
             self._ledger.add(row)
-            if self.on_close is not None:
-                self.on_close(row)
-            return
+            return row
         model, started, calls, prices = attempt.model, row["started_at"], attempt.vendor_calls, self._prices
         if usage is not None:
             cached = _detail(usage.prompt_tokens_details, "cached_tokens")
@@ -275,15 +280,13 @@ class Meter:
                 row["cost_nanos"] = 0 if full is None or not hit_price else round(full * hit_price)
                 row["saved_nanos"] = None if full is None else full - row["cost_nanos"]
             self._ledger.add(row)
-            if self.on_close is not None:
-                self.on_close(row)
-            return
+            return row
         sent = (self._sent or self._generated).values()
         estimate = self._estimate(list(attempt.prompts_sent), ["".join(pieces) for pieces in sent],
                                   cost=lambda prompt, completion: prices.cost_nanos(model, prompt, completion, 0,
                                                                                     started, vendor_calls=calls))
         row |= {"cached_tokens": None, "reasoning_tokens": None, "estimated": True}
-        self._ledger.estimate(row, estimate, then=self.on_close)
+        return self._ledger.estimate(row, estimate)
 
     def _estimate(self, prompts: list[str], sent: list[str],
                   cost: Callable[[int, int], int | None] | None = None) -> Estimate:

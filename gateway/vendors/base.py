@@ -1,35 +1,58 @@
-"""The vendor adapter protocol.
+"""The vendor adapter protocol, and the translator of one endpoint in it.
 
-An adapter speaks one vendor wire protocol. It turns a `CompletionCall` into vendor requests and
-the vendor's answers back into `Choice`s, `Chunk`s and `Usage` (gateway/core/completion.py). It
-knows nothing of the HTTP server, accounts or the ledger; the planner decides what each call asks
-for, after checking the adapter's `Capabilities` (gateway/core/parameters.py).
+An adapter speaks one vendor wire protocol (one folder here: openai/, anthropic/, gemini/, local/).
+It holds what every endpoint of the protocol shares (its options, its deployments or engine, its
+error translation) and one translator per endpoint it serves (`translators`), each turning that
+endpoint's vendor call (core/completion.py `CompletionCall`, core/chat.py `ChatCall`) into the
+vendor's requests and the vendor's answers back into `Choice`s, `Chunk`s and `Usage`. It knows
+nothing of the HTTP server, accounts or the ledger; the planner decides what each call asks for,
+after checking the translator's `capabilities` (gateway/core/parameters.py).
 
-A protocol is one module here that defines an adapter class with:
+A protocol is one folder here whose adapter class has:
 - `protocol`, its name in the configuration;
 - `default_base_url`, where a vendor of the protocol is when its configuration names no
   `base_url` ("" when it must name one), and `hosted_url`, the hosted service the protocol is
   named after ("" for none): `<PROTOCOL>_API_KEY` then configures a vendor of that name there;
 - `Options`, a pydantic model of its own configuration options (environment names derive from
   them: GATEWAY_VENDOR_<NAME>_<OPTION>);
-- `capabilities_of(options)`, its support record for every request parameter;
-- `chat_capabilities`, its record for every chat parameter (`parameters.no_chat` when it serves
-  none), and `chat_complete` / `chat_stream` for a `ChatCall` (gateway/core/chat.py), answered
-  with `ChatChoice`s;
+- `capabilities_of`, for each endpoint it serves, its support record for every parameter of that
+  endpoint from given options (what `make docs` and GET /v5/vendors show);
+- `translators`, for each endpoint it serves, the translator of that endpoint (`Translator`): an
+  endpoint without one is refused by name (vendors/registry.py `Registry.serving`);
 plus one line in gateway/vendors/registry.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
-from gateway.core.chat import ChatCall
-from gateway.core.completion import Chunk, CompletionCall, Result
+from gateway.core.completion import Chunk, Result
+from gateway.core.endpoint import Endpoint
 from gateway.core.parameters import Capabilities
-from gateway.vendors.balancer import Balancer
+from gateway.vendors.transport.balancer import Balancer
+
+C = TypeVar("C", contravariant=True)  # the endpoint's vendor call
+
+
+class Translator(Protocol[C]):
+    """One endpoint in one protocol: its capabilities, and its vendor calls to the vendor and back."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The support record of every parameter of the endpoint (it may change once the vendor's
+        server is identified: vendors/openai/servers.py)."""
+
+    async def complete(self, call: C) -> Result:
+        """The vendor's answer. Like `stream`, it awaits the call's clearance (core/clearance.py)
+        at the last moment before the vendor is asked (HttpAdapter's requests do): until then the
+        request's limits may still refuse it."""
+
+    def stream(self, call: C) -> AsyncIterator[list[Chunk]]:
+        """Chunks as the vendor produces them, in lists of those that arrived together (one
+        list per read of the vendor's stream, never empty); the last chunk carries the usage."""
 
 
 class Adapter(Protocol):
@@ -37,11 +60,9 @@ class Adapter(Protocol):
     default_base_url: ClassVar[str]
     hosted_url: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
-    capabilities_of: ClassVar[Callable[[Any], Capabilities]]
-    chat_capabilities_of: ClassVar[Callable[[Any], Capabilities]]
+    capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]]
     name: str  # the configured vendor name, the part before "/" in `model`
-    capabilities: Capabilities
-    chat_capabilities: Capabilities
+    translators: Mapping[Endpoint, Translator[Any]]
 
     async def start(self) -> None:
         """Open pools, load models. Called once by the app's lifespan."""
@@ -51,21 +72,6 @@ class Adapter(Protocol):
 
     def not_ready(self) -> str | None:
         """None when requests can be served, else why not (shown by /readyz)."""
-
-    async def complete(self, call: CompletionCall) -> Result:
-        """The vendor's answer. Like `stream`, it awaits `core.completion.cleared()` at the last
-        moment before the vendor is asked (HttpAdapter's requests do): until then the request's
-        limits may still refuse it."""
-
-    def stream(self, call: CompletionCall) -> AsyncIterator[list[Chunk]]:
-        """Chunks as the vendor produces them, in lists of those that arrived together (one
-        list per read of the vendor's stream, never empty); the last chunk carries the usage."""
-
-    async def chat_complete(self, call: ChatCall) -> Result:
-        """The vendor's chat answer, as `complete` (awaiting `cleared()` as late)."""
-
-    def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
-        """A chat answer's chunks as the vendor produces them, as `stream`."""
 
 
 @runtime_checkable
@@ -81,18 +87,18 @@ class CountsTokens(Protocol):
 
 
 @runtime_checkable
-class RefusesValues(Protocol):
-    """Optional for an adapter: what of a chat call its vendor cannot be given although its chat
-    record (per parameter) takes the parameter: an image it cannot read, a participant's name...
-    (the parameter, why): the planner answers a 400 naming them before any vendor call; None when
-    it can take everything. Anthropic's and Gemini's chat (vendors/conversation.py)."""
+class RefusesValues(Protocol[C]):
+    """Optional for a translator: what of a call its vendor cannot be given although its record
+    (per parameter) takes the parameter: an image it cannot read, a participant's name... (the
+    parameter, why): the planner answers a 400 naming them before any vendor call; None when it
+    can take everything. Anthropic's, Gemini's and the local model's chat (vendors/conversation.py)."""
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None: ...
+    def refused(self, call: C) -> tuple[str, str] | None: ...
 
 
 @runtime_checkable
 class Balanced(Protocol):
     """Optional for an adapter: it serves from deployments, one picked per try by its `balancer`
-    (vendors/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""
+    (vendors/transport/balancer.py), whose state GET /v5/vendors shows (and a metrics layer may read)."""
 
     balancer: Balancer

@@ -1,5 +1,5 @@
 """OpenAI's chat messages as the turns of a vendor's own conversation shape: what the protocols
-that translate them (vendors/anthropic_chat.py, vendors/gemini_chat.py) do alike.
+that translate them (vendors/anthropic/chat.py, vendors/gemini/chat.py) do alike.
 
 Such vendors take the system's instructions apart from the conversation and want turns that
 alternate between the user and the model; OpenAI's tool messages are the user's turn there. So
@@ -105,7 +105,7 @@ def first_image(messages: list[dict[str, Any]]) -> str | None:
 
 
 def uses_functions(call: ChatCall) -> bool:
-    """Whether the call speaks the deprecated functions (planner/chat_rules.py: never with tools)."""
+    """Whether the call speaks the deprecated functions (endpoints/chat/rules.py: never with tools)."""
     return call.parameters.get("functions") is not None or call.parameters.get("function_call") is not None or \
         any(m["role"] == "function" or m.get("function_call") is not None for m in call.messages)
 

@@ -15,12 +15,13 @@ from pydantic import ValidationError
 
 from gateway.core import config
 from gateway.core.config import Settings, VendorConfig
-from gateway.core.errors import ConfigError, NotFound, clip
-from gateway.vendors.anthropic import AnthropicAdapter
+from gateway.core.endpoint import Endpoint
+from gateway.core.errors import BadRequest, ConfigError, NotFound, clip
+from gateway.vendors.anthropic.adapter import AnthropicAdapter
 from gateway.vendors.base import Adapter
-from gateway.vendors.gemini import GeminiAdapter
-from gateway.vendors.local import LocalAdapter
-from gateway.vendors.openai import OpenAIAdapter
+from gateway.vendors.gemini.adapter import GeminiAdapter
+from gateway.vendors.local.adapter import LocalAdapter
+from gateway.vendors.openai.adapter import OpenAIAdapter
 
 PROTOCOLS: dict[str, type[Adapter]] = {
     adapter.protocol: adapter  # type: ignore[misc]
@@ -88,20 +89,24 @@ class Registry:
             )
         return adapter
 
-    def serving(self, vendor: str, model: str) -> Adapter:
-        """The adapter of `vendor` for its `model`: a 404 for a vendor not configured, and for a
-        model the vendor is known not to serve (the embedded vendor names its one model), both
-        before any vendor call, so neither is a ledger row (docs/usage.md). Any other vendor's
-        models are its to say: its 404 is a row, `rejected`."""
+    def serving(self, vendor: str, model: str, endpoint: Endpoint) -> Adapter:
+        """The adapter of `vendor` for its `model` on `endpoint`: a 404 for a vendor not configured,
+        and for a model the vendor is known not to serve (the embedded vendor names its one model),
+        a 400 naming vendor and endpoint for an endpoint its protocol has no translator for, all
+        before any vendor call, so none is a ledger row (docs/usage.md). Any other vendor's models
+        are its to say: its 404 is a row, `rejected`."""
         adapter = self.get(vendor)
         own = getattr(adapter, "model", None)
         if isinstance(own, str) and model != own:
             raise NotFound(f"vendor '{vendor}' has no model '{clip(model)}'; its models: {own}", code="unknown_model",
                            param="model", vendor=vendor)
+        if endpoint not in adapter.translators:
+            raise BadRequest(f"vendor '{vendor}' (protocol {adapter.protocol}) does not serve {endpoint.path}",
+                             code="unsupported_endpoint", param="model", vendor=vendor)
         return adapter
 
     async def start(self) -> None:
-        # Together: a vendor may ask its server which it is (vendors/openai.py), bounded, as it starts.
+        # Together: a vendor may ask its server which it is (vendors/openai/adapter.py), bounded, as it starts.
         await asyncio.gather(*(adapter.start() for adapter in self._adapters.values()))
 
     async def close(self) -> None:

@@ -29,7 +29,7 @@ MAX_TOKEN_BYTES = 1024
 MAX_DETAILS = 16
 MAX_DETAIL_NAME = 64
 # How much of a vendor's own text (an error message) an error repeats, in characters: enough to read
-# the vendor's reason, never a payload (vendors/http.py `redact`).
+# the vendor's reason, never a payload (vendors/transport/http.py `redact`).
 MESSAGE_LIMIT = 500
 # The finish reasons of the contract; a vendor's other ones (vLLM's "abort", a new reason) read as "stop".
 FINISH_REASONS = frozenset({"stop", "length", "content_filter"})

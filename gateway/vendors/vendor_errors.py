@@ -29,7 +29,7 @@ from gateway.core.errors import (
     clip,
 )
 from gateway.core.redaction import REDACTED
-from gateway.vendors.transport import TransportError
+from gateway.vendors.transport.client import TransportError
 from gateway.vendors.untrusted import MESSAGE_LIMIT
 
 log = logging.getLogger("gateway.vendors")
@@ -83,7 +83,7 @@ def vendor_error(config: VendorConfig, status: int, message: str, retry_after: s
 
 
 def transport_error(config: VendorConfig, exc: BaseException, deployment: str) -> GatewayError:
-    """A failure to talk to the vendor at all (vendors/transport.py: a TimeoutError or a
+    """A failure to talk to the vendor at all (vendors/transport/client.py: a TimeoutError or a
     TransportError): 504 when it was slow, 502 when it broke. The client is told what happened,
     never where: the address is in the log, with the deployment's name."""
     if isinstance(exc, TimeoutError):

@@ -45,12 +45,13 @@ from typing import Any
 
 import schemathesis
 
+from gateway.core.endpoint import Endpoint
 from gateway.core import client_schemas
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import ValidationFailed
 from gateway.core.parameters import EMULATED, UNSUPPORTED, Capabilities, Range
 from gateway.planner.capabilities import used_parameters, verdict, verdicts
-from gateway.planner.plan import completion_call
+from gateway.endpoints.completions.plan import completion_call
 from gateway.store import usage
 from gateway.vendors import registry
 from generated.models import CompletionRequest
@@ -79,8 +80,8 @@ class Vendor:
     def of(cls, spec: dict[str, Any]) -> Vendor:
         adapter, options = registry.options_of(VendorConfig(name=spec["name"], protocol=spec["protocol"],
                                                             options=spec["options"]))
-        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of(options),
-                   adapter.chat_capabilities_of(options))
+        return cls(spec["name"], spec["model"], DEFAULT_LIMITS | spec["limits"], adapter.capabilities_of[Endpoint.COMPLETIONS](options),
+                   adapter.capabilities_of[Endpoint.CHAT](options))
 
 
 VENDOR = Vendor.of(json.loads(os.environ.get("FUZZ_VENDOR") or json.dumps(
@@ -144,7 +145,7 @@ def _fine(schema: Any, compiled: bool = False) -> bool:
 
 
 def keep_chat_rules(body: dict[str, Any]) -> None:
-    """A positive chat case made to keep the rules its schema cannot say (gateway/planner/chat_rules.py)."""
+    """A positive chat case made to keep the rules its schema cannot say (gateway/endpoints/chat/rules.py)."""
     if body.get("top_logprobs") is not None:
         body["logprobs"] = True
     if body.get("tools") and body.get("functions"):

@@ -133,8 +133,10 @@ ADDITIVE = {"a new optional request field": (add_request_field, "`priority`"),
 
 
 def unreleased(entry: str) -> str:
-    text = (ROOT / "contract" / "CHANGELOG.md").read_text()
-    return text.replace("## [Unreleased]\n", f"## [Unreleased]\n\n### Added\n\n- {entry}\n", 1)
+    """A changelog whose latest release is the contract these edits start from (openapi.json, taken as
+    released), with `entry` alone under [Unreleased]: the repository's own changelog may hold entries
+    of changes not yet released, which these edits do not make."""
+    return f"# The contract's changelog\n\n## [Unreleased]\n\n### Added\n\n- {entry}\n\n## [{VERSION}] - 2026-01-01\n"
 
 
 @pytest.mark.parametrize("name", ADDITIVE)

@@ -83,7 +83,7 @@ def test_a_valid_conversation_is_served_or_refused_by_name(vendors_gateway, data
         def served_or_refused(messages, parameters):
             if parameters.get("tool_choice") not in (None, "none") and "tools" not in parameters:
                 parameters["tools"] = TOOLS
-            if "tools" in parameters:  # the deprecated functions only without tools (planner/chat_rules.py)
+            if "tools" in parameters:  # the deprecated functions only without tools (endpoints/chat/rules.py)
                 parameters.pop("functions", None)
                 parameters.pop("function_call", None)
             elif parameters.get("function_call") not in (None, "none"):

@@ -11,11 +11,12 @@ import time
 import httpx
 import pytest
 
+from gateway.core.completion import CompletionCall
 from gateway.core.config import VendorConfig
 from gateway.core.errors import BadRequest, GatewayError, RateLimited
-from gateway.vendors import http as vendor_http
+from gateway.vendors.transport import http as vendor_http
 from gateway.vendors import vendor_errors
-from gateway.vendors.transport_http1 import Http1Client
+from gateway.vendors.transport.http1 import Http1Client
 from tests.support.bodies import chunks_of, sse_events
 from tests.support.environments import gateway_env
 
@@ -151,7 +152,7 @@ def call_with_retries(upstream, model: str, monkeypatch) -> tuple[object, list[f
         deployments = vendor_http.Deployments(config, Http1Client, lambda key: {})
         try:
             payload = {"model": model, "prompt": f"p-{time.monotonic_ns()}", "max_tokens": 1}
-            return await deployments.post_json("/completions", payload, on_error, [])
+            return await deployments.post_json("/completions", payload, on_error, CompletionCall(model, []))
         except GatewayError as exc:
             return exc
         finally:

@@ -20,8 +20,8 @@ import pytest
 
 from gateway.core.errors import MAX_RETRY_AFTER
 from gateway.store.tokens import PIECE
-from gateway.vendors.answers import MAX_ANSWER_BYTES
-from gateway.vendors.sse_reader import MAX_EVENT_BYTES
+from gateway.vendors.transport.answers import MAX_ANSWER_BYTES
+from gateway.vendors.transport.sse_reader import MAX_EVENT_BYTES
 from tests.support.bodies import chunks_of, sse_events
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.hostile_upstream import MIB, HostileOpenAI, word

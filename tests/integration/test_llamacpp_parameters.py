@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.config import VendorConfig
 from gateway.core.parameters import NATIVE
 from gateway.planner.capabilities import verdicts
@@ -28,8 +29,8 @@ PROMPT = {COMPLETIONS: {"prompt": "The capital of France is"},
           CHAT: {"messages": [{"role": "user", "content": "Name a city."}]}}  # fmt: skip
 _adapter, _options = registry.options_of(VendorConfig(name="llamacpp", protocol="openai",
                                                       options={"server": "llama.cpp"}))
-RECORDS = {COMPLETIONS: verdicts(_adapter.capabilities_of(_options)),
-           CHAT: verdicts(_adapter.chat_capabilities_of(_options))}
+RECORDS = {COMPLETIONS: verdicts(_adapter.capabilities_of[Endpoint.COMPLETIONS](_options)),
+           CHAT: verdicts(_adapter.capabilities_of[Endpoint.CHAT](_options))}
 CASES = [(endpoint, name) for endpoint, found in RECORDS.items() for name, support in found.items()
          if support.kind == NATIVE]
 # Measured (2026-12): with the packaged model, llama.cpp's server answers text to a forced tool call:

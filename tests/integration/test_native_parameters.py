@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.config import VendorConfig
 from gateway.core.parameters import NATIVE, Support
 from gateway.planner.capabilities import verdicts
@@ -48,8 +49,8 @@ BASELINE = {COMPLETIONS: {"prompt": "pa", "max_tokens": 4},
 def _records(vendor: str) -> dict[str, dict[str, Support]]:
     protocol, options = VENDORS[vendor]
     adapter, parsed = registry.options_of(VendorConfig(name=vendor, protocol=protocol, options=options))
-    return {COMPLETIONS: verdicts(adapter.capabilities_of(parsed)),
-            CHAT: verdicts(adapter.chat_capabilities_of(parsed))}
+    return {COMPLETIONS: verdicts(adapter.capabilities_of[Endpoint.COMPLETIONS](parsed)),
+            CHAT: verdicts(adapter.capabilities_of[Endpoint.CHAT](parsed))}
 
 
 RECORDS = {vendor: _records(vendor) for vendor in VENDORS}
@@ -110,7 +111,7 @@ def test_the_cases_are_what_the_vendors_operation_serves(client):
 def _capabilities(vendor: str):
     protocol, options = VENDORS[vendor]
     adapter, parsed = registry.options_of(VendorConfig(name=vendor, protocol=protocol, options=options))
-    return adapter.capabilities_of(parsed)
+    return adapter.capabilities_of[Endpoint.COMPLETIONS](parsed)
 
 
 @pytest.mark.parametrize(("vendor", "endpoint", "name", "found"), CASES,

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.proxies import Network, parse_proxy
-from gateway.vendors.transport import TransportError, read_body, tls
-from gateway.vendors.transport_http1 import Http1Client
+from gateway.vendors.transport.proxies import Network, parse_proxy
+from gateway.vendors.transport.client import TransportError, read_body, tls
+from gateway.vendors.transport.http1 import Http1Client
 from tests.support.cli import fresh_account
 from tests.support.environments import LOCAL_MODEL, LOCAL_TIMEOUT, SHARED_TLS, local_env
 from tests.support.fakes.openai_upstream import FakeOpenAI

@@ -1,5 +1,5 @@
 """Which OpenAI-compatible server a vendor is, and what the gateway then does with each parameter
-(gateway/vendors/openai_servers.py): identified from the server's answer to GET /models as the
+(gateway/vendors/openai/servers.py): identified from the server's answer to GET /models as the
 gateway starts, asked again in the background when it could not answer, and served as the most
 limited server known until then."""
 
@@ -14,9 +14,10 @@ import pytest
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import EMULATED, NATIVE, UNSUPPORTED
 from gateway.planner.capabilities import verdicts
-from gateway.vendors import openai as openai_adapter
-from gateway.vendors import openai_servers as servers
-from gateway.vendors.openai import OpenAIAdapter, OpenAIOptions, capabilities
+from gateway.vendors.openai import adapter as openai_adapter
+from gateway.vendors.openai import servers
+from gateway.vendors.openai.adapter import OpenAIAdapter, OpenAIOptions
+from gateway.vendors.openai.completions import capabilities
 from tests.support.environments import SHARED_TLS
 from tests.support.fakes.server import ServerThread, free_port
 from tests.support.gateway_process import GatewayProcess

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway.vendors.anthropic import PREFILL_INSTRUCTION
-from gateway.vendors.http import BACKOFF_CAP
+from gateway.vendors.anthropic.completions import PREFILL_INSTRUCTION
+from gateway.vendors.transport.http import BACKOFF_CAP
 from tests.contract.fuzz import short_fuzz
 from tests.support.bodies import chunks_of, sse_events, streamed
 from tests.support.environments import ANTHROPIC_SECRET

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.config import VendorConfig
 from gateway.vendors import registry
 
@@ -92,4 +93,4 @@ def vendor_config(name: str) -> VendorConfig:
 
 def capabilities_of(name: str):
     adapter, options = registry.options_of(vendor_config(name))
-    return adapter.capabilities_of(options)
+    return adapter.capabilities_of[Endpoint.COMPLETIONS](options)

@@ -9,8 +9,8 @@ import math
 import httpx
 import xllamacpp
 
-from gateway.vendors.local_engine import EngineOptions, engine_params
-from gateway.vendors.local_model import PACKAGED_NAME, packaged_model
+from gateway.vendors.local.engine import EngineOptions, engine_params
+from gateway.vendors.local.model import PACKAGED_NAME, packaged_model
 
 
 class EngineServer:

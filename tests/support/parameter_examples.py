@@ -37,7 +37,7 @@ CHAT_EXAMPLES: dict[str, Any] = {
         "type": "function", "function": {"name": "fetch"}}, "tools": _TOOLS, "top_k": 7, "top_logprobs": 2,
     "top_p": 0.83, "user": "u-cap-9", "x-openai-api-key": "sk-caller-own-key",
 }  # fmt: skip
-# What a chat parameter needs beside it to mean anything (the contract's rules: planner/chat_rules.py).
+# What a chat parameter needs beside it to mean anything (the contract's rules: endpoints/chat/rules.py).
 CHAT_COMPANIONS: dict[str, dict[str, Any]] = {
     "function_call": {"functions": CHAT_EXAMPLES["functions"]},
     "tool_choice": {"tools": _TOOLS},

@@ -15,13 +15,16 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.completion import CompletionCall, Result, Withheld, go_ahead
+from gateway.core.endpoint import Endpoint
+from gateway.core.clearance import Clearance, Withheld
+from gateway.core.completion import CompletionCall, Result
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.parameters import NATIVE, PARAMETERS
 from gateway.vendors import registry
-from gateway.vendors.local import LocalAdapter, engine_seed
-from gateway.vendors.local_engine import EngineOptions
-from gateway.vendors.local_model import LocalOptions
+from gateway.vendors.local.adapter import LocalAdapter
+from gateway.vendors.local.engine import engine_seed
+from gateway.vendors.local.engine import EngineOptions
+from gateway.vendors.local.model import LocalOptions
 from gateway.vendors.logprobs import TokenLogprob
 from tests.support.bodies import contains
 from tests.support.fakes.httpx_client import answered_by
@@ -82,7 +85,7 @@ async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[di
     adapter = registry.build(vendor_config, SETTINGS)
     adapter.use_clients(answered_by(vendor))
     try:
-        await adapter.complete(call)
+        await adapter.translators[Endpoint.COMPLETIONS].complete(call)
     finally:
         await adapter.close()
     return bodies
@@ -91,7 +94,7 @@ async def sent_by(protocol: str, options: dict, call: CompletionCall) -> list[di
 HTTP_CASES = [
     (protocol, name, found.kind)
     for protocol, options in HTTP_VENDORS.items()
-    for name, found in registry.PROTOCOLS[protocol].capabilities_of(
+    for name, found in registry.PROTOCOLS[protocol].capabilities_of[Endpoint.COMPLETIONS](
         registry.PROTOCOLS[protocol].Options.model_validate(options)).items()
 ]
 
@@ -159,12 +162,12 @@ async def local_run(call: CompletionCall) -> tuple[list[dict], Result]:
     while adapter.not_ready():  # the stand-in loads at once, on a worker thread
         await asyncio.sleep(0)
     try:
-        return engine.bodies, await adapter.complete(dataclasses.replace(call, model=engine.options.alias))
+        return engine.bodies, await adapter.translators[Endpoint.COMPLETIONS].complete(dataclasses.replace(call, model=engine.options.alias))
     finally:
         await adapter.close()
 
 
-LOCAL_CASES = [(name, found.kind) for name, found in LocalAdapter.capabilities_of(LocalOptions()).items()]
+LOCAL_CASES = [(name, found.kind) for name, found in LocalAdapter.capabilities_of[Endpoint.COMPLETIONS](LocalOptions()).items()]
 
 
 @pytest.mark.parametrize(("name", "kind"), LOCAL_CASES, ids=[n for n, _ in LOCAL_CASES])
@@ -200,7 +203,7 @@ async def _refusing_gate() -> None:
 
 def _reached(protocol: str, stream: bool) -> list:
     """What reached the vendor (the HTTP requests, the engine's requests and tokenizations) when
-    the request's go-ahead is refused, streamed or not; Withheld must come out of the adapter."""
+    the request's clearance is refused, streamed or not; Withheld must come out of the adapter."""
     reached: list = []
 
     async def run() -> None:
@@ -226,17 +229,16 @@ def _reached(protocol: str, stream: bool) -> list:
                 200, json=ANSWERS[protocol])))
             model = "m"
         call = dataclasses.replace(call_with("max_tokens"), model=model, logprobs=1 if protocol == "local" else None,
-                                   echo=protocol == "local", stream=stream)
-        token = go_ahead.set(_refusing_gate)
+                                   echo=protocol == "local", stream=stream, clearance=Clearance())
+        call.clearance.defer_to(_refusing_gate)
         try:
             with pytest.raises(Withheld):
                 if stream:
-                    async for _ in adapter.stream(call):
+                    async for _ in adapter.translators[Endpoint.COMPLETIONS].stream(call):
                         pass
                 else:
-                    await adapter.complete(call)
+                    await adapter.translators[Endpoint.COMPLETIONS].complete(call)
         finally:
-            go_ahead.reset(token)
             await adapter.close()
         if protocol == "local":
             reached.extend(engine.bodies)
@@ -247,8 +249,8 @@ def _reached(protocol: str, stream: bool) -> list:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 @pytest.mark.parametrize("protocol", sorted(registry.PROTOCOLS))
-def test_every_adapter_awaits_the_requests_go_ahead_before_its_vendor_is_asked(protocol, stream):
+def test_every_adapter_awaits_the_requests_clearance_before_its_vendor_is_asked(protocol, stream):
     """A shared store's verdict on a request's limits is awaited by the vendor layer, as late as
-    can be (core/completion.py `go_ahead`): an adapter that asked its vendor first would serve a
+    can be (the call's clearance, core/clearance.py): an adapter that asked its vendor first would serve a
     request its limits refuse. (The local call echoes with logprobs: it would tokenize first.)"""
     assert _reached(protocol, stream) == []

@@ -1,4 +1,4 @@
-"""vendors/anthropic_chat.py in-process: the Messages request a chat call becomes, what it refuses,
+"""vendors/anthropic/chat.py in-process: the Messages request a chat call becomes, what it refuses,
 and its readers against arbitrary answers (hypothesis): they either refuse with their typed error
 or give chat choices the gateway can relay (one choice, tool calls with ids, names and indexes)."""
 
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.config import VendorConfig
-from gateway.vendors import anthropic_chat
+from gateway.vendors.anthropic import chat as anthropic_chat
 from gateway.vendors import untrusted as read
-from gateway.vendors.anthropic_messages import MessageStream
-from gateway.vendors.sse_reader import Event
+from gateway.vendors.anthropic.messages import MessageStream
+from gateway.vendors.transport.sse_reader import Event
 from tests.support.vendor_answers import ANTHROPIC_EVENT, ANTHROPIC_USAGE, fields, maybe
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""The balancer in-process (gateway/vendors/balancer.py): routing policies, max_concurrent,
+"""The balancer in-process (gateway/vendors/transport/balancer.py): routing policies, max_concurrent,
 ejection, cooling and recovery, the 429 rest, everything out. Time is an injected clock that the
 tests move; nothing sleeps."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from gateway.core.config import Deployment, Health, Routing
 from gateway.core.errors import VendorNotReady
-from gateway.vendors.balancer import EJECTED, HALF_OPEN, HEALTHY, POLICIES, RESTING, Balancer
+from gateway.vendors.transport.balancer import EJECTED, HALF_OPEN, HEALTHY, POLICIES, RESTING, Balancer
 from tests.support.clocks import ManualClock
 
 

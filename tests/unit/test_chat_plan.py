@@ -1,4 +1,4 @@
-"""planner/chat_plan.py in-process, with a scripted chat adapter: how `n` is fanned out (calls,
+"""endpoints/chat/plan.py and the planner (planner/plan.py) in-process, with a scripted chat adapter: how `n` is fanned out (calls,
 seeds, indexes, the usage told and billed, what the ledger is told), what values that ask for
 nothing do on a vendor lacking the parameter, and the adapter's own refusals."""
 
@@ -12,34 +12,36 @@ import pytest
 
 from gateway.core.chat import ChatCall, ChatChoice
 from gateway.core.completion import Chunk, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, UnsupportedParameter
 from gateway.core.parameters import CHAT_PARAMETERS, Capabilities, Support, emulated, native, unsupported
-from gateway.planner.chat_plan import plan_chat
+from gateway.endpoints.chat.plan import plan_chat
 from gateway.vendors.registry import Registry
 
 USER = [{"role": "user", "content": "hello there"}]
 
 
 class ScriptedChat:
-    """Answers each call with its n choices ("<seed>#<i>"), usage 10 prompt tokens and 1 per choice."""
+    """An adapter that is its own chat translator: answers each call with its n choices ("<seed>#<i>"), usage 10 prompt tokens and 1 per choice."""
 
     def __init__(self, support: dict[str, Support], refuses: tuple[str, str] | None = None) -> None:
         self.name = "v"
-        self.chat_capabilities = Capabilities.chat("scripted", {p: native() for p in CHAT_PARAMETERS} | support)
+        self.capabilities = Capabilities.chat("scripted", {p: native() for p in CHAT_PARAMETERS} | support)
+        self.translators = {Endpoint.CHAT: self}  # its own chat translator
         self.calls: list[ChatCall] = []
         self._refuses = refuses
 
-    def chat_refused(self, call: ChatCall) -> tuple[str, str] | None:
+    def refused(self, call: ChatCall) -> tuple[str, str] | None:
         return self._refuses
 
     def _choices(self, call: ChatCall) -> list[ChatChoice]:
         return [ChatChoice(i, f"{call.parameters.get('seed')}#{i}", "stop") for i in range(call.n)]
 
-    async def chat_complete(self, call: ChatCall) -> Result:
+    async def complete(self, call: ChatCall) -> Result:
         self.calls.append(call)
         return Result(self._choices(call), Usage(10, call.n))
 
-    async def chat_stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
+    async def stream(self, call: ChatCall) -> AsyncIterator[list[Chunk]]:
         self.calls.append(call)
         for choice in self._choices(call):
             yield [Chunk([choice])]
@@ -85,7 +87,7 @@ def test_a_fanned_out_stream_renumbers_choices_and_ends_with_the_usage():
 def test_one_call_is_not_fanned_out():
     adapter = ScriptedChat({"n": native(per_call=4)})
     planned = plan(adapter, n=4)
-    assert planned.legs == [] and planned.vendor_calls == 1
+    assert len(planned.legs) == 1 and planned.vendor_calls == 1
     assert asyncio.run(planned.complete()).billed == Usage(10, 4)
 
 
@@ -108,7 +110,7 @@ def test_a_value_that_asks_for_nothing_needs_nothing_of_the_vendor(name, value, 
         with pytest.raises(UnsupportedParameter):
             plan(adapter, **{name: value})
         return
-    assert name not in plan(adapter, **{name: value}).call.parameters
+    assert name not in plan(adapter, **{name: value}).legs[0].call.parameters
 
 
 def test_a_value_the_adapter_cannot_take_is_refused_by_name():

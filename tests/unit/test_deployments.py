@@ -11,11 +11,12 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Deployment, Health, Settings, VendorConfig
 from gateway.core.errors import GatewayError, RateLimited, VendorFailed, VendorNotReady
 from gateway.core.streams import all_of, merged
-from gateway.vendors import http as vendor_http
+from gateway.vendors.transport import http as vendor_http
 from gateway.vendors import registry
 from tests.support.clocks import ManualClock
 from tests.support.fakes.httpx_client import answered_by
@@ -67,8 +68,8 @@ class Vendor:
 
         async def go() -> object:
             if stream:
-                return [chunk async for chunks in self.adapter.stream(call) for chunk in chunks]
-            return await self.adapter.complete(call)
+                return [chunk async for chunks in self.adapter.translators[Endpoint.COMPLETIONS].stream(call) for chunk in chunks]
+            return await self.adapter.translators[Endpoint.COMPLETIONS].complete(call)
 
         try:
             return asyncio.run(go()), call
@@ -312,7 +313,7 @@ def test_a_stream_its_reader_stops_early_is_not_held_against_the_deployment():
     call = CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=True)
 
     async def first_chunks_only() -> None:
-        chunks = vendor.adapter.stream(call)
+        chunks = vendor.adapter.translators[Endpoint.COMPLETIONS].stream(call)
         await anext(chunks)
         await chunks.aclose()  # a stop sequence matched, or the client left
 
@@ -334,7 +335,7 @@ def test_a_call_its_caller_gives_up_on_unanswered_is_a_failure(stream):
     call = CompletionCall(model="m", prompts=["hello"], max_tokens=2, stream=stream)
 
     async def give_up() -> None:
-        work = vendor.adapter.stream(call).__anext__() if stream else vendor.adapter.complete(call)
+        work = vendor.adapter.translators[Endpoint.COMPLETIONS].stream(call).__anext__() if stream else vendor.adapter.translators[Endpoint.COMPLETIONS].complete(call)
         task = asyncio.ensure_future(work)
         await reached.wait()
         task.cancel()
@@ -368,10 +369,10 @@ def test_a_call_the_gateway_abandons_because_another_failed_is_not_held_against_
 
     async def fan_out() -> None:
         if stream:
-            async for _ in merged([vendor.adapter.stream(call) for call in calls]):
+            async for _ in merged([vendor.adapter.translators[Endpoint.COMPLETIONS].stream(call) for call in calls]):
                 pass
         else:
-            await all_of([vendor.adapter.complete(call) for call in calls])
+            await all_of([vendor.adapter.translators[Endpoint.COMPLETIONS].complete(call) for call in calls])
 
     with pytest.raises(GatewayError) as refusal:
         asyncio.run(fan_out())

@@ -1,4 +1,4 @@
-"""vendors/gemini_chat.py in-process: the GenerateContentRequest a chat call becomes, what it
+"""vendors/gemini/chat.py in-process: the GenerateContentRequest a chat call becomes, what it
 refuses, and its reader against arbitrary answers (hypothesis): it either refuses with its typed
 error or gives chat choices the gateway can relay (within n, tool calls with ids and names, chat
 logprobs)."""
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.chat import ChatCall, ChatChoice
-from gateway.vendors import gemini_chat
+from gateway.vendors.gemini import chat as gemini_chat
 from gateway.vendors import untrusted as read
 from tests.support.vendor_answers import GEMINI_CANDIDATE, LOGPROB, fields, maybe
 

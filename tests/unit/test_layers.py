@@ -1,5 +1,5 @@
-"""The house rules of the layout: imports run one way (http -> planner -> vendors -> core; http ->
-limits -> store -> core; gateway/__init__.py), and no hand-written module grows past 400 lines.
+"""The house rules of the layout: imports run one way (http -> endpoints -> planner -> vendors ->
+core; http -> limits -> store -> core; gateway/__init__.py), and no hand-written module grows past 400 lines.
 
 Read from the source with `ast`, every import counts (inside functions and TYPE_CHECKING blocks
 too): a layer that needs something from above it is a design problem, not a typing detail."""
@@ -20,18 +20,17 @@ ALLOWED = {
     "gateway.core": {"generated"},
     "gateway.vendors": {"gateway.core", "generated"},
     "gateway.planner": {"gateway.vendors", "gateway.core", "generated"},
-    "gateway.store": {"gateway.core"},
-    # The endpoints' units (handlers -> http -> endpoints -> planner); the responses unit is pure
-    # functions on the contract's wire dicts for now (issue 41), importing the core alone.
+    # One unit per endpoint, over the shared planner (gateway/endpoints/).
     "gateway.endpoints": {"gateway.planner", "gateway.vendors", "gateway.core", "generated"},
+    "gateway.store": {"gateway.core"},
     # Limits count in the store's database and Redis, and read the ledger's sums.
     "gateway.limits": {"gateway.store", "gateway.core"},
     # Administration (gateway/admin.py): one service over accounts, keys, limits and prices, with its audit.
     "gateway.admin": {"gateway.limits", "gateway.store", "gateway.core"},
-    "gateway.http": {"gateway.planner", "gateway.vendors", "gateway.limits", "gateway.store", "gateway.core",
+    "gateway.http": {"gateway.endpoints", "gateway.planner", "gateway.vendors", "gateway.limits", "gateway.store", "gateway.core",
                      "generated"},
     # The handlers sit above http; only the assembly at the top may import them.
-    "handlers": {"gateway.http", "gateway.planner", "gateway.admin", "gateway.limits", "gateway.store",
+    "handlers": {"gateway.http", "gateway.endpoints", "gateway.planner", "gateway.admin", "gateway.limits", "gateway.store",
                  "gateway.vendors", "gateway.core", "generated"},
     "generated": set(),
     # The contract's gate (make check-contract): a development tool apart from the gateway, which
@@ -39,9 +38,8 @@ ALLOWED = {
     "contract": set(),
 }
 TOP = {"gateway", "gateway.cli", "gateway.cli_output", "gateway.limits_cli", "gateway.services", "gateway.__main__"}  # the assembly: anything
-# Imports against the grain on their way out, each named with its reason. limits/on_request.py's
-# `demand()` reads a completion's plan until each endpoint's unit says its own demand (issue 39).
-LEAVING = {"gateway.limits.on_request": {"gateway.planner.plan", "generated.models"}}
+# Imports against the grain on their way out, each named with its reason (none now).
+LEAVING: dict[str, set[str]] = {}
 
 
 def module_name(path: Path) -> str:
@@ -101,6 +99,31 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     assert imports(bad) == {"gateway.planner.plan", "gateway.planner.plan.Plan", "gateway.http.server.app"}
     assert part_of("gateway.store.ledger") == "gateway.store"
     assert "gateway.planner" not in ALLOWED["gateway.store"]
+
+
+# Inside vendors/: the HTTP client, transports, proxies and SSE reader (transport/) apart from every
+# protocol; a protocol's folder is its shared wire parts and one translator per endpoint.
+PROTOCOL_FOLDERS = tuple(f"gateway.vendors.{folder.name}" for folder in sorted((ROOT / "gateway" / "vendors").iterdir())
+                         if (folder / "__init__.py").exists() and folder.name != "transport")
+TRANSPORT = sorted(p for p in (ROOT / "gateway" / "vendors" / "transport").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TRANSPORT, ids=[module_name(p) for p in TRANSPORT])
+def test_the_transport_knows_no_protocol(path):
+    wrong = [name for name in sorted(imports(path)) if name.startswith(PROTOCOL_FOLDERS)]
+    assert wrong == [], f"{module_name(path)} imports a protocol's module: {wrong}"
+
+
+PROTOCOL_MODULES = sorted(p for folder in PROTOCOL_FOLDERS for p in (ROOT / folder.replace(".", "/")).glob("*.py")
+                          if p.name != "adapter.py")
+
+
+@pytest.mark.parametrize("path", PROTOCOL_MODULES, ids=[module_name(p) for p in PROTOCOL_MODULES])
+def test_a_translator_never_imports_its_adapter(path):
+    """The adapter (adapter.py) holds its translators; a translator is made with what it uses of
+    the adapter (vendors/base.py), so a protocol's folder has no import circle."""
+    folder = module_name(path).rpartition(".")[0]
+    assert f"{folder}.adapter" not in imports(path), f"{module_name(path)} imports {folder}.adapter"
 
 
 MAX_LINES = 400

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.store import database, usage
 from gateway.store.ledger import Ledger
 from tests.support.provision import empty_database, ledger_rows, postgres_unavailable
@@ -25,12 +26,12 @@ def test_refused_requests_alike_share_a_row_and_every_one_is_counted(kind):
             ledger.start()
             for i in range(180):  # before the writer runs: alike, they wait as one row
                 ledger.meter(request_id=f"cmpl-{i}", account_id="acct", key_id="key_1").refused(
-                    "fake/m", streamed=False, end_user=None)
+                    "fake/m", streamed=False, end_user=None, endpoint=Endpoint.COMPLETIONS)
             ledger.meter(request_id="cmpl-chat", account_id="acct", key_id="key_1").refused(
-                "fake/m", streamed=False, end_user=None, endpoint="chat")
+                "fake/m", streamed=False, end_user=None, endpoint=Endpoint.CHAT)
             await ledger.drained()
             ledger.meter(request_id="cmpl-later", account_id="acct", key_id="key_1").refused(
-                "fake/m", streamed=False, end_user=None)  # the rows taken are written as they were
+                "fake/m", streamed=False, end_user=None, endpoint=Endpoint.COMPLETIONS)  # the rows taken are written as they were
             await ledger.close()
             async with engine.connect() as connection:  # from the ledger, and from the rollups
                 return [await usage.report(connection, accounts=["acct"], group_by=by) for by in (("endpoint",), ("model",))]

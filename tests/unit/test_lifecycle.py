@@ -11,7 +11,8 @@ import pytest
 
 from gateway import services
 from gateway.http.lifecycle import _Answer, header_value
-from handlers import completions
+from gateway.endpoints.completions import unit
+from gateway.http import serving
 from tests.support.environments import SHARED_TLS, gateway_env
 from tests.support.fakes.server import free_port
 from tests.support.processes import served_in_process
@@ -95,9 +96,9 @@ def test_a_failure_while_shaping_the_answer_writes_one_row_and_gives_everything_
         raise RuntimeError("a bug while shaping the answer")
 
     if stream:
-        monkeypatch.setattr(completions, "EventStream", broken)
+        monkeypatch.setattr(serving, "EventStream", broken)
     else:
-        monkeypatch.setattr(completions._Completions, "body", broken)
+        monkeypatch.setattr(unit.Completions, "body", broken)
     r = client.post("/v5/completions", json={"model": "fake/m", "prompt": "x", "max_tokens": 2, "stream": stream})
     monkeypatch.undo()
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error", r.text

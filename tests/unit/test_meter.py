@@ -18,12 +18,12 @@ from gateway.core.errors import (
     VendorFailed,
     VendorTimeout,
 )
-from gateway.planner import plan as planning
+from gateway.endpoints.completions import plan as completions_plan
 from gateway.services import load_settings
 from gateway.store import database, tokens
 from gateway.store.accounts import bootstrap
 from gateway.store.ledger import Ledger
-from gateway.store.meter import outcome_of
+from gateway.store.meter import NO_ROW, outcome_of
 from gateway.store.prices import Prices
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
@@ -51,7 +51,7 @@ def test_an_adapter_with_its_own_tokenizer_counts_and_others_get_an_openai_vocab
     own = OwnTokenizer()
     registry = Registry.from_settings(SETTINGS)
     request = CompletionRequest.model_validate({"model": "fake/gpt-4o-mini", "prompt": "x"})
-    assert planning.plan(request, registry, 16).attempt().count_tokens is None  # an HTTP vendor: no tokenizer
+    assert completions_plan.plan(request, registry, 16).attempt().count_tokens is None  # an HTTP vendor: no tokenizer
     asyncio.run(registry.close())
     assert tokens.counter("own/any", lambda text: own.count_tokens("any", text))("four") == 4
     text = "Hello, world: tokens!"
@@ -89,15 +89,18 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
             await database.prepare(engine, bootstrap)
             ledger = Ledger(engine, max_pending=10)
             ledger.start()
-            plan = planning.plan(CompletionRequest.model_validate(
+            plan = completions_plan.plan(CompletionRequest.model_validate(
                 {"model": "fake/m", "prompt": ["one two", "three"], "n": 2, "stream": True}), registry, 16)
             meter = ledger.meter(request_id="cmpl-left", account_id="acct", key_id="key_1")
             meter.trying(plan.attempt())
             meter.sent([Choice(0, " four"), Choice(3, " five")])
-            meter.left()
-            meter.finish(None)  # a meter closes once: this is ignored
+            counting = meter.left()  # what its closer settles with: here the row, once its tokens are counted
+            assert meter.finish(None) is None  # a meter closes once: this is ignored, nothing to settle
             refused = ledger.meter(request_id="cmpl-refused", account_id="acct", key_id="key_1")
-            refused.fail(VendorFailed("never called"))  # no vendor call was tried: no row
+            assert refused.fail(VendorFailed("never called")) is NO_ROW  # no vendor call was tried: no row
+            assert isinstance(counting, asyncio.Task)
+            written = await counting
+            assert (written["request_id"], written["estimated"]) == ("cmpl-left", True)
             await ledger.close()
         finally:
             await registry.close()
@@ -115,7 +118,7 @@ def test_without_the_vendors_usage_the_meter_estimates_prompts_sent_and_text_del
 
 def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
     """A non-streamed answer the client left mid-generation: nothing was delivered, but the
-    adapter reported what it generated (core.completion.generated), and the estimate counts that.
+    adapter reported what it generated (the call's clearance, core/clearance.py), and the estimate counts that.
     A fallback's attempt does not inherit what the attempt before it generated."""
 
     async def meter_requests(url: str) -> None:
@@ -125,7 +128,7 @@ def test_a_request_left_before_anything_was_sent_bills_what_was_generated():
             await database.prepare(engine, bootstrap)
             ledger = Ledger(engine, max_pending=10)
             ledger.start()
-            plan = planning.plan(CompletionRequest.model_validate(
+            plan = completions_plan.plan(CompletionRequest.model_validate(
                 {"model": "fake/m", "prompt": "one two", "n": 2, "max_tokens": 100}), registry, 16)
             meter = ledger.meter(request_id="cmpl-generated", account_id="acct", key_id="key_1")
             meter.trying(plan.attempt())

@@ -15,8 +15,10 @@ import asyncio
 
 import pytest
 
-from gateway.core.completion import Withheld
+from gateway.core.endpoint import Endpoint
+from gateway.core.clearance import Withheld
 from gateway.core.errors import ClientDisconnected, RateLimited
+from gateway.endpoints.completions.unit import UNIT
 from gateway.limits import on_request
 from gateway.limits.counters import RPM, TPM, Claim, Refusal, window
 from gateway.limits.on_request import duration, headers
@@ -26,7 +28,7 @@ from generated.models import CompletionRequest
 
 SUBJECT = Subject(KEY, "key_a")
 LIMITS = Limits(rpm=3, concurrent=1)
-DEMAND = on_request.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}))
+DEMAND = UNIT.demand(CompletionRequest.model_validate({"model": "fake/m", "prompt": "x"}), None, False)
 
 
 class Store:
@@ -62,7 +64,7 @@ class Meter:
         self.refusals = 0
         self.on_close = None
 
-    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: str = "completions") -> None:
+    def refused(self, model: str, streamed: bool, end_user: str | None, endpoint: Endpoint = Endpoint.COMPLETIONS) -> None:
         self.refusals += 1
 
 

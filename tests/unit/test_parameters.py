@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from pydantic import create_model
 
+from gateway.core.endpoint import Endpoint
 from gateway.core import parameters
 from gateway.core.completion import CompletionCall
 from gateway.core.parameters import (
@@ -23,7 +24,7 @@ from gateway.core.parameters import (
     unsupported,
 )
 from gateway.planner.capabilities import EMULATIONS
-from gateway.planner.plan import completion_call
+from gateway.endpoints.completions.plan import completion_call
 from gateway.vendors.registry import PROTOCOLS
 from generated.models import CompletionRequest
 
@@ -36,7 +37,7 @@ OPTION_VARIANTS = [(name, {}) for name in PROTOCOLS] + [
 
 def declared(protocol: str, options: dict) -> Capabilities:
     adapter = PROTOCOLS[protocol]
-    return adapter.capabilities_of(adapter.Options.model_validate(options))
+    return adapter.capabilities_of[Endpoint.COMPLETIONS](adapter.Options.model_validate(options))
 
 
 def with_a_new_property() -> type[CompletionRequest]:
@@ -71,7 +72,7 @@ def test_a_property_added_to_the_contract_fails_every_adapter_naming_it(protocol
 
 def test_a_property_added_to_the_contract_fails_the_planner_naming_it(monkeypatch):
     extended = with_a_new_property()
-    monkeypatch.setattr("gateway.planner.plan.PARAMETERS", request_parameters(extended))
+    monkeypatch.setattr("gateway.endpoints.completions.plan.PARAMETERS", request_parameters(extended))
     request = extended.model_validate({"model": "x/m", "prompt": "p", "top_k": 5})
     with pytest.raises(TypeError, match="top_k"):
         completion_call(request, "m")

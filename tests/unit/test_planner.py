@@ -10,10 +10,15 @@ from typing import Any, ClassVar
 
 import pytest
 
+from gateway.core.clearance import CLEAR
 from gateway.core.completion import Attempt, Choice, Chunk, CompletionCall, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import BadRequest, ParameterOutOfRange, UnsupportedParameter, VendorFailed
 from gateway.core.parameters import PARAMETERS, Capabilities, Range, Support, emulated, native, unsupported
+from gateway.endpoints.completions.unit import UNIT
+from gateway.endpoints.unit import Planning
 from gateway.planner import fallbacks
+from gateway.endpoints.completions import plan as completions_plan
 from gateway.planner import plan as planning
 from gateway.vendors.registry import Registry
 from generated.models import CompletionRequest
@@ -28,6 +33,7 @@ class Scripted:
     def __init__(self, name: str, support: dict[str, Support], fail: Exception | None = None) -> None:
         self.name = name
         self.capabilities = Capabilities("scripted", {p: native() for p in PARAMETERS} | support)
+        self.translators = {Endpoint.COMPLETIONS: self}  # its own completions translator
         self.calls: list[CompletionCall] = []
         self.fail = fail
 
@@ -61,7 +67,7 @@ def request(**body: Any) -> CompletionRequest:
 
 
 def plan_for(adapter: Scripted, max_calls: int = 64, **body: Any) -> planning.Plan:
-    return planning.plan(request(**body), Registry({adapter.name: adapter}), max_calls)  # type: ignore[dict-item]
+    return completions_plan.plan(request(**body), Registry({adapter.name: adapter}), max_calls)  # type: ignore[dict-item]
 
 
 def test_list_prompts_and_n_fan_out_prompt_major_with_seed_plus_i_and_usage_per_prompt():
@@ -141,9 +147,8 @@ def test_the_attempt_records_the_clients_user_even_when_the_vendor_does_not_take
 def start(registry: Registry, chain: dict[str, list[str]], **body: Any) -> tuple[fallbacks.Started, list[Attempt]]:
     attempts: list[Attempt] = []
     asked = request(**body)
-    plan = planning.plan(asked, registry, 64)
-    replan = lambda model: planning.plan(asked.model_copy(update={"model": model}), registry, 64)  # noqa: E731
-    started = asyncio.run(fallbacks.start(plan, asked.model, replan, chain, attempts.append))
+    on = Planning(UNIT, asked, registry, 64, CLEAR)  # the completions unit re-plans a fallback
+    started = asyncio.run(fallbacks.start(on.plan(asked.model), on, chain, attempts.append))
     return started, attempts
 
 

@@ -1,4 +1,4 @@
-"""gateway/vendors/proxies.py: proxy URLs, NO_PROXY as curl reads it, which proxy a deployment
+"""gateway/vendors/transport/proxies.py: proxy URLs, NO_PROXY as curl reads it, which proxy a deployment
 takes (its setting, its vendor's, the environment's), and the settings that reach it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from gateway.core.config import ConfigError
 from gateway.services import load_settings, redactor
 from gateway.vendors import registry
-from gateway.vendors.proxies import Environment, NoProxy, Proxy, choose, open_tunnel, parse_proxy
-from gateway.vendors.transport import TransportError
+from gateway.vendors.transport.proxies import Environment, NoProxy, Proxy, choose, open_tunnel, parse_proxy
+from gateway.vendors.transport.client import TransportError
 
 
 def test_a_proxy_url_gives_host_port_and_basic_credentials_that_its_repr_and_shown_keep_out():

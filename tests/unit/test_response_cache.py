@@ -10,9 +10,13 @@ import asyncio
 import pytest
 from starlette.datastructures import Headers
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.errors import ValidationFailed
+from gateway.endpoints.chat import unit as chat
+from gateway.endpoints.completions import unit as completions
+from gateway.endpoints.unit import cache_form
 from gateway.http import cache, cache_relay
 from gateway.store.response_cache import MemoryStore, RedisStore
 from tests.support.clocks import ManualClock
@@ -20,11 +24,15 @@ from tests.support.redis_servers import RedisServer
 
 
 def completion_form(**body):
-    return cache.completion_form({"model": "local/m", "prompt": "Hi", **body})
+    return cache_form({"model": "local/m", "prompt": "Hi", **body}, completions.DEFAULTS)
+
+
+def chat_form(body):
+    return cache_form(body, chat.DEFAULTS)
 
 
 def completion_key(account="acct", model="local/m", **body):
-    return cache.key("completions", account, model, completion_form(**body))
+    return cache.key(Endpoint.COMPLETIONS, account, model, completion_form(**body))
 
 
 # -- the key -----------------------------------------------------------------------------------
@@ -39,8 +47,8 @@ def test_field_order_is_irrelevant_and_delivery_fields_are_left_out():
     a = {"model": "openai/x", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 5}
     b = {"max_tokens": 5, "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
          "user": "someone", "messages": [{"content": "Hi", "role": "user"}], "model": "openai/x"}
-    assert cache.key("chat", "acct", "openai/x", cache.chat_form(a)) == \
-        cache.key("chat", "acct", "openai/x", cache.chat_form(b))
+    assert cache.key(Endpoint.CHAT, "acct", "openai/x", chat_form(a)) == \
+        cache.key(Endpoint.CHAT, "acct", "openai/x", chat_form(b))
     assert completion_key(temperature=0, stream=True, user="u") == completion_key(temperature=0)
 
 
@@ -50,7 +58,7 @@ def test_the_key_changes_with_what_makes_the_answer_and_whose_it_is():
     assert completion_key(temperature=0, logprobs=1) != base
     assert completion_key(account="other", temperature=0) != base
     assert completion_key(model="local/n", temperature=0) != base
-    assert cache.key("chat", "acct", "local/m", completion_form(temperature=0)) != base
+    assert cache.key(Endpoint.CHAT, "acct", "local/m", completion_form(temperature=0)) != base
 
 
 def test_only_greedy_or_seeded_requests_are_deterministic():
@@ -58,8 +66,8 @@ def test_only_greedy_or_seeded_requests_are_deterministic():
     assert cache.deterministic(completion_form(seed=7))
     assert not cache.deterministic(completion_form())  # temperature defaults to 1
     assert not cache.deterministic(completion_form(temperature=0.7))
-    assert cache.deterministic(cache.chat_form({"model": "x", "messages": [], "temperature": 0}))
-    assert not cache.deterministic(cache.chat_form({"model": "x", "messages": []}))
+    assert cache.deterministic(chat_form({"model": "x", "messages": [], "temperature": 0}))
+    assert not cache.deterministic(chat_form({"model": "x", "messages": []}))
 
 
 def test_the_request_headers_are_read_and_a_wrong_one_is_named():
@@ -234,9 +242,9 @@ def test_a_hit_streams_as_a_vendor_would():
 def test_a_hit_asks_the_limits_for_a_request_billed_a_share_of_its_entrys_tokens():
     """(The limiter reserves none of them as tokens, and the share of their price in dollars:
     tests/unit/test_limits.py.)"""
-    from gateway.limits.on_request import Demand
+    from gateway.core.demand import Demand
 
-    demand = Demand("local/m", ["a prompt"], 64, streamed=True, user="u")
+    demand = Demand(Endpoint.COMPLETIONS, "local/m", ["a prompt"], 64, streamed=True, user="u")
     assert cache.Lookup(cache.MISS).demand(demand) is demand
     hit = cache.Lookup(cache.HIT, entry=cache.Entry([Choice(0, "x")], Usage(3, 5)), price_share=0.25).demand(demand)
     assert (hit.prompt_tokens, hit.completion_tokens, hit.hit_share, hit.streamed, hit.user) == (3, 5, 0.25, True, "u")

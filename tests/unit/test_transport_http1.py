@@ -1,4 +1,4 @@
-"""The gateway's own HTTP/1.1 client (vendors/transport_http1.py) against real loopback servers
+"""The gateway's own HTTP/1.1 client (vendors/transport/http1.py) against real loopback servers
 that answer with exactly the bytes each test gives them: kept-alive connections, bodies of every
 framing, and what a hostile or broken vendor may send."""
 
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.transport import TransportError
-from gateway.vendors.transport_http1 import MAX_BUFFERED, MAX_HEAD_BYTES, MAX_HEADERS, Http1Client
+from gateway.vendors.transport.client import TransportError
+from gateway.vendors.transport.http1 import MAX_BUFFERED, MAX_HEAD_BYTES, MAX_HEADERS, Http1Client
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}"
 
@@ -119,7 +119,7 @@ def test_a_connection_closed_before_any_answer_is_dropped_and_one_closed_mid_bod
         async with vendor(lambda request: None) as (fake, url):
             with pytest.raises(TransportError) as dropped:
                 await client().send(url, b"{}")
-            assert dropped.value.dropped  # the vendor did not serve it: vendors/http.py sends it again
+            assert dropped.value.dropped  # the vendor did not serve it: vendors/transport/http.py sends it again
         async with vendor(lambda request: OK[:-4]) as (fake, url):  # 7 of the 11 bytes it announced
             fake.close_after_answer = True
             answer = await client().send(url, b"{}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.config import ConfigError, Settings, VendorConfig
 from gateway.core.parameters import Capabilities
 from gateway.services import load_settings, redactor
@@ -16,7 +17,7 @@ def load(**env: str) -> Settings:
 
 def capabilities(vendor: VendorConfig) -> Capabilities:
     adapter, options = registry.options_of(vendor)
-    return adapter.capabilities_of(options)
+    return adapter.capabilities_of[Endpoint.COMPLETIONS](options)
 
 
 def test_api_key_shortcuts_configure_the_hosted_vendors():

@@ -24,14 +24,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.core.endpoint import Endpoint
 from gateway.core.completion import MAX_USAGE_TOKENS, Choice, CompletionCall, Result, Usage
 from gateway.core.config import Settings, VendorConfig
 from gateway.core.errors import MAX_RETRY_AFTER, GatewayError, RateLimited, VendorFailed
-from gateway.vendors import anthropic, gemini, logprobs, openai, openai_chat, registry
+from gateway.vendors import logprobs, registry
+from gateway.vendors.anthropic import completions as anthropic
+from gateway.vendors.gemini import completions as gemini
+from gateway.vendors.openai import completions as openai
+from gateway.vendors.openai import chat as openai_chat
 from gateway.vendors import untrusted as read
-from gateway.vendors.local import _Piece
-from gateway.vendors.local_engine import EngineError
-from gateway.vendors.sse_reader import EventParser, MalformedStream
+from gateway.vendors.local.completions import _Piece
+from gateway.vendors.local.engine import EngineError
+from gateway.vendors.transport.sse_reader import EventParser, MalformedStream
 from gateway.vendors.vendor_errors import retry_after_seconds
 from tests.support.fakes.httpx_client import answered_by
 from tests.support.vendor_answers import (
@@ -389,8 +394,8 @@ def serve(vendor, body: bytes, content_type: str) -> None:
 def outcome(vendor, call: CompletionCall) -> list | Result | GatewayError:
     async def run():
         if not call.stream:
-            return await vendor.complete(call)
-        return [chunk async for chunks in vendor.stream(call) for chunk in chunks]
+            return await vendor.translators[Endpoint.COMPLETIONS].complete(call)
+        return [chunk async for chunks in vendor.translators[Endpoint.COMPLETIONS].stream(call) for chunk in chunks]
 
     try:
         return asyncio.run(run())

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from gateway.core.config import Settings
+from gateway.core.endpoint import Endpoint
 from gateway.store.prices import NANOS_PER_USD
 
 PROMETHEUS_CLIENT_VERSION = "0.26.0"
@@ -202,7 +203,7 @@ class Metrics:
             self._due()
 
     def ended(self, vendor: str | None, model: str | None, status: int, stream: bool, seconds: float,
-              ttft: float | None, operation: str = "text_completion") -> None:
+              ttft: float | None, operation: str = Endpoint.COMPLETIONS.operation) -> None:
         """A completion request ended (its answer sent, or its client gone): no longer in flight, counted."""
         self._in_flight -= 1
         labels = self.labels.pair(vendor, model, status == 200)

@@ -24,14 +24,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.core import observe
 from gateway.core.completion import CompletionCall
 from gateway.core.config import Settings
+from gateway.core.endpoint import Endpoint
 from gateway.core.redaction import Redactor
 from gateway.http.observe import logs, metrics, tracing
 from gateway.http.context import HandlerRequest
 from gateway.store.meter import Meter
 
-COMPLETIONS = "/v5/completions"
 # The paths whose requests call vendors, with their gen_ai.operation.name (the GenAI conventions' names).
-OPERATIONS = {COMPLETIONS: tracing.OPERATION, "/v5/chat/completions": tracing.CHAT_OPERATION}
+OPERATIONS = {endpoint.path: endpoint.operation for endpoint in Endpoint}
 # The scope key of a completion's `_Slot`, where the handler leaves its meter (`attach`). The layers
 # between pass copies of the scope down, so the slot is an object they all share.
 _METER = "gateway.meter"

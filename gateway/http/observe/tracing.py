@@ -29,12 +29,12 @@ import orjson
 
 from gateway.core import observe
 from gateway.core.chat import ChatCall, content_text
-from gateway.core.completion import Chunk, CompletionCall, Result, Usage, Withheld
+from gateway.core.clearance import Withheld
+from gateway.core.completion import Chunk, CompletionCall, Result, Usage
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import ClientDisconnected, ConfigError, GatewayError
 
 SERVICE_NAME = "completions-gateway"
-OPERATION = "text_completion"  # gen_ai.operation.name of the legacy completions API
-CHAT_OPERATION = "chat"  # ... and of chat completions
 _CANCELLED = (asyncio.CancelledError, GeneratorExit, ClientDisconnected)
 
 
@@ -114,8 +114,8 @@ class Tracing:
             span.end()
 
     def vendor_call(self, vendor: str, call: CompletionCall | ChatCall) -> _VendorCallSpan:
-        chat = isinstance(call, ChatCall)
-        operation = CHAT_OPERATION if chat else OPERATION
+        operation = call.endpoint.operation
+        chat = call.endpoint is Endpoint.CHAT
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.system": vendor,

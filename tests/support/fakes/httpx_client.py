@@ -1,4 +1,4 @@
-"""The gateway's client interface (gateway/vendors/transport.py `Client`) answered in-process, for
+"""The gateway's client interface (gateway/vendors/transport/client.py `Client`) answered in-process, for
 tests and benchmarks that call an adapter without a network: `answered_by(handler)` makes the
 clients a vendor's deployments use (`HttpAdapter.use_clients`), each handing every request, as an
 httpx.Request, to `handler`, which returns the httpx.Response the vendor would (httpx.MockTransport's
@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from gateway.core.vendor_config import Timeouts
-from gateway.vendors.proxies import Network
-from gateway.vendors.transport import Answer, Client, TransportError, described
+from gateway.vendors.transport.proxies import Network
+from gateway.vendors.transport.client import Answer, Client, TransportError, described
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -3,7 +3,7 @@
 `FakeOpenAI(server=...)`) to refuse the rest.
 
 Written from each server's own documentation and source, and from llama.cpp's server run here,
-not from the gateway's declarations (gateway/vendors/openai_servers.py), so that a parameter the
+not from the gateway's declarations (gateway/vendors/openai/servers.py), so that a parameter the
 gateway declares native for a server that does not take it fails a test
 (tests/integration/test_native_parameters.py). A field listed is one the server honours: one it
 accepts and ignores (vLLM's `user`, llama.cpp's `echo`) is left out.

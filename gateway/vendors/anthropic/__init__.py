@@ -1,0 +1,1 @@
+"""Anthropic's Messages API: its shared wire parts and one translator per endpoint it serves."""

@@ -1,0 +1,1 @@
+"""Google's Gemini API (generateContent): its shared wire parts and one translator per endpoint it serves."""

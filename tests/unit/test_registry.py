@@ -1,0 +1,38 @@
+"""The vendors by name (gateway/vendors/registry.py): an endpoint a vendor's protocol has no
+translator for is refused by name, before any vendor call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.core.endpoint import Endpoint
+from gateway.core.errors import BadRequest, NotFound
+from gateway.vendors.registry import PROTOCOLS, Registry
+
+
+class CompletionsOnly:
+    protocol = "scripted"
+
+    def __init__(self) -> None:
+        self.name = "v"
+        self.translators: dict[Endpoint, Any] = {Endpoint.COMPLETIONS: object()}
+
+
+def test_an_endpoint_without_a_translator_is_refused_naming_vendor_and_endpoint():
+    registry = Registry({"v": CompletionsOnly()})  # type: ignore[dict-item]
+    assert registry.serving("v", "m", Endpoint.COMPLETIONS).name == "v"
+    with pytest.raises(BadRequest) as refused:
+        registry.serving("v", "m", Endpoint.CHAT)
+    assert (refused.value.code, refused.value.vendor, refused.value.param) == ("unsupported_endpoint", "v", "model")
+    assert "'v'" in refused.value.message and "/v5/chat/completions" in refused.value.message
+    with pytest.raises(NotFound):
+        registry.serving("nowhere", "m", Endpoint.COMPLETIONS)
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_every_protocol_declares_a_record_for_each_endpoint_it_translates(protocol):
+    adapter = PROTOCOLS[protocol]
+    assert set(adapter.capabilities_of) == {Endpoint.COMPLETIONS, Endpoint.CHAT}
+
