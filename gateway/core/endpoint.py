@@ -16,6 +16,7 @@ from enum import StrEnum
 class Endpoint(StrEnum):
     COMPLETIONS = "completions"  # POST /v5/completions
     CHAT = "chat"  # POST /v5/chat/completions
+    RESPONSES = "responses"  # POST /v5/responses
 
     @property
     def path(self) -> str:
@@ -29,5 +30,9 @@ class Endpoint(StrEnum):
         return _OPERATIONS[self]
 
 
-_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat"}
-_PATHS = {Endpoint.COMPLETIONS: "/v5/completions", Endpoint.CHAT: "/v5/chat/completions"}
+_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat", Endpoint.RESPONSES: "chat"}
+_PATHS = {Endpoint.COMPLETIONS: "/v5/completions", Endpoint.CHAT: "/v5/chat/completions",
+          Endpoint.RESPONSES: "/v5/responses"}
+# The endpoints whose vendor calls are chat conversations (core/chat.py `ChatCall`): a Responses
+# request is bridged to its vendor's chat translator, its choices held and cached as chat's.
+CONVERSATIONS = frozenset({Endpoint.CHAT, Endpoint.RESPONSES})

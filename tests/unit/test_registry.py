@@ -34,5 +34,5 @@ def test_an_endpoint_without_a_translator_is_refused_naming_vendor_and_endpoint(
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_every_protocol_declares_a_record_for_each_endpoint_it_translates(protocol):
     adapter = PROTOCOLS[protocol]
-    assert set(adapter.capabilities_of) == {Endpoint.COMPLETIONS, Endpoint.CHAT}
+    assert set(adapter.capabilities_of) == {Endpoint.COMPLETIONS, Endpoint.CHAT, Endpoint.RESPONSES}
 

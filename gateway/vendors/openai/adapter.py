@@ -49,6 +49,8 @@ class OpenAIAdapter(HttpAdapter):
         Endpoint.CHAT: lambda options: chat_capabilities(servers.declared(options.server, ()) or servers.UNIDENTIFIED,
                                                          options.lacks),
     }
+    # A Responses request is bridged to chat (endpoints/responses/): its record is chat's.
+    capabilities_of = {**capabilities_of, Endpoint.RESPONSES: capabilities_of[Endpoint.CHAT]}
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
         super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
@@ -57,7 +59,8 @@ class OpenAIAdapter(HttpAdapter):
         self._identifying: asyncio.Task[None] | None = None
         self._completions = OpenAICompletions(self)
         self._chat = OpenAIChat(self)
-        self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat}
+        self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat,
+                            Endpoint.RESPONSES: self._chat}  # bridged (endpoints/responses/request.py)
         self._use(self._declared or servers.UNIDENTIFIED)
 
     def _use(self, server: Server) -> None:
