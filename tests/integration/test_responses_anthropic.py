@@ -9,6 +9,7 @@ import json
 
 import openai
 import pytest
+from scale_gp_beta import SGPClient
 
 from tests.support.chat import row as ledger_row
 
@@ -87,3 +88,12 @@ def test_a_built_in_tool_is_refused_by_name(vclient):
                                                  "tools": [{"type": "web_search"}]})
     assert answer.status_code in (400, 422), answer.text
     assert "tools" in answer.text
+
+
+def test_the_scale_sdk_creates_a_response(vendors_gateway, vclient, database):
+    sgp = SGPClient(api_key=database.key, account_id="acct-a", base_url=vendors_gateway.url, max_retries=0)
+    answer = sgp.responses.create(model="anthropic/claude-x", input="hello there", max_output_tokens=2)
+    data = answer.model_dump()
+    assert data["id"].startswith("resp_") and data["status"] == "incomplete"
+    assert data["output"][0]["content"][0]["text"] == " w0 w1"
+    assert data["usage"]["output_tokens"] == 2
