@@ -200,6 +200,7 @@ class Settings(Frozen):
     # Stored responses (POST /v5/responses with `store`, docs/responses.md): an account's inputs and
     # outputs, kept this many days from their creation, then answered as not found and purged.
     responses_retention_days: PositiveInt = 30
+    responses_purge_seconds: PositiveFloat = 3600.0  # how often the expired ones are removed
     # Responses a `previous_response_id` chain may hold, and the bytes of their items together:
     # rebuilding a conversation reads all of it into memory, so both are bounded (a 400 beyond).
     responses_max_chain: PositiveInt = 256
