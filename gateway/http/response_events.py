@@ -45,6 +45,7 @@ class ResponseEvents:
         self._keep = plan.request.get("store") is not False
         self._events = self._generate()
         self._closed = False
+        self._saved_end = False  # the response's end is stored (else aclose stores it)
         self.usage: Usage | None = None  # the client's
         self.billed: Usage | None = None  # the ledger's
 
@@ -59,7 +60,9 @@ class ResponseEvents:
             await self._events.aclose()
             await self._rest.aclose()
         finally:
-            if not self._stream.ended and self._keep:  # the client left: the stored response says so
+            if self._stream.ended and not self._saved_end:  # cancelled while it was being stored
+                await self._save()
+            elif not self._stream.ended and self._keep:  # the client left: the stored response says so
                 usage = None if self.usage is None else usage_body(self.usage)
                 await self._write(lambda c, now: self._store.mark_incomplete(
                     c, self._life.account, self._stream.response["id"], now,
@@ -117,6 +120,7 @@ class ResponseEvents:
             life.failed_midway(exc)
             log.exception("stream %s failed", self._stream.response["id"])
             end = self._stream.end(error={"code": "server_error", "message": "internal error in the gateway"})
-        await self._save()
+        await self._save()  # before the client reads the end: a retrieve that follows finds it
+        self._saved_end = True
         yield b"".join(sse(event) for event in end)
 

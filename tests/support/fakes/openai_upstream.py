@@ -96,7 +96,7 @@ class FakeOpenAI:
                 {"id": "m", "object": "model", "created": 0, "owned_by": self.profile.owned_by}]})
             return
         if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
-            await self._chat(send, scope, headers, json.loads(body))
+            await self._chat(send, scope, headers, json.loads(body), receive)
             return
         if scope["path"] == "/v1/responses" and scope["method"] == "POST" and self.profile.name == "openai":
             await self._responses(send, scope, headers, json.loads(body))
@@ -155,7 +155,7 @@ class FakeOpenAI:
             return self.profile.refusal("prompt must be a string")
         return None
 
-    async def _chat(self, send, scope, headers, request) -> None:
+    async def _chat(self, send, scope, headers, request, receive) -> None:
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
         problem = chat_upstream.wire_problem(request)
         refusal = self._refusal("chat", request)
@@ -163,6 +163,14 @@ class FakeOpenAI:
             await send_json(send, 400, {"error": {"message": problem, "type": "invalid_request_error"}})
         elif refusal is not None:
             await send_json(send, *refusal)
+        elif request.get("stream") and request["model"] == "stall-later":  # two chunks, then nothing
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            for event in chat_upstream.chat_events(request, one_task_usage=self.profile.one_task_usage)[:2]:
+                await send({"type": "http.response.body", "body": b"data: " + json.dumps(event).encode() + b"\n\n",
+                            "more_body": True})
+            while (await receive())["type"] != "http.disconnect":
+                pass
         elif request.get("stream"):
             events = chat_upstream.chat_events(request, one_task_usage=self.profile.one_task_usage)
             data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
