@@ -2179,6 +2179,12 @@ class Vendor(BaseModel):
     """
     Per request parameter of ChatCompletionRequest (POST /v5/chat/completions), as `parameters`.
     """
+    responses_parameters: Annotated[dict[str, ParameterSupport] | MISSING, Field(title='Responses Parameters')] = (
+        MISSING
+    )
+    """
+    Per field of ResponseCreateRequest (POST /v5/responses), as `parameters`: `native` where the vendor is given it, `emulated` where the gateway serves it (the stored conversation, `metadata`, the stream's events), `unsupported` where a request setting it is refused by name.
+    """
 
 
 class UsageLine(BaseModel):
