@@ -34,6 +34,9 @@ SERVED_HERE = {
     "stream": "OpenAI's Responses events, from the vendor's chat stream",
     "truncation": "'disabled' (the vendor's own context limit applies); 'auto' is refused",
 }
+# Where a vendor lacks the chat parameter a field becomes, the one it is sent as instead (a
+# compatible server that predates `max_completion_tokens` has `max_tokens`).
+INSTEAD = {"max_completion_tokens": "max_tokens"}
 REFUSED = {"include": "nothing it names is produced through chat completions"}
 # Why a field is refused where its chat parameter is (`text` asks `response_format` only for JSON).
 _ONLY_WHEN = {"text": "only `text.format` json_object or json_schema needs it; `text` is always served",
@@ -45,6 +48,8 @@ def responses_verdicts(chat: Mapping[str, Support]) -> dict[str, Support]:
     found: dict[str, Support] = {}
     for name, parameter in BRIDGED.items():
         verdict = chat.get(parameter, Support(UNSUPPORTED, f"chat has no `{parameter}` on this vendor"))
+        if verdict.kind == UNSUPPORTED and parameter in INSTEAD and INSTEAD[parameter] in chat:
+            verdict = chat[INSTEAD[parameter]]
         if verdict.kind == UNSUPPORTED and name in _ONLY_WHEN:
             verdict = Support(UNSUPPORTED, f"{verdict.detail or ''} ({_ONLY_WHEN[name]})".strip())
         found[name] = verdict

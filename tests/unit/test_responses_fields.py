@@ -45,3 +45,8 @@ def test_verdicts_follow_the_vendors_chat_record():
     assert found["input"].kind == NATIVE and found["store"].kind == EMULATED
     assert found["text"].kind == UNSUPPORTED and "no JSON mode" in found["text"].detail
     assert found["include"].kind == UNSUPPORTED and found["temperature"].kind == UNSUPPORTED
+
+
+def test_max_output_tokens_is_max_tokens_where_the_vendor_lacks_max_completion_tokens():
+    chat = {"max_completion_tokens": Support(UNSUPPORTED, "old server"), "max_tokens": Support(NATIVE)}
+    assert responses_verdicts(chat)["max_output_tokens"].kind == NATIVE

@@ -18,8 +18,8 @@ from gateway.core.chat import prompt_text
 from gateway.core.clearance import Clearance
 from gateway.core.completion import Attempt, Chunk, Result
 from gateway.core.endpoint import Endpoint
-from gateway.core.parameters import GATEWAY_FIELDS
-from gateway.core.responses import ResponsesCall
+from gateway.core.parameters import GATEWAY_FIELDS, UNSUPPORTED
+from gateway.core.responses import INSTEAD, ResponsesCall
 from gateway.endpoints.responses.request import Refused, chat_request, input_items
 from gateway.planner import capabilities
 from gateway.planner.plan import Plan, fan_out
@@ -83,6 +83,9 @@ def plan_responses(request: Mapping[str, Any], history: Sequence[dict[str, Any]]
         body = chat_request(asked, history)
     except Refused as refused:
         raise refused.error(adapter.name) from None
+    for name, instead in INSTEAD.items():  # the parameter the vendor has, where it lacks the usual one
+        if name in body and capabilities.verdict(translator.capabilities, name).kind == UNSUPPORTED:
+            body[instead] = body.pop(name)
     messages = body["messages"]
     parameters = {key: value for key, value in body.items()
                   if key not in GATEWAY_FIELDS and key != "messages" and value is not None}
