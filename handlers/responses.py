@@ -52,7 +52,8 @@ async def create(request: HandlerRequest) -> Response:
     answer = await serve(request, UNIT, AskedResponses(body, history))
     if not body.get("stream") and body.get("store") is not False and answer.status_code == 200:
         async with database.writing(services.database) as connection:
-            await store.save(connection, _account(request), orjson.loads(answer.body), input_items(body), _now())
+            await store.save(connection, _account(request), orjson.loads(answer.body), input_items(body), _now(),
+                             fresh=True)
     return answer
 
 

@@ -75,10 +75,10 @@ class ResponseEvents:
         except Exception:  # the answer goes on; the stored copy is what is lost, and said so
             log.exception("response %s: storing it failed", self._stream.response["id"])
 
-    async def _save(self) -> None:
+    async def _save(self, fresh: bool = False) -> None:
         if self._keep:
             await self._write(lambda c, now: self._store.save(c, self._life.account, self._stream.response,
-                                                              self._plan.items, now))
+                                                              self._plan.items, now, fresh=fresh))
 
     def _events_of(self, batch: list[Chunk]) -> bytes:
         events: list[dict[str, Any]] = []
@@ -97,7 +97,7 @@ class ResponseEvents:
     async def _generate(self) -> AsyncIterator[bytes]:
         plan, life = self._plan, self._life
         yield b"".join(sse(event) for event in self._stream.start())
-        await self._save()
+        await self._save(fresh=True)
         batch: list[Chunk] | None = self._first
         try:
             while batch is not None:
