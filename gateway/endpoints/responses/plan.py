@@ -83,9 +83,9 @@ def plan_responses(request: Mapping[str, Any], history: Sequence[dict[str, Any]]
         body = chat_request(asked, history)
     except Refused as refused:
         raise refused.error(adapter.name) from None
-    for name, instead in INSTEAD.items():  # the parameter the vendor has, where it lacks the usual one
-        if name in body and capabilities.verdict(translator.capabilities, name).kind == UNSUPPORTED:
-            body[instead] = body.pop(name)
+    for usual, instead in INSTEAD.items():  # the parameter the vendor has, where it lacks the usual one
+        if usual in body and capabilities.verdict(translator.capabilities, usual).kind == UNSUPPORTED:
+            body[instead] = body.pop(usual)
     messages = body["messages"]
     parameters = {key: value for key, value in body.items()
                   if key not in GATEWAY_FIELDS and key != "messages" and value is not None}
