@@ -96,7 +96,7 @@ def test_what_the_vendor_lacks_is_refused_naming_field_and_vendor():
 def test_a_server_without_max_completion_tokens_is_sent_max_tokens():
     adapter = ScriptedChat({"max_completion_tokens": unsupported("old")})
     asyncio.run(plan(adapter, max_output_tokens=5).complete())
-    assert adapter.calls[0].parameters == {"max_tokens": 5}
+    assert adapter.calls[0].parameters == {"max_tokens": 5} and adapter.calls[0].model == "m"
 
 
 def test_the_demand_counts_the_chain_and_the_cache_form_holds_it():
