@@ -1,7 +1,7 @@
 """POST /v5/responses on an OpenAI-compatible server that has chat only (the fake, bridged through
 the OpenAI protocol's chat translator): a client that leaves mid-stream leaves the stored response
 `incomplete`; the caller's own OpenAI key is refused as chat refuses it; a field chat cannot carry is
-refused by name."""
+refused by name; an allow-list that does not name the model refuses it, its ledger row `responses`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.environments import SHARED_TLS
 from tests.support.processes import wait_until
+from tests.support.provision import ledger_rows, new_key, run_cli
 
 
 @pytest.fixture
@@ -50,3 +51,17 @@ def test_what_chat_cannot_carry_is_refused_naming_field_and_vendor(oai):
     with pytest.raises(openai.BadRequestError) as refused:
         oai.responses.create(model="fake/m", input="hi", truncation="auto")
     assert refused.value.body["param"] == "truncation"
+
+
+def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):
+    key, key_id, account = new_key(database.url)
+    run_cli(database.url, "limits", "set", "--key", key_id, "--models", "fake/backup")  # read at the key's first use
+    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        client.responses.create(model="fake/m", input="hello", max_output_tokens=2)
+    request_id = refused.value.response.headers["x-request-id"]
+    assert request_id.startswith("resp_")
+    row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == request_id),
+                                  None), message="the refusal's ledger row")
+    assert (row["endpoint"], row["outcome"]) == ("responses", "refused")
+    assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
