@@ -27,6 +27,7 @@ STREAMS = {  # name: (body, tokens)
     "64 paced": ({**STREAM_BODY, "model": "fake/slow-1", "stream_options": {"include_usage": True}}, 64),
 }
 TICK = os.sysconf("SC_CLK_TCK")
+RESPONSES_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n")
 
 
 @dataclass
@@ -58,12 +59,14 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: dict, head
     try:
         async with session.post(url, json=body, headers=headers) as response:
             if body.get("stream"):  # read as it comes: when did the first event arrive?
-                tail = b""
+                tail, ended = b"", False
                 async for piece in response.content.iter_any():
                     if first is None and b"data: {" in tail + piece:
                         first = time.perf_counter() - start
-                    tail = (tail + piece)[-8:]
-                ok = response.status == 200 and tail.endswith(b"[DONE]\n\n")
+                    # A Responses stream has no [DONE]: its end is its terminal event (not failed).
+                    ended = ended or any(end in tail + piece for end in RESPONSES_ENDS)
+                    tail = (tail + piece)[-32:]
+                ok = response.status == 200 and (tail.endswith(b"[DONE]\n\n") or ended)
             else:
                 await response.read()
                 ok = response.status == 200

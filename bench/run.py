@@ -15,6 +15,12 @@ gateway, round-robin in short rounds so machine noise hits every variant alike:
 
     python -m bench.run [--seconds 4] [--rounds 3] [--against CHECKOUT]
     python -m bench.run --callgrind [--requests 300] [--against CHECKOUT]
+    python -m bench.run --endpoints [--seconds 4] [--rounds 3]
+
+`--endpoints` measures the endpoints side by side instead, on the same fake vendor through one
+gateway: chat (`/v5/chat/completions`) and responses (`/v5/responses`, bridged through chat),
+non-streamed at concurrency 1 and 32 and 64-token streams at 32, each with the gateway's CPU per
+request (docs/performance.md).
 
 `--against` adds the gateway of another checkout of this project (e.g. a worktree of the commit
 before a change) as one more variant, on its own SQLite database: before and after, in one run.
@@ -120,6 +126,43 @@ async def measure(targets: dict[str, Target], seconds: float, count: int) -> Non
             print(f"{name:<22}{ttfb:>9.2f}{total:>10.2f}")
 
 
+ENDPOINT_TEXT = "The quick brown fox"
+ENDPOINTS = {  # name: (path, plain body, 64-token stream body)
+    "chat": ("/v5/chat/completions",
+             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 16},
+             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 64,
+              "stream": True, "stream_options": {"include_usage": True}}),
+    "responses": ("/v5/responses", {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
+                  {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
+}
+
+
+async def measure_endpoints(url: str, key: str, pid: int, seconds: float, count: int) -> None:
+    """Each endpoint through one gateway, round-robin in rounds: req/s, p50/p99, CPU per request."""
+    headers = {"x-api-key": key}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for path, plain, streamed in ENDPOINTS.values():  # warm up pools and code paths
+            await closed_loop(session, url + path, plain, headers, 8, 0.5, Sample())
+            await closed_loop(session, url + path, streamed, headers, 8, 0.5, Sample())
+        print(f"\nendpoints through one gateway ({count} rounds x {seconds}s per variant, round-robin)")
+        print(f"{'endpoint':<12}{'case':<14}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms/req':>12}"
+              f"{'errors':>8}")
+        for case, concurrency, which in (("plain", 1, 1), ("plain", 32, 1), ("64-token", 32, 2)):
+            samples = {name: Sample() for name in ENDPOINTS}
+            for _ in range(count):
+                for name, spec in ENDPOINTS.items():
+                    before = cpu_seconds(pid)
+                    await closed_loop(session, url + spec[0], spec[which], headers, concurrency, seconds,
+                                      samples[name])
+                    samples[name].cpu += cpu_seconds(pid) - before
+            for name, s in samples.items():
+                print(f"{name:<12}{case:<14}{concurrency:>5}{s.rps:>10.0f}{s.pct(0.5):>9.2f}{s.pct(0.99):>9.2f}"
+                      f"{s.cpu_per_request:>12.3f}{s.errors:>8}")
+            print(f"  responses / chat CPU per request: "
+                  f"{samples['responses'].cpu_per_request / samples['chat'].cpu_per_request:.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="gateway vs direct vendor, side by side")
     parser.add_argument("--seconds", type=float, default=4.0)
@@ -127,6 +170,7 @@ def main() -> int:
     parser.add_argument("--against", type=Path, help="another checkout's gateway, measured beside this one")
     parser.add_argument("--callgrind", action="store_true", help="instructions per request, under valgrind")
     parser.add_argument("--requests", type=int, default=300, help="with --callgrind: requests per case")
+    parser.add_argument("--endpoints", action="store_true", help="chat and responses side by side, one gateway")
     args = parser.parse_args()
     if args.callgrind:
         from bench import instructions
@@ -164,6 +208,11 @@ def main() -> int:
             assert g.proc is not None
             targets[name] = (f"{g.url}/v5/completions", {"x-api-key": keys[name]}, g.proc.pid)
         print(f"cpus: {os.cpu_count()}; one worker per gateway; vendor: tests/support/fakes/openai_upstream.py")
+        if args.endpoints:
+            url, headers, pid = targets["gateway"]
+            asyncio.run(measure_endpoints(url.removesuffix("/v5/completions"), headers["x-api-key"], pid or 0,
+                                          args.seconds, args.rounds))
+            return 0
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
         for g in gateways.values():

@@ -33,6 +33,8 @@ from gateway.store import accounts, database, key_cache
 from gateway.store.ledger import Ledger
 from gateway.store.prices import Prices
 from gateway.store.response_cache import MemoryStore, RedisStore, Store
+from gateway.store.response_purge import ResponsePurge
+from gateway.store.responses import ResponseStore
 from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
 from gateway.vendors.registry import Registry
@@ -116,6 +118,8 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
             raise StartupFailed() from exc
         raise
     cache = cache_store(settings)
+    purge = ResponsePurge(engine, ResponseStore.from_settings(settings), settings.responses_purge_seconds)
+    purge.start()
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=key_cache.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
                         admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact, cache=cache)
@@ -130,6 +134,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
         yield {"services": services}
     finally:
         try:
+            await purge.close()
             await price_reader.close()
             if cache is not None:
                 await cache.close()

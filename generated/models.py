@@ -1522,6 +1522,663 @@ class InferenceStreamEvent(BaseModel):
     id: str | MISSING = MISSING
 
 
+class ResponseInputText(BaseModel):
+    """
+    A part of an input message: text.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['input_text']
+    text: Annotated[str, Field(max_length=67108864)]
+    """
+    The text.
+    """
+
+
+class ImageUrl(RootModel[str]):
+    root: Annotated[str, Field(max_length=20971520, min_length=1)]
+    """
+    The image's URL, or the image itself as a `data:` URL (base64). The gateway never fetches a URL itself: a vendor that takes URLs is given it, one that does not is a 400.
+    """
+
+
+class FileId(RootModel[str]):
+    root: Annotated[str, Field(max_length=256)]
+    """
+    An uploaded file's id: the gateway keeps no files, so a non-null `file_id` is a 400 naming it.
+    """
+
+
+class ResponseInputImage(BaseModel):
+    """
+    A part of an input message: an image, by URL.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['input_image']
+    image_url: ImageUrl | None | MISSING = MISSING
+    file_id: FileId | None | MISSING = MISSING
+    detail: Literal['low', 'high', 'auto'] | MISSING = MISSING
+    """
+    The detail the model sees the image at.
+    """
+
+
+class FileId1(RootModel[str]):
+    root: Annotated[str, Field(max_length=256)]
+
+
+class ResponseInputFile(BaseModel):
+    """
+    A part of an input message: a file. Accepted by the contract so that it is refused by name: every vendor answers 400 `unsupported_parameter` naming the part (the gateway keeps no files and fetches nothing).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['input_file']
+    file_id: FileId1 | None | MISSING = MISSING
+    file_data: Annotated[str | MISSING, Field(max_length=20971520)] = MISSING
+    file_url: Annotated[str | MISSING, Field(max_length=4096)] = MISSING
+    filename: Annotated[str | MISSING, Field(max_length=256)] = MISSING
+
+
+class ResponseOutputText(BaseModel):
+    """
+    A part of an assistant message: text.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['output_text']
+    text: Annotated[str, Field(max_length=67108864)]
+    """
+    The text.
+    """
+    annotations: Annotated[list[dict[str, Any]], Field(max_length=0)]
+    """
+    Citations: none, since the gateway runs no built-in tool that cites.
+    """
+    logprobs: Annotated[list[dict[str, Any]] | MISSING, Field(max_length=0)] = MISSING
+    """
+    Log probabilities of the text's tokens: none (`include` of `message.output_text.logprobs` is not served).
+    """
+
+
+class ResponseOutputRefusal(BaseModel):
+    """
+    A part of an assistant message: the model refused.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['refusal']
+    refusal: Annotated[str, Field(max_length=67108864)]
+    """
+    The model's refusal.
+    """
+
+
+class Content6(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+    """
+    The message: text, or parts (input text and images; an assistant's earlier output text and refusals).
+    """
+
+
+class Content7(
+    RootModel[list[ResponseInputText | ResponseInputImage | ResponseInputFile | ResponseOutputText | ResponseOutputRefusal]]
+):
+    root: Annotated[
+        list[ResponseInputText | ResponseInputImage | ResponseInputFile | ResponseOutputText | ResponseOutputRefusal],
+        Field(max_length=256, min_length=1),
+    ]
+    """
+    The message: text, or parts (input text and images; an assistant's earlier output text and refusals).
+    """
+
+
+class ResponseInputMessage(BaseModel):
+    """
+    A message of the conversation (OpenAI's easy input message, input message and output message in one shape).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['message'] | MISSING = MISSING
+    id: Annotated[str | MISSING, Field(max_length=128, min_length=1)] = MISSING
+    """
+    The item's id, when it came from an earlier answer.
+    """
+    role: Literal['user', 'assistant', 'system', 'developer']
+    """
+    Who speaks: `system` and `developer` instruct, `assistant` is the model's own earlier turn.
+    """
+    content: Content6 | Content7
+    """
+    The message: text, or parts (input text and images; an assistant's earlier output text and refusals).
+    """
+    status: Literal['in_progress', 'completed', 'incomplete'] | MISSING = MISSING
+    """
+    The item's status.
+    """
+    phase: Literal['commentary', 'final_answer'] | MISSING = MISSING
+    """
+    An assistant message's phase; passed on, not acted on.
+    """
+
+
+class ResponseFunctionCall(BaseModel):
+    """
+    The model's call of a function tool.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function_call']
+    id: Annotated[str | MISSING, Field(max_length=128, min_length=1)] = MISSING
+    """
+    The item's id (`fc_…`).
+    """
+    call_id: Annotated[str, Field(max_length=256, min_length=1)]
+    """
+    The call's id, which the function's output names.
+    """
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$')]
+    """
+    The function's name.
+    """
+    arguments: Annotated[str, Field(max_length=67108864)]
+    """
+    The arguments, a JSON object as text.
+    """
+    status: Literal['in_progress', 'completed', 'incomplete'] | MISSING = MISSING
+    """
+    The item's status.
+    """
+
+
+class Output(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+    """
+    What the function returned: text, or input parts.
+    """
+
+
+class Output1(
+    RootModel[list[Annotated[ResponseInputText | ResponseInputImage | ResponseInputFile, Field(discriminator='type')]]]
+):
+    root: Annotated[
+        list[Annotated[ResponseInputText | ResponseInputImage | ResponseInputFile, Field(discriminator='type')]],
+        Field(max_length=256, min_length=1),
+    ]
+    """
+    What the function returned: text, or input parts.
+    """
+
+
+class ResponseFunctionCallOutput(BaseModel):
+    """
+    A function call's result, given back to the model.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function_call_output']
+    id: Annotated[str | MISSING, Field(max_length=128, min_length=1)] = MISSING
+    """
+    The item's id.
+    """
+    call_id: Annotated[str, Field(max_length=256, min_length=1)]
+    """
+    The id of the call this answers.
+    """
+    output: Output | Output1
+    """
+    What the function returned: text, or input parts.
+    """
+    status: Literal['in_progress', 'completed', 'incomplete'] | MISSING = MISSING
+    """
+    The item's status.
+    """
+
+
+class SummaryItem(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['summary_text']
+    text: Annotated[str, Field(max_length=67108864)]
+
+
+class Content8Item(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['reasoning_text']
+    text: Annotated[str, Field(max_length=67108864)]
+
+
+class Content8(RootModel[list[Content8Item]]):
+    root: Annotated[list[Content8Item], Field(max_length=256)]
+
+
+class EncryptedContent(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+    """
+    The vendor's opaque reasoning state.
+    """
+
+
+class ResponseReasoningItem(BaseModel):
+    """
+    The model's reasoning: opaque to the gateway, kept and passed back to the vendor that made it; a vendor that cannot take it back leaves it out of what it is sent.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['reasoning']
+    id: Annotated[str | MISSING, Field(max_length=128, min_length=1)] = MISSING
+    """
+    The item's id.
+    """
+    summary: Annotated[list[SummaryItem], Field(max_length=256)]
+    content: Content8 | None | MISSING = MISSING
+    encrypted_content: EncryptedContent | None | MISSING = MISSING
+    status: Literal['in_progress', 'completed', 'incomplete'] | MISSING = MISSING
+    """
+    The item's status.
+    """
+
+
+class Description(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+
+
+class ResponseFunctionTool(BaseModel):
+    """
+    A function the model may call.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function']
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$')]
+    """
+    The function's name: letters, digits, `_` and `-`, at most 64.
+    """
+    description: Description | None | MISSING = MISSING
+    parameters: dict[str, Any] | None | MISSING = MISSING
+    strict: bool | None | MISSING = MISSING
+
+
+class ResponseBuiltInTool(BaseModel):
+    """
+    A tool the vendor runs itself (web search, file search, code interpreter…). Accepted by the contract so that it is refused by name: no vendor the gateway serves runs it through the gateway, and each answers 400 `unsupported_parameter` naming the tool (`param` `tools[i]`).
+    """
+
+    type: Literal['web_search', 'web_search_preview', 'web_search_preview_2025_03_11', 'web_search_2025_08_26', 'file_search', 'code_interpreter', 'computer_use_preview', 'computer', 'image_generation', 'mcp', 'local_shell', 'shell', 'custom', 'apply_patch']
+    """
+    The built-in tool's type.
+    """
+
+
+class ResponseTextFormat1(BaseModel):
+    """
+    The output's format: text, a JSON object, or JSON matching a schema.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['text']
+
+
+class ResponseTextFormat2(BaseModel):
+    """
+    The output's format: text, a JSON object, or JSON matching a schema.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['json_object']
+
+
+class ResponseTextFormat3(BaseModel):
+    """
+    The output's format: text, a JSON object, or JSON matching a schema.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['json_schema']
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$')]
+    """
+    The format's name.
+    """
+    schema_: Annotated[dict[str, Any], Field(alias='schema')]
+    """
+    The output's JSON Schema, self-contained and bounded as chat's.
+    """
+    description: Annotated[str | MISSING, Field(max_length=67108864)] = MISSING
+    strict: bool | None | MISSING = MISSING
+
+
+class ResponseTextConfig(BaseModel):
+    """
+    How the output text is shaped.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    format: Annotated[
+        ResponseTextFormat1 | ResponseTextFormat2 | ResponseTextFormat3 | MISSING, Field(title='ResponseTextFormat')
+    ] = MISSING
+    """
+    The output's format: text, a JSON object, or JSON matching a schema.
+    """
+    verbosity: Literal['low', 'medium', 'high'] | None | MISSING = MISSING
+
+
+class ResponseReasoningConfig(BaseModel):
+    """
+    Reasoning models' options.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    effort: Literal['none', 'minimal', 'low', 'medium', 'high', 'xhigh'] | None | MISSING = MISSING
+    summary: Literal['auto', 'concise', 'detailed'] | None | MISSING = MISSING
+    generate_summary: Literal['auto', 'concise', 'detailed'] | None | MISSING = MISSING
+
+
+class Input(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+    """
+    Text (one user message), or the items of the conversation, oldest first.
+    """
+
+
+class Input1(
+    RootModel[list[ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput | ResponseReasoningItem]]
+):
+    root: Annotated[
+        list[ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput | ResponseReasoningItem],
+        Field(max_length=4096),
+    ]
+    """
+    Text (one user message), or the items of the conversation, oldest first.
+    """
+
+
+class Instructions(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+    """
+    A system message put first; not carried over by `previous_response_id`.
+    """
+
+
+class MaxOutputTokens(RootModel[int]):
+    root: Annotated[int, Field(ge=1, le=2147483647)]
+    """
+    An upper bound for the tokens generated, reasoning tokens included.
+    """
+
+
+class Temperature(RootModel[float]):
+    root: Annotated[float, Field(ge=0.0, le=2.0)]
+
+
+class TopP(RootModel[float]):
+    root: Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ToolChoice(BaseModel):
+    """
+    Whether and which tool the model calls: `none`, `auto`, `required`, or one function by name.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['function']
+    name: Annotated[str, Field(pattern='^[A-Za-z0-9_-]{1,64}$')]
+
+
+class PreviousResponseId(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, min_length=1)]
+    """
+    A stored response of the same account to continue: its input and output come before `input` (its instructions do not). Unknown, another account's or deleted: a 404.
+    """
+
+
+class Include(
+    RootModel[list[Literal['reasoning.encrypted_content', 'message.output_text.logprobs', 'message.input_image.image_url', 'file_search_call.results', 'web_search_call.results', 'web_search_call.action.sources', 'computer_call_output.output.image_url', 'code_interpreter_call.outputs']]]
+):
+    root: Annotated[
+        list[Literal['reasoning.encrypted_content', 'message.output_text.logprobs', 'message.input_image.image_url', 'file_search_call.results', 'web_search_call.results', 'web_search_call.action.sources', 'computer_call_output.output.image_url', 'code_interpreter_call.outputs']],
+        Field(max_length=16),
+    ]
+    """
+    Extra output to include; values the vendor cannot serve are a 400 naming them.
+    """
+
+
+class ResponseCreateRequest(BaseModel):
+    """
+    OpenAI's Responses request (`POST /v1/responses`), with `model` as `vendor/name`.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    model: Annotated[str, Field(examples=['local/smollm2-135m'], max_length=256, min_length=1)]
+    """
+    The model: `vendor/name` (e.g. `openai/gpt-4o`), or an alias the configuration defines.
+    """
+    input: Input | Input1
+    """
+    Text (one user message), or the items of the conversation, oldest first.
+    """
+    instructions: Instructions | None | MISSING = MISSING
+    max_output_tokens: MaxOutputTokens | None | MISSING = MISSING
+    temperature: Temperature | None | MISSING = MISSING
+    top_p: TopP | None | MISSING = MISSING
+    tools: Annotated[list[ResponseFunctionTool | ResponseBuiltInTool] | MISSING, Field(max_length=128)] = MISSING
+    """
+    Tools the model may call: functions (a built-in tool is a 400 naming it).
+    """
+    tool_choice: Literal['none', 'auto', 'required'] | ToolChoice | MISSING = MISSING
+    """
+    Whether and which tool the model calls: `none`, `auto`, `required`, or one function by name.
+    """
+    parallel_tool_calls: bool | None | MISSING = MISSING
+    text: ResponseTextConfig | MISSING = MISSING
+    reasoning: ResponseReasoningConfig | None | MISSING = MISSING
+    metadata: Annotated[
+        dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None | MISSING,
+        Field(max_length=16),
+    ] = MISSING
+    """
+    Up to 16 key-value tags, kept with a stored response and returned with it; not sent to the vendor.
+    """
+    store: bool | None | MISSING = MISSING
+    previous_response_id: PreviousResponseId | None | MISSING = MISSING
+    include: Include | None | MISSING = MISSING
+    truncation: Literal['auto', 'disabled'] | None | MISSING = MISSING
+    user: Annotated[str | MISSING, Field(max_length=256)] = MISSING
+    """
+    A stable id of the end user.
+    """
+    stream: bool | None | MISSING = MISSING
+
+
+class ResponseOutputMessage(BaseModel):
+    """
+    The model's message.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    type: Literal['message']
+    id: Annotated[str, Field(max_length=128, min_length=1)]
+    """
+    `msg_…`
+    """
+    role: Literal['assistant']
+    status: Literal['in_progress', 'completed', 'incomplete']
+    """
+    The item's status.
+    """
+    content: Annotated[
+        list[Annotated[ResponseOutputText | ResponseOutputRefusal, Field(discriminator='type')]], Field(max_length=256)
+    ]
+
+
+class InputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Input tokens served from the vendor's prompt cache (0 where the vendor says nothing).
+    """
+    cache_write_tokens: Annotated[int, Field(ge=0)]
+    """
+    Input tokens the vendor wrote to its prompt cache (0 where the vendor says nothing).
+    """
+
+
+class OutputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+
+
+class ResponseUsage(BaseModel):
+    """
+    The tokens the vendor was sent (`input_tokens`: the whole conversation, stored items included) and generated.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens_details: InputTokensDetails
+    output_tokens: Annotated[int, Field(ge=0)]
+    output_tokens_details: OutputTokensDetails
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class Instructions1(RootModel[str]):
+    root: Annotated[str, Field(max_length=67108864)]
+
+
+class MaxOutputTokens1(RootModel[int]):
+    root: Annotated[int, Field(ge=1)]
+
+
+class PreviousResponseId1(RootModel[str]):
+    root: Annotated[str, Field(max_length=128)]
+
+
+class User(RootModel[str]):
+    root: Annotated[str, Field(max_length=256)]
+
+
+class ResponseStreamEvent(BaseModel):
+    """
+    One server-sent event of a streamed response, as OpenAI sends it: `event` names its type and `data` is a JSON object with the same `type` and a `sequence_number` counting from 0. The stream starts with `response.created` and `response.in_progress`, and ends with exactly one of `response.completed`, `response.incomplete` or `response.failed`, carrying the whole response with its `usage` (also when the vendor broke off). A reasoning model served natively (OpenAI) may add its reasoning items' events (`response.reasoning_summary_*`, `response.reasoning_text.*`) when `reasoning.summary` asks for them; the gateway sends no event this list does not name. There is no `[DONE]`.
+    """
+
+    event: Literal['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'response.output_text.done', 'response.refusal.delta', 'response.refusal.done', 'response.function_call_arguments.delta', 'response.function_call_arguments.done', 'response.content_part.done', 'response.reasoning_summary_part.added', 'response.reasoning_summary_part.done', 'response.reasoning_summary_text.delta', 'response.reasoning_summary_text.done', 'response.reasoning_text.delta', 'response.reasoning_text.done', 'response.output_item.done', 'response.completed', 'response.incomplete', 'response.failed']
+    data: Annotated[str, Field(min_length=1)]
+    id: str | MISSING = MISSING
+
+
+class ResponseDeleted(BaseModel):
+    """
+    A deleted response (OpenAI's deletion object).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(max_length=128, min_length=1)]
+    object: Literal['response']
+    deleted: Literal[True]
+
+
+class FirstId(RootModel[str]):
+    root: Annotated[str, Field(max_length=128)]
+
+
+class LastId(RootModel[str]):
+    root: Annotated[str, Field(max_length=128)]
+
+
+class ResponseInputItemList(BaseModel):
+    """
+    A page of a stored response's input items (OpenAI's list object).
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    object: Literal['list']
+    data: Annotated[
+        list[ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput | ResponseReasoningItem],
+        Field(max_length=100),
+    ]
+    """
+    The items, each with its `id`.
+    """
+    first_id: FirstId | None
+    last_id: LastId | None
+    has_more: bool
+
+
+class ResponseError(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    code: Literal['server_error', 'rate_limit_exceeded', 'invalid_prompt', 'data_residency_mismatch', 'bio_policy', 'misalignment_policy_violation', 'vector_store_timeout', 'invalid_image', 'invalid_image_format', 'invalid_base64_image', 'invalid_image_url', 'image_too_large', 'image_too_small', 'image_parse_error', 'image_content_policy_violation', 'invalid_image_mode', 'image_file_too_large', 'unsupported_image_media_type', 'empty_image_file', 'failed_to_download_image', 'image_file_not_found']
+    """
+    OpenAI's codes: `server_error` when the vendor failed or broke off mid-stream, `rate_limit_exceeded` when it stopped for its rate limit; a native vendor's own code otherwise.
+    """
+    message: Annotated[str, Field(max_length=4096)]
+    """
+    What went wrong, for a human (never an upstream address or key).
+    """
+
+
+class ResponseIncompleteDetails(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    reason: Literal['max_output_tokens', 'content_filter'] | None
+    """
+    Why: `max_output_tokens` (the answer reached it), `content_filter` (the vendor's filter stopped it), or null (OpenAI's reasons name neither: the client left a stream before its end, and the stored response kept what it reached).
+    """
+
+
 class CompletionChunkChoice(BaseModel):
     """
     A choice of a streamed completion's chunk: its new text, and `finish_reason` null until the choice's last piece, which carries its one finish reason (as OpenAI streams it).
@@ -1620,6 +2277,12 @@ class Vendor(BaseModel):
     chat_parameters: Annotated[dict[str, ParameterSupport], Field(title='Chat Parameters')]
     """
     Per request parameter of ChatCompletionRequest (POST /v5/chat/completions), as `parameters`.
+    """
+    responses_parameters: Annotated[dict[str, ParameterSupport] | MISSING, Field(title='Responses Parameters')] = (
+        MISSING
+    )
+    """
+    Per field of ResponseCreateRequest (POST /v5/responses), as `parameters`: `native` where the vendor is given it, `emulated` where the gateway serves it (the stored conversation, `metadata`, the stream's events), `unsupported` where a request setting it is refused by name.
     """
 
 
@@ -1794,6 +2457,62 @@ class AdminKeyCreate(BaseModel):
     limits: AdminLimitsUpdate | None | MISSING = MISSING
     """
     Its limits, made with it in one transaction (so in force from its first request): the fields `PUT /v5/admin/limits/keys/{key_id}` takes; a null field is no such limit. The allow-list goes in `models` or here, not both.
+    """
+
+
+class Response(BaseModel):
+    """
+    OpenAI's `response` object.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    id: Annotated[str, Field(max_length=128, min_length=1)]
+    """
+    `resp_…`
+    """
+    object: Literal['response']
+    created_at: Annotated[int, Field(ge=0)]
+    """
+    Unix seconds.
+    """
+    status: Literal['completed', 'incomplete', 'failed', 'in_progress']
+    """
+    `in_progress` only in a stream's first events and on a stored response whose stream is still running.
+    """
+    error: ResponseError | None
+    incomplete_details: ResponseIncompleteDetails | None
+    instructions: Instructions1 | None
+    max_output_tokens: MaxOutputTokens1 | None | MISSING = MISSING
+    model: Annotated[str, Field(max_length=256, min_length=1)]
+    """
+    The model that answered, `vendor/name`.
+    """
+    output: Annotated[
+        list[Annotated[ResponseOutputMessage | ResponseFunctionCall | ResponseReasoningItem, Field(discriminator='type')]],
+        Field(max_length=4096),
+    ]
+    parallel_tool_calls: bool
+    previous_response_id: PreviousResponseId1 | None | MISSING = MISSING
+    reasoning: ResponseReasoningConfig | None | MISSING = MISSING
+    store: bool | MISSING = MISSING
+    temperature: float | None | MISSING = MISSING
+    text: ResponseTextConfig | MISSING = MISSING
+    tool_choice: Literal['none', 'auto', 'required'] | ToolChoice
+    """
+    Whether and which tool the model calls: `none`, `auto`, `required`, or one function by name.
+    """
+    tools: Annotated[list[ResponseFunctionTool], Field(max_length=128)]
+    top_p: float | None | MISSING = MISSING
+    truncation: Literal['auto', 'disabled'] | None | MISSING = MISSING
+    usage: ResponseUsage | None
+    user: User | None | MISSING = MISSING
+    metadata: Annotated[
+        dict[Annotated[str, StringConstraints(max_length=64)], MetadataAdditionalProperty] | None, Field(max_length=16)
+    ]
+    """
+    Up to 16 key-value tags, kept with a stored response and returned with it; not sent to the vendor.
     """
 
 

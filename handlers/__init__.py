@@ -8,12 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from handlers import accounts, admin, chat, completions, contract, health, inference, metrics, models, usage, vendors
+from handlers import (accounts, admin, chat, completions, contract, health, inference, metrics, models, responses, usage,
+                      vendors)
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "POST-V5-/v5/completions": completions.create,
     "POST-V5-/v5/chat/completions": chat.create,
     "POST-V5-/v5/inference": inference.create,
+    "POST-V5-/v5/responses": responses.create,
+    "GET-V5-/v5/responses/{response_id}": responses.retrieve,
+    "DELETE-V5-/v5/responses/{response_id}": responses.delete,
+    "GET-V5-/v5/responses/{response_id}/input_items": responses.input_items_page,
     "GET-V5-/v5/chat/completions/models": models.chat_models,
     "GET-V5-/v5/models": models.openai_models,
     "GET-V5-/v5/models/{model}": models.openai_model,

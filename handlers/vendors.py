@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from gateway.core.endpoint import Endpoint
 from gateway.core.parameters import PARAMETERS, Capabilities, Support, no_chat, unsupported
+from gateway.core.responses import responses_verdicts
 from gateway.http.context import HandlerRequest
 from gateway.planner.capabilities import verdicts
 from gateway.vendors.transport.balancer import Balancer, Snapshot
@@ -26,6 +27,9 @@ async def list_vendors(request: HandlerRequest) -> Response:
 def _vendor(adapter: Adapter) -> dict[str, Any]:
     body = describe(adapter.name, adapter.protocol, served(adapter, Endpoint.COMPLETIONS))
     body["chat_parameters"] = _parameters(served(adapter, Endpoint.CHAT))
+    # Bridged through chat on every protocol: each field as its chat parameter's record says.
+    body["responses_parameters"] = {name: _support(found) for name, found in
+                                    responses_verdicts(verdicts(served(adapter, Endpoint.RESPONSES))).items()}
     server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name

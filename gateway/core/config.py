@@ -197,6 +197,14 @@ class Settings(Frozen):
     cache_max_entry_bytes: PositiveInt = 1 << 20  # one entry's bound, either store: a larger answer is not kept
     # What a hit is billed, as a share of what its tokens cost at the model's price (0: free).
     cache_hit_price: Annotated[float, Field(ge=0, le=1)] = 0.0
+    # Stored responses (POST /v5/responses with `store`, docs/responses.md): an account's inputs and
+    # outputs, kept this many days from their creation, then answered as not found and purged.
+    responses_retention_days: PositiveInt = 30
+    responses_purge_seconds: PositiveFloat = 3600.0  # how often the expired ones are removed
+    # Responses a `previous_response_id` chain may hold, and the bytes of their items together:
+    # rebuilding a conversation reads all of it into memory, so both are bounded (a 400 beyond).
+    responses_max_chain: PositiveInt = 256
+    responses_max_chain_bytes: PositiveInt = 32 << 20
     trace_content: bool = False  # prompts and completions in trace spans (off: they may be personal data)
     cors_origins: Origins = frozenset()  # none: no browser page of another origin may call the API
     docs: bool = True  # the interactive API page at /docs/

@@ -16,6 +16,7 @@ from enum import StrEnum
 class Endpoint(StrEnum):
     COMPLETIONS = "completions"  # POST /v5/completions
     CHAT = "chat"  # POST /v5/chat/completions
+    RESPONSES = "responses"  # POST /v5/responses
     INFERENCE = "inference"  # POST /v5/inference: vendor-native payloads
 
     @property
@@ -30,6 +31,10 @@ class Endpoint(StrEnum):
         return _OPERATIONS[self]
 
 
-_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat", Endpoint.INFERENCE: "generate_content"}
+_OPERATIONS = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat", Endpoint.RESPONSES: "chat",
+               Endpoint.INFERENCE: "generate_content"}
 _PATHS = {Endpoint.COMPLETIONS: "/v5/completions", Endpoint.CHAT: "/v5/chat/completions",
-          Endpoint.INFERENCE: "/v5/inference"}
+          Endpoint.RESPONSES: "/v5/responses", Endpoint.INFERENCE: "/v5/inference"}
+# The endpoints whose vendor calls are chat conversations (core/chat.py `ChatCall`): a Responses
+# request is bridged to its vendor's chat translator, its choices held and cached as chat's.
+CONVERSATIONS = frozenset({Endpoint.CHAT, Endpoint.RESPONSES})

@@ -38,7 +38,7 @@ from starlette.datastructures import Headers
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.demand import Demand
-from gateway.core.endpoint import Endpoint
+from gateway.core.endpoint import CONVERSATIONS, Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
@@ -251,7 +251,7 @@ async def look_up(request: HandlerRequest, account: str, endpoint: Endpoint, mod
                     price_share=services.settings.cache_hit_price)
     if wants != REFRESH:
         raw = await store.get(where)
-        if raw is not None and (entry := decode(raw, chat=endpoint is Endpoint.CHAT)) is not None:
+        if raw is not None and (entry := decode(raw, chat=endpoint in CONVERSATIONS)) is not None:
             looked.state, looked.entry = HIT, entry
     metrics.cache_looked_up(looked.state)
     return looked

@@ -40,7 +40,7 @@ from gateway.core.clearance import Clearance
 from gateway.core.completion import Attempt, Choice, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.http import event_stream
-from gateway.http.context import HandlerRequest
+from gateway.http.context import HandlerRequest, Services
 from gateway.http.observe import observability
 from gateway.limits import on_request
 from gateway.limits.verdicts import Grant
@@ -78,6 +78,15 @@ class Lifecycle:
         self._check: on_request.Check = on_request.UNLIMITED  # until `ask`
         # What every vendor call of the request waits on and reports generated text to.
         self.clearance = Clearance(heard=self.meter.generated)
+
+    @property
+    def account(self) -> str:
+        """The account the request is billed to (and whose stored responses it may read)."""
+        return self._account
+
+    @property
+    def services(self) -> Services:
+        return self._request.services
 
     def ask(self, demand: on_request.Demand) -> None:
         """Ask the limits for the request's `demand` (once, planned or refused by the planner: a

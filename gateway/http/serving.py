@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from gateway.core.completion import Result
+from gateway.core.endpoint import Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
 from gateway.core.ids import ids
 from gateway.core.model_names import resolved
@@ -32,11 +33,14 @@ from gateway.http.answer_stream import EventStream
 from gateway.http.cache_relay import Relay
 from gateway.http.context import HandlerRequest
 from gateway.http.lifecycle import Lifecycle
+from gateway.http.response_events import ResponseEvents
 from gateway.http.server import security
 from gateway.planner import fallbacks
 
 M = TypeVar("M", bound=BaseModel)
 _REFUSALS = (GatewayError, ValidationFailed)  # what planning answers a request it will not serve with
+# A stream's writer, by endpoint: the Responses API's events are not chunks of choices.
+_STREAMS: dict[Endpoint, Any] = {Endpoint.RESPONSES: ResponseEvents}
 
 
 def asked(request: HandlerRequest, model: type[M]) -> M:
@@ -96,8 +100,8 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
         if started.result is None:
             assert started.first is not None and started.rest is not None
             rest = started.rest if looked.key is None else Relay(started.first, started.rest, plan.model, looked)
-            return life.stream(EventStream(plan, unit.shape(), head, started.first, rest, life, services.redact),
-                               headers)
+            events = _STREAMS.get(unit.endpoint, EventStream)
+            return life.stream(events(plan, unit.shape(), head, started.first, rest, life, services.redact), headers)
         result = started.result
         usage = result.usage or await life.estimated_usage(plan.prompts, plan.echoed, result.choices)
         if usage.estimated:
@@ -120,7 +124,8 @@ async def _from_cache(life: Lifecycle, unit: EndpointUnit[Any, Any, P], plan: P,
     await life.from_cache(plan.attempt())
     headers = life.headers({"x-gateway-model": plan.model} | looked.header())
     if plan.stream:
-        return life.stream(EventStream(plan, unit.shape(), head, cache.chunks(entry), cache.NO_MORE(), life, redact),
+        events = _STREAMS.get(unit.endpoint, EventStream)
+        return life.stream(events(plan, unit.shape(), head, cache.chunks(entry), cache.NO_MORE(), life, redact),
                            headers)
     head["object"] = unit.answer_object
     result = Result(entry.choices, entry.usage, entry.system_fingerprint, billed=entry.usage)

@@ -40,7 +40,7 @@ import orjson
 from gateway.core import client_schemas
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Call, Choice, Chunk, Result
-from gateway.core.endpoint import Endpoint
+from gateway.core.endpoint import CONVERSATIONS, Endpoint
 from gateway.core.errors import VendorFailed
 
 log = logging.getLogger("gateway.vendors")
@@ -94,7 +94,7 @@ class Expected:
         self._seen: set[int] = set()
         self._heads: dict[int, str] = {}  # a stream's text per choice until its echo came whole (ECHOED)
         # A chat choice finishes once, and every one finishes: its JSON is checked whole then.
-        self._finishing = finishing = call.endpoint is Endpoint.CHAT
+        self._finishing = finishing = call.endpoint in CONVERSATIONS
         format_ = (call.given("response_format") or {}) if finishing else {}
         self._json = format_.get("type") in ("json_object", "json_schema")
         self._schema = schema

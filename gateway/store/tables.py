@@ -242,3 +242,32 @@ stored_prices = Table(
     Column("output_picos", BigInteger, nullable=False),
     Column("cached_input_picos", BigInteger, nullable=True),  # null: the input rate
 )
+
+
+# Stored responses (POST /v5/responses with `store`; gateway/store/responses.py): an account's
+# inputs and outputs, kept for GATEWAY_RESPONSES_RETENTION_DAYS. The response object without its
+# output, as JSON; its items, input and output, one row each, in their order. `bytes` is what the
+# response's items and body hold together, so that a chain is bounded before it is read.
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("account_id", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("previous_response_id", String(64), nullable=True),
+    Column("bytes", BigInteger, nullable=False),
+    Column("body", Text, nullable=False),
+    Index(None, "account_id", "created_at"),
+    Index(None, "created_at"),  # the purge reads the oldest first
+)
+
+response_items = Table(
+    "response_items",
+    metadata,
+    Column("response_id", String(64), ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True),
+    Column("kind", String(8), primary_key=True),  # "input" or "output"
+    Column("position", Integer, primary_key=True),
+    Column("item_id", String(128), nullable=False),
+    Column("body", Text, nullable=False),
+)

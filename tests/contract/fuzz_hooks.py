@@ -99,6 +99,7 @@ NATIVE = "/v5/inference"
 NATIVE_CODES = frozenset(re.findall(r"`([a-z_]+)`", json.loads(
     (Path(__file__).parents[2] / "openapi.json").read_text())["paths"][NATIVE]["post"]["responses"]["400"][
     "description"])) - {"args", "code", "param", "model", "inference_configuration", "inference_path"}  # (not codes)
+RESPONSES = "/v5/responses"
 STATS = os.environ.get("FUZZ_STATS")  # a file that gets one line per call: "[<kind> ]<mode> <status>"
 KEYS: dict[str, str] = json.loads(os.environ.get("FUZZ_KEYS") or "{}")
 
@@ -142,6 +143,8 @@ def map_case(context, case):
         return case
     if case.operation.path == NATIVE:
         steer_native(body)
+    elif case.operation.path == RESPONSES:
+        steer_responses(body)
     elif "messages" in body:
         steer_chat(body)
     else:
@@ -252,6 +255,29 @@ def steer_chat(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
         format_["json_schema"]["schema"] = SAID  # what the fakes write, whatever the schema (the real model obeys it)
 
 
+def steer_responses(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
+    """A positive Responses case made one the vendor can serve or must refuse as documented: its
+    model, its output within the limits (a short input for the real model), and no chain onto a
+    response the run never made (a 404 by design)."""
+    if isinstance(body.get("model"), str):
+        body["model"] = vendor.model
+    limits = vendor.limits
+    most = limits.get("max_tokens")
+    if body.get("stream") is True:
+        most = min(most or limits["stream_max_tokens"], limits["stream_max_tokens"])
+    if most is not None and not (_is_int(body.get("max_output_tokens")) and body["max_output_tokens"] <= most):
+        body["max_output_tokens"] = max(most, 16)  # OpenAI's least
+    body.pop("previous_response_id", None)
+    if "message_chars" in limits:
+        if isinstance(body.get("input"), str):
+            body["input"] = body["input"][:limits["message_chars"]]
+        elif isinstance(body.get("input"), list):
+            del body["input"][limits["messages"]:]
+            for item in body["input"]:
+                if isinstance(item, dict):
+                    _shorten(item, limits["message_chars"])
+
+
 def _shorten(message: dict[str, Any], chars: int) -> None:
     content = message.get("content")
     if isinstance(content, str):
@@ -344,8 +370,8 @@ def after_call(context, case, response):
     path = case.operation.path
     if STATS and case.meta is not None:
         mode = "positive" if case.meta.generation.mode.is_positive else "negative"
-        kind = "" if path == COMPLETIONS else "chat " if path == CHAT else "admin " if path.startswith(ADMIN) \
-            else "other "
+        kind = "" if path == COMPLETIONS else "chat " if path == CHAT else "responses " if path == RESPONSES \
+            else "admin " if path.startswith(ADMIN) else "other "
         with open(STATS, "a") as stats:
             stats.write(f"{kind}{mode} {response.status_code}{_refusal_code(response)}\n")
 
@@ -509,6 +535,28 @@ def answers_keep_openais_contract(ctx, response, case):
     _check_usage(usage)
     estimated = response.headers.get("x-gateway-usage-estimated", [None])[0] == "true"
     assert usage.get("estimated", False) == estimated, "usage.estimated and x-gateway-usage-estimated disagree"
+    return None
+
+
+@schemathesis.check
+def responses_carry_their_usage(ctx, response, case):
+    """A 200 of POST /v5/responses: its usage always there and adding up; a stream's events numbered
+    from 0, exactly one terminal event, last, carrying the whole response and its usage; no [DONE]."""
+    if case.operation.path != RESPONSES or response.status_code != 200 or response.stream_cut_short:
+        return None
+    if response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
+        text = response.content.decode()
+        assert "[DONE]" not in text, "a Responses stream has no [DONE]"
+        events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+        assert [e["sequence_number"] for e in events] == list(range(len(events))), "sequence_number counts from 0"
+        terminal = [e for e in events if e["type"] in ("response.completed", "response.incomplete", "response.failed")]
+        assert len(terminal) == 1 and terminal[0] is events[-1], "exactly one terminal event, last"
+        answer = terminal[0]["response"]
+    else:
+        answer = json.loads(response.content)
+    usage = answer.get("usage")
+    assert usage is not None, "usage is always present"
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"], "usage adds up"
     return None
 
 

@@ -46,6 +46,7 @@ def test_schemathesis_finds_nothing_in_any_operation_with_a_key_of_its_scope(ups
         outcome = short_fuzz("openai", gateway.url, scoped_keys(db.url, gateway.url))
     assert outcome.returncode == 0, outcome.summary()
     assert outcome.calls["positive 200"] > 0 and outcome.calls["chat positive 200"] > 0, outcome.summary()
+    assert outcome.calls["responses positive 200"] > 0, outcome.summary()
     assert outcome.calls["negative 422"] > 0 and outcome.calls["admin negative 422"] > 0, outcome.summary()
     positive = {kind for kind in outcome.calls if "positive" in kind}
     # Refused for its scope or account, never; for limits the stateful phase put on its key, rightly.

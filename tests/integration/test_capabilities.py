@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from gateway.core.responses import BRIDGED, REFUSED, SERVED_HERE
 from gateway.core.parameters import CHAT_PARAMETERS, NATIVE, UNSUPPORTED
 from gateway.planner import capability_table
 from gateway.planner.capabilities import served_below, verdicts
@@ -113,11 +114,14 @@ def test_vendors_operation_shows_the_enforced_map(vclient):
     assert r.status_code == 200, r.text
     listed = {vendor["name"]: vendor for vendor in r.json()["data"]}
     assert r.json()["object"] == "list" and [v["name"] for v in r.json()["data"]] == sorted(listed)
+    assert listed["anthropic"]["responses_parameters"]["temperature"] == {"support": "native", "minimum": 0,
+                                                                          "maximum": 1}  # chat's, as bridged
     for name, (protocol, _, _) in VENDORS.items():
         vendor = listed[name]
         assert vendor.pop("routing") == "least_outstanding" and len(vendor.pop("deployments")) == 1
         assert vendor.pop("server", None) == ("openai" if protocol == "openai" else None)  # as configured
         assert set(vendor.pop("chat_parameters")) == set(CHAT_PARAMETERS)
+        assert set(vendor.pop("responses_parameters")) == {*BRIDGED, *SERVED_HERE, *REFUSED}
         assert vendor == describe(name, protocol, capabilities_of(name))
     assert listed["anthropic"]["parameters"]["temperature"] == {"support": "native", "minimum": 0, "maximum": 1}
     assert listed["gemini"]["parameters"]["n"]["per_call_limit"] == 4

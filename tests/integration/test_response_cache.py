@@ -350,3 +350,20 @@ def test_a_redis_outage_is_a_miss_never_a_failure(upstream, database):
             assert away.status_code == 200 and away.headers["x-gateway-cache"] == "miss"
             assert away.json()["choices"] == first.json()["choices"] and calls(upstream) == made + 1
             assert send(**{"x-gateway-cache": "only-if-cached"}).status_code == 504
+
+
+def test_a_deterministic_response_is_a_hit_and_a_sampled_one_bypasses(cached, database, upstream):
+    client = openai.OpenAI(api_key=database.key, base_url=f"{cached.url}/v5", max_retries=0)
+    body = {"model": "fake/m", "input": prompt(), "temperature": 0, "max_output_tokens": 4}
+    first = client.responses.with_raw_response.create(**body)
+    made = calls(upstream)
+    again = client.responses.with_raw_response.create(**body, metadata={"kept": "apart"})  # not what makes it
+    assert (first.headers["x-gateway-cache"], again.headers["x-gateway-cache"]) == ("miss", "hit")
+    assert calls(upstream) == made
+    a, b = first.parse(), again.parse()
+    assert a.id != b.id and a.output_text == b.output_text and a.usage == b.usage
+    assert client.responses.retrieve(b.id).metadata == {"kept": "apart"}  # a hit is stored as any answer
+    events = list(client.responses.create(**body, stream=True))
+    assert calls(upstream) == made and events[-1].response.output_text == a.output_text
+    sampled = client.responses.with_raw_response.create(**body | {"temperature": 0.8})
+    assert sampled.headers["x-gateway-cache"] == "bypass"

@@ -43,4 +43,6 @@ def test_every_protocol_declares_a_complete_record_for_each_endpoint_it_serves(p
     for endpoint, record_of in adapter.capabilities_of.items():
         assert isinstance(endpoint, Endpoint)
         assert record_of(options).protocol == protocol  # complete, or it raises as it is made
+    # Every protocol with a record serves the three conversational endpoints (responses bridged to chat).
+    assert {Endpoint.COMPLETIONS, Endpoint.CHAT, Endpoint.RESPONSES} <= set(adapter.capabilities_of)
 

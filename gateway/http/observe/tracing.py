@@ -31,7 +31,7 @@ from gateway.core import observe
 from gateway.core.chat import ChatCall, content_text
 from gateway.core.clearance import Withheld
 from gateway.core.completion import Chunk, CompletionCall, Result, Usage
-from gateway.core.endpoint import Endpoint
+from gateway.core.endpoint import CONVERSATIONS, Endpoint
 from gateway.core.errors import ClientDisconnected, ConfigError, GatewayError
 
 SERVICE_NAME = "completions-gateway"
@@ -115,7 +115,7 @@ class Tracing:
 
     def vendor_call(self, vendor: str, call: CompletionCall | ChatCall) -> _VendorCallSpan:
         operation = call.endpoint.operation
-        chat = call.endpoint is Endpoint.CHAT
+        chat = call.endpoint in CONVERSATIONS
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.system": vendor,

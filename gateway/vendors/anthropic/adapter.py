@@ -38,7 +38,8 @@ class AnthropicAdapter(HttpAdapter):
     Options: ClassVar[type[BaseModel]] = AnthropicOptions
     # Each endpoint's support records for given options.
     capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
-        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT}
+        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT,
+        Endpoint.RESPONSES: lambda options: CHAT}  # bridged to chat (endpoints/responses/request.py)
 
     def __init__(self, config: VendorConfig, options: AnthropicOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers, paths=(MESSAGES,))
@@ -49,6 +50,7 @@ class AnthropicAdapter(HttpAdapter):
                                                        options.user_turn_models),
             Endpoint.CHAT: AnthropicChat(self, CHAT),
             Endpoint.INFERENCE: AnthropicInference(self)}
+        self.translators[Endpoint.RESPONSES] = self.translators[Endpoint.CHAT]  # bridged to chat
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # 529 overloaded_error is a 5xx like any other: the vendor's fault, worth a retry.

@@ -28,7 +28,8 @@ class GeminiAdapter(HttpAdapter):
     Options: ClassVar[type[BaseModel]] = GeminiOptions
     # Each endpoint's support records for given options.
     capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
-        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: chat_capabilities}
+        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: chat_capabilities,
+        Endpoint.RESPONSES: chat_capabilities}  # bridged to chat (endpoints/responses/request.py)
 
     def __init__(self, config: VendorConfig, options: GeminiOptions, settings: Settings) -> None:
         super().__init__(config, settings, wire.headers)
@@ -37,6 +38,7 @@ class GeminiAdapter(HttpAdapter):
         self.translators = {Endpoint.COMPLETIONS: GeminiCompletions(self, self.capabilities),
                             Endpoint.CHAT: GeminiChat(self, self.chat_capabilities),
                             Endpoint.INFERENCE: GeminiInference(self)}
+        self.translators[Endpoint.RESPONSES] = self.translators[Endpoint.CHAT]  # bridged to chat
 
     def _error(self, status: int, body: bytes, retry_after: str | None) -> GatewayError:
         # An invalid key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID: the gateway's

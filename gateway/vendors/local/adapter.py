@@ -34,7 +34,8 @@ class LocalAdapter:
     Options: ClassVar[type[BaseModel]] = LocalOptions
     # Each endpoint's support records for given options.
     capabilities_of: ClassVar[Mapping[Endpoint, Callable[[Any], Capabilities]]] = {
-        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT}
+        Endpoint.COMPLETIONS: capabilities, Endpoint.CHAT: lambda options: CHAT,
+        Endpoint.RESPONSES: lambda options: CHAT}  # bridged to chat (endpoints/responses/request.py)
 
     def __init__(self, config: VendorConfig, options: LocalOptions, settings: Settings,
                  engine: Engine | None = None) -> None:
@@ -47,6 +48,7 @@ class LocalAdapter:
         self.translators = {Endpoint.COMPLETIONS: LocalCompletions(self, self.capabilities),
                             Endpoint.CHAT: LocalChat(self, self.chat_capabilities),
                             Endpoint.INFERENCE: LocalInference(self)}
+        self.translators[Endpoint.RESPONSES] = self.translators[Endpoint.CHAT]  # bridged to chat
         prepared = engine_options(config.name, options, quiet=settings.log_level != "debug")
         self.model = prepared.alias
         self._engine = engine or Engine(prepared)

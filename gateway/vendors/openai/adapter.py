@@ -50,6 +50,8 @@ class OpenAIAdapter(HttpAdapter):
         Endpoint.CHAT: lambda options: chat_capabilities(servers.declared(options.server, ()) or servers.UNIDENTIFIED,
                                                          options.lacks),
     }
+    # A Responses request is bridged to chat (endpoints/responses/): its record is chat's.
+    capabilities_of = {**capabilities_of, Endpoint.RESPONSES: capabilities_of[Endpoint.CHAT]}
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
         super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
@@ -59,6 +61,7 @@ class OpenAIAdapter(HttpAdapter):
         self._completions = OpenAICompletions(self)
         self._chat = OpenAIChat(self)
         self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat,
+                            Endpoint.RESPONSES: self._chat,  # bridged (endpoints/responses/request.py)
                             Endpoint.INFERENCE: OpenAIInference(self, options.inference_path)}
         self._use(self._declared or servers.UNIDENTIFIED)
 

@@ -148,6 +148,8 @@ def generate(body: dict[str, Any]) -> tuple[list[str], str, str | None]:
     """The reply's tokens, stop_reason and the stop sequence that ended it."""
     if body["model"] == "refuse":
         return [" w0"], "refusal", None
+    if body["model"] == "brief":  # a model that ends its turn (an agent's run stops at a completed answer)
+        return [" done"], "end_turn", None
     tokens: list[str] = []
     for k in range(min(body["max_tokens"], 256)):
         text = "".join(tokens) + f" w{k}"

@@ -46,9 +46,14 @@ def wire_problem(request: dict[str, Any]) -> str | None:
     return None
 
 
+# The most words a choice says before it stops by itself, as a model ends its turn: a fuzzed
+# max_tokens of 2**31 would otherwise keep the fake writing past the gateway's first-byte timeout.
+MAX_WORDS = 4096
+
+
 def _words(request: dict[str, Any], choice: int) -> list[str]:
     limit = request.get("max_completion_tokens") or request.get("max_tokens") or 8
-    words = [f" w{i}" for i in range(limit)]
+    words = [f" w{i}" for i in range(min(limit, MAX_WORDS))]
     stops = request.get("stop") or []
     stops = [stops] if isinstance(stops, str) else stops
     text = "".join(words)

@@ -1,4 +1,6 @@
-"""A fake OpenAI-compatible `/v1/completions` server that records what it receives.
+"""A fake OpenAI-compatible `/v1/completions` server that records what it receives (and, as
+OpenAI's, `/v1/chat/completions` and `/v1/responses`: openai_chat_upstream.py,
+openai_responses_upstream.py).
 
 Deterministic text: choice i of a prompt is the words " w0 w1 ..." up to max_tokens, cut at the
 first stop sequence; a token is one word. The model name selects faults, so one server serves
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.support.fakes import openai_chat_upstream as chat_upstream
+from tests.support.fakes import openai_responses_upstream as responses_upstream
 from tests.support.fakes.asgi import read_request, send_json
 from tests.support.fakes.server_profiles import PROFILES, Profile
 
@@ -93,7 +96,10 @@ class FakeOpenAI:
                 {"id": "m", "object": "model", "created": 0, "owned_by": self.profile.owned_by}]})
             return
         if scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
-            await self._chat(send, scope, headers, json.loads(body))
+            await self._chat(send, scope, headers, json.loads(body), receive)
+            return
+        if scope["path"] == "/v1/responses" and scope["method"] == "POST" and self.profile.name == "openai":
+            await self._responses(send, scope, headers, json.loads(body))
             return
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
             await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
@@ -149,7 +155,7 @@ class FakeOpenAI:
             return self.profile.refusal("prompt must be a string")
         return None
 
-    async def _chat(self, send, scope, headers, request) -> None:
+    async def _chat(self, send, scope, headers, request, receive) -> None:
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
         problem = chat_upstream.wire_problem(request)
         refusal = self._refusal("chat", request)
@@ -157,12 +163,31 @@ class FakeOpenAI:
             await send_json(send, 400, {"error": {"message": problem, "type": "invalid_request_error"}})
         elif refusal is not None:
             await send_json(send, *refusal)
+        elif request.get("stream") and request["model"] == "stall-later":  # two chunks, then nothing
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            for event in chat_upstream.chat_events(request, one_task_usage=self.profile.one_task_usage)[:2]:
+                await send({"type": "http.response.body", "body": b"data: " + json.dumps(event).encode() + b"\n\n",
+                            "more_body": True})
+            while (await receive())["type"] != "http.disconnect":
+                pass
         elif request.get("stream"):
             events = chat_upstream.chat_events(request, one_task_usage=self.profile.one_task_usage)
             data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
             await _raw(send, 200, data + b"data: [DONE]\n\n", b"text/event-stream")
         else:
             await send_json(send, 200, chat_upstream.chat(request, one_task_usage=self.profile.one_task_usage))
+
+    async def _responses(self, send, scope, headers, request) -> None:
+        """OpenAI's Responses API (tests/support/fakes/openai_responses_upstream.py); only the
+        `openai` server has it."""
+        self.requests.append({"path": scope["path"], "headers": headers, "body": request})
+        if refusal := responses_upstream.wire_problem(request):
+            await send_json(send, *refusal)
+        elif request.get("stream"):
+            await _raw(send, 200, responses_upstream.sse(responses_upstream.events(request)), b"text/event-stream")
+        else:
+            await send_json(send, 200, responses_upstream.respond(request))
 
     async def _stream(self, send, request, model, delay, receive) -> None:
         await send({"type": "http.response.start", "status": 200,

@@ -1,0 +1,207 @@
+"""A Responses request to a vendor that has the Responses API itself (OpenAI), and its answer and
+events back into the contract's shapes.
+
+The gateway keeps conversations itself, on every vendor alike, so the vendor is sent `store: false`
+and the whole conversation as `input` (the stored chain's items, then the request's), never a
+`previous_response_id`: the vendor's storage is neither relied on nor filled. Reasoning items come
+back with `encrypted_content` (asked for with `include`), which is what lets a stateless
+conversation hand a reasoning model its own reasoning again.
+
+What comes back is the vendor's, hence untrusted: the response is rebuilt from the request's echo
+(`shell`) and only what the vendor decides (status, error, incomplete_details, output, usage),
+each item and part kept to the contract's fields (read off the generated models, so the contract
+stays the one list). An item type or an event the contract does not name is not passed on: an
+unknown item is `Unexpected` (the vendor answered what was not asked: a 502), an unknown event is
+dropped. A stream the vendor ends without its terminal event is ended by `end(...)`, as
+`ResponseStream` ends a chat stream: every open item closed, exactly one terminal event, usage.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any, get_args
+
+from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, error_value, shell, usage_from_chat
+from gateway.endpoints.responses.request import Refused, input_items
+from generated.models import (
+    InputTokensDetails,
+    OutputTokensDetails,
+    ResponseFunctionCall,
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+    ResponseReasoningItem,
+    ResponseStreamEvent,
+    ResponseUsage,
+)
+
+ITEMS = {"message": ResponseOutputMessage, "function_call": ResponseFunctionCall, "reasoning": ResponseReasoningItem}
+PARTS = {"output_text": ResponseOutputText, "refusal": ResponseOutputRefusal}
+EVENTS = frozenset(get_args(ResponseStreamEvent.model_fields["event"].annotation))  # the contract's names
+# The fields an item-level event may carry besides its item or part (OpenAI's event shapes).
+EVENT_FIELDS = ("item_id", "output_index", "content_index", "summary_index", "delta", "text", "arguments", "name",
+                "refusal", "logprobs")
+# `include` values a native vendor serves within the contract: reasoning state, kept opaque.
+INCLUDED = ("reasoning.encrypted_content",)
+
+
+def native_request(request: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The body for the vendor's own `/v1/responses`: the request, stateless."""
+    body = {name: value for name, value in request.items()
+            if name not in ("previous_response_id", "store", "metadata", "include") and value is not None}
+    for i, value in enumerate(request.get("include") or ()):
+        if value not in INCLUDED:
+            raise Refused(f"include[{i}]", f"'{value}' is not served by the gateway's contract")
+    body["input"] = [*history, *input_items(request)]
+    body["store"] = False
+    body["include"] = list(INCLUDED)
+    if body.get("stream"):
+        body["stream"] = True
+    return body
+
+
+def _keep(value: dict[str, Any], model: Any) -> dict[str, Any]:
+    return {name: value[name] for name in model.model_fields if name in value}
+
+
+def _part(part: dict[str, Any]) -> dict[str, Any]:
+    model = PARTS.get(part.get("type"))
+    if model is None:
+        raise Unexpected(f"a content part of type {part.get('type')!r}")
+    kept = _keep(part, model)
+    if kept.get("annotations") or kept.get("logprobs"):
+        raise Unexpected("annotations or logprobs that were not asked for")
+    return kept
+
+
+def item(value: dict[str, Any]) -> dict[str, Any]:
+    """An output item kept to the contract's fields."""
+    model = ITEMS.get(value.get("type"))
+    if model is None:
+        raise Unexpected(f"an output item of type {value.get('type')!r}")
+    kept = _keep(value, model)
+    if kept["type"] == "message":
+        kept["content"] = [_part(p) for p in kept.get("content") or ()]
+    if kept["type"] == "reasoning":
+        kept["summary"] = [{"type": "summary_text", "text": s["text"]} for s in kept.get("summary") or ()]
+        if kept.get("content") is not None:
+            kept["content"] = [{"type": "reasoning_text", "text": c["text"]} for c in kept["content"]]
+    return kept
+
+
+def usage(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    kept = _keep(value, ResponseUsage)
+    kept["input_tokens_details"] = _keep(
+        {"cached_tokens": 0, "cache_write_tokens": 0} | (value.get("input_tokens_details") or {}), InputTokensDetails)
+    kept["output_tokens_details"] = _keep(value.get("output_tokens_details") or {"reasoning_tokens": 0},
+                                          OutputTokensDetails)
+    return kept
+
+
+def from_native(answer: dict[str, Any], request: dict[str, Any], *, response_id: str, created_at: int,
+                model: str) -> dict[str, Any]:
+    """The contract's response from the vendor's: the request's echo, the vendor's outcome."""
+    made = shell(request, response_id=response_id, created_at=created_at, model=model,
+                 status=answer.get("status") or "in_progress")
+    if made["status"] not in ("completed", "incomplete", "failed", "in_progress"):
+        raise Unexpected(f"a response status {made['status']!r}")
+    if answer.get("error"):
+        made["error"] = error_value(answer["error"])
+    if answer.get("incomplete_details"):
+        reason = answer["incomplete_details"].get("reason")
+        made["incomplete_details"] = {"reason": reason if reason in ("max_output_tokens", "content_filter") else None}
+    if len(answer.get("output") or ()) > MAX_OUTPUT_ITEMS:
+        raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
+    made["output"] = [item(i) for i in answer.get("output") or ()]
+    made["usage"] = usage(answer.get("usage"))
+    return made
+
+
+class NativeStream:
+    """The vendor's Responses events, kept to the contract and renumbered, ending exactly once."""
+
+    def __init__(self, request: dict[str, Any], *, response_id: str, created_at: int, model: str) -> None:
+        self._request, self._id, self._created, self._model = request, response_id, created_at, model
+        self._sequence = 0
+        self._items: dict[int, dict[str, Any]] = {}  # output_index -> the item as far as it went
+        self._open: set[int] = set()
+        self._usage: dict[str, Any] | None = None
+        self.response: dict[str, Any] | None = None  # the terminal event's, once sent
+        self.ended = False
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return event
+
+    def _response(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return from_native(answer, self._request, response_id=self._id, created_at=self._created, model=self._model)
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events to send for one of the vendor's (none for one the contract does not name)."""
+        kind = event.get("type")
+        if self.ended or kind not in EVENTS:
+            return []
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.ended = True
+            self.response = self._response(event["response"])
+            return [self._event(kind, response=copy.deepcopy(self.response))]
+        if "response" in event:
+            return [self._event(kind, response=self._response(event["response"]))]
+        fields = {name: event[name] for name in EVENT_FIELDS if name in event}
+        index = event.get("output_index")
+        if "item" in event:
+            if index not in self._items and len(self._items) == MAX_OUTPUT_ITEMS:
+                raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
+            fields["item"] = item(event["item"])
+            self._items[index] = copy.deepcopy(fields["item"])
+            (self._open.add if kind.endswith(".added") else self._open.discard)(index)
+        if "part" in event:
+            fields["part"] = _part(event["part"]) if event["part"].get("type") in PARTS else \
+                {"type": "summary_text", "text": event["part"].get("text", "")}
+        self._follow(kind, index, fields)
+        return [self._event(kind, **fields)]
+
+    def _follow(self, kind: str, index: int | None, fields: dict[str, Any]) -> None:
+        """Keep the open item as far as the deltas went, for an end the vendor does not send."""
+        held = self._items.get(index) if index is not None else None
+        if held is None:
+            return
+        if kind == "response.content_part.added" and held["type"] == "message":
+            held["content"].append(copy.deepcopy(fields["part"]))
+        elif kind == "response.output_text.delta" and held["type"] == "message" and held["content"]:
+            held["content"][-1]["text"] += fields.get("delta", "")
+        elif kind == "response.refusal.delta" and held["type"] == "message" and held["content"]:
+            held["content"][-1]["refusal"] += fields.get("delta", "")
+        elif kind == "response.function_call_arguments.delta" and held["type"] == "function_call":
+            held["arguments"] += fields.get("delta", "")
+
+    def end(self, *, error: dict[str, str] | None = None, client_left: bool = False,
+            usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """After the vendor's stream: nothing when its terminal event came; else every open item
+        closed `incomplete` and one terminal event, `failed` unless the client left (as
+        `ResponseStream.end`; `usage` in chat's shape, the caller's count)."""
+        if self.ended:
+            return []
+        self.ended = True
+        events = []
+        for index in sorted(self._open):
+            self._items[index]["status"] = "incomplete"
+            events.append(self._event("response.output_item.done", output_index=index,
+                                      item=copy.deepcopy(self._items[index])))
+        if error is None and not client_left:
+            error = {"code": "server_error", "message": "the vendor's stream ended before its answer did"}
+        status = "failed" if error is not None else "incomplete"
+        made = shell(self._request, response_id=self._id, created_at=self._created, model=self._model, status=status)
+        made["output"] = [self._items[i] for i in sorted(self._items)]
+        made["usage"] = usage_from_chat(usage)
+        if error is not None:
+            made["error"] = error_value(error)
+        else:
+            made["incomplete_details"] = {"reason": None}
+        self.response = made
+        events.append(self._event(f"response.{status}", response=copy.deepcopy(made)))
+        return events

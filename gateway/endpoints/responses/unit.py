@@ -1,0 +1,138 @@
+"""The Responses endpoint's unit (endpoints/unit.py `EndpointUnit`): the contract's
+`ResponseCreateRequest` with the stored conversation it continues (read by its handler before the
+way begins), planned as one bridged chat call (plan.py), its demand the whole conversation, its
+answer a `response` (answer.py) and its stream OpenAI's Responses events (stream.py, written by
+http/response_events.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.core.chat import DEFAULT_MAX_TOKENS, ChatChoice, prompt_text
+from gateway.core.clearance import Clearance
+from gateway.core.completion import Choice, Result, Usage
+from gateway.core.demand import Demand
+from gateway.core.endpoint import Endpoint
+from gateway.endpoints import unit
+from gateway.endpoints.responses.answer import response_from_chat
+from gateway.endpoints.responses.plan import ResponsesPlan, plan_responses
+from gateway.endpoints.responses.request import input_items
+from gateway.endpoints.usage import usage_body
+from gateway.vendors.registry import Registry
+
+# The contract's defaults, and the fields that do not make the answer what it is (kept, echoed, or
+# standing for the stored conversation, which the cache's form holds itself).
+DEFAULTS = {"temperature": 1, "top_p": 1, "parallel_tool_calls": True, "truncation": "disabled"}
+NOT_THE_ANSWER = frozenset({"store", "metadata", "previous_response_id", "include"})
+
+
+@dataclass(frozen=True, slots=True)
+class AskedResponses:
+    """A Responses request as its handler prepared it: its JSON values (the fields not given absent)
+    and the stored conversation its `previous_response_id` names (oldest first; empty without one)."""
+
+    body: Mapping[str, Any]
+    history: Sequence[dict[str, Any]] = field(default_factory=tuple)
+
+    @property
+    def model(self) -> str:
+        return self.body["model"]
+
+
+class Responses:
+    endpoint = Endpoint.RESPONSES
+    id_prefix = "resp_"
+    answer_object = "response"
+    chunk_object = "response"
+
+    def accepted(self, request: AskedResponses) -> AskedResponses:
+        return request  # its rules are the bridge's, judged per vendor (plan.py)
+
+    def cache_form(self, asked: AskedResponses) -> Mapping[str, Any]:
+        form = unit.cache_form({k: v for k, v in asked.body.items() if k not in NOT_THE_ANSWER}, DEFAULTS)
+        if asked.history:
+            form["history"] = list(asked.history)
+        return form
+
+    def plan(self, asked: AskedResponses, model: str, registry: Registry, max_vendor_calls: int,
+             clearance: Clearance) -> ResponsesPlan:
+        return plan_responses(asked.body, asked.history, model, registry, max_vendor_calls, clearance)
+
+    def demand(self, asked: AskedResponses, plan: ResponsesPlan | None, falls_back: bool) -> Demand:
+        """The conversation (stored chain included) once, and the most tokens the answer may take:
+        the same bound with a plan or without, on any vendor."""
+        body = asked.body
+        prompt = plan.prompts if plan is not None else [_text(asked)]
+        return Demand(Endpoint.RESPONSES, asked.model, prompt, body.get("max_output_tokens") or DEFAULT_MAX_TOKENS,
+                      bool(body.get("stream")), body.get("user"))
+
+    def body(self, head: Mapping[str, Any], plan: ResponsesPlan, result: Result, usage: Usage) -> bytes:
+        return orjson.dumps(response(head, plan, result.choices, usage))
+
+    def shape(self) -> Shape:
+        return Shape()
+
+
+def response(head: Mapping[str, Any], plan: ResponsesPlan, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
+    """The `response` of a whole answer (its one choice) with `usage`, the client's."""
+    first = min(choices, key=lambda c: c.index)
+    completion = {"choices": [{"index": 0, "message": message(first), "finish_reason": first.finish_reason or "stop"}],
+                  "usage": usage_body(usage)}
+    return response_from_chat(dict(plan.request), completion, response_id=head["id"], created_at=head["created"],
+                              model=head["model"])
+
+
+def message(choice: Choice) -> dict[str, Any]:
+    """A chat choice as chat's answer message (what answer.py reads)."""
+    found: dict[str, Any] = {"role": "assistant", "content": choice.text or None}
+    if isinstance(choice, ChatChoice):
+        if choice.tool_calls:
+            found["tool_calls"] = choice.tool_calls
+        found["refusal"] = choice.refusal
+    if found["content"] is None and not found.get("tool_calls") and found.get("refusal") is None:
+        found["content"] = ""
+    return found
+
+
+class Shape:
+    """A streamed chat choice as chat's chunk choice (`delta`), which stream.py `ResponseStream`
+    turns into Responses events."""
+
+    def piece(self, choice: Choice, finish: str | None) -> dict[str, Any] | None:
+        delta: dict[str, Any] = {}
+        if choice.text:
+            delta["content"] = choice.text
+        if isinstance(choice, ChatChoice):
+            if choice.tool_calls:
+                delta["tool_calls"] = choice.tool_calls
+            if choice.refusal:
+                delta["refusal"] = choice.refusal
+        if not delta and finish is None:
+            return None
+        return {"index": choice.index, "delta": delta, "finish_reason": finish}
+
+    def closing(self, index: int) -> dict[str, Any]:
+        return {"index": index, "delta": {}, "finish_reason": "stop"}
+
+
+def _text(asked: AskedResponses) -> str:
+    """The conversation as text, as an estimate counts it, when no plan says it."""
+    items = [*asked.history, *input_items(dict(asked.body))]
+    pieces = [asked.body.get("instructions") or ""]
+    for item in items:
+        content = item.get("content")
+        if isinstance(content, str):
+            pieces.append(content)
+        elif isinstance(content, list):
+            pieces += [part.get("text") or "" for part in content if isinstance(part, dict)]
+        for key in ("arguments", "output"):
+            if isinstance(item.get(key), str):
+                pieces.append(item[key])
+    return prompt_text([{"role": "user", "content": "\n".join(pieces)}])
+
+
+UNIT = Responses()

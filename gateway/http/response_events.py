@@ -1,0 +1,126 @@
+"""The SSE body of a streamed `/v5/responses` answer: OpenAI's Responses events
+(endpoints/responses/stream.py `ResponseStream`) over the vendor's chat chunks, in place of the
+chunk stream every other endpoint writes (http/answer_stream.py), and the stored response kept as
+the stream goes (store/responses.py).
+
+- The response is stored `in_progress` as the stream starts, and again whole at its end; a client
+  that leaves before the end leaves it `incomplete` (with what it had and the usage it knows): a
+  retrieve never finds a response that claims to be running when nothing runs it.
+- Exactly one terminal event, always carrying usage: the vendor's, else the gateway's count. A
+  vendor failing mid-stream ends it with `response.failed` (error code and message, redacted), and
+  what it consumed is billed as any broken stream's is (store/meter.py).
+- No `[DONE]`: the Responses API has none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.core.completion import Chunk, Usage
+from gateway.core.errors import GatewayError
+from gateway.endpoints.responses.answer import Unexpected, usage_from_chat
+from gateway.endpoints.responses.plan import ResponsesPlan
+from gateway.endpoints.responses.stream import ResponseStream, sse
+from gateway.endpoints.unit import Shape
+from gateway.endpoints.usage import usage_body
+from gateway.http.lifecycle import Lifecycle
+from gateway.store import database
+from gateway.store.responses import ResponseStore
+
+log = logging.getLogger("gateway")
+
+
+class ResponseEvents:
+    def __init__(self, plan: ResponsesPlan, shape: Shape, head: dict[str, Any], first: list[Chunk],
+                 rest: AsyncIterator[list[Chunk]], life: Lifecycle, redact: Callable[[str], str],
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._plan, self._shape, self._first, self._rest = plan, shape, first, rest
+        self._life, self._redact, self._clock = life, redact, clock
+        self._stream = ResponseStream(dict(plan.request), response_id=head["id"], created_at=head["created"],
+                                      model=head["model"])
+        self._store = ResponseStore.from_settings(life.services.settings)
+        self._keep = plan.request.get("store") is not False
+        self._events = self._generate()
+        self._closed = False
+        self._saved_end = False  # the response's end is stored (else aclose stores it)
+        self.usage: Usage | None = None  # the client's
+        self.billed: Usage | None = None  # the ledger's
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._events
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._events.aclose()
+            await self._rest.aclose()
+        finally:
+            if self._stream.ended and not self._saved_end:  # cancelled while it was being stored
+                await self._save()
+            elif not self._stream.ended and self._keep:  # the client left: the stored response says so
+                usage = None if self.usage is None else usage_body(self.usage)
+                await self._write(lambda c, now: self._store.mark_incomplete(
+                    c, self._life.account, self._stream.response["id"], now,
+                    output=self._stream.response["output"], usage=usage_from_chat(usage)))
+
+    async def _write(self, work: Callable[[Any, datetime], Any]) -> None:
+        try:
+            async with database.writing(self._life.services.database) as connection:
+                await work(connection, self._clock())
+        except Exception:  # the answer goes on; the stored copy is what is lost, and said so
+            log.exception("response %s: storing it failed", self._stream.response["id"])
+
+    async def _save(self, fresh: bool = False) -> None:
+        if self._keep:
+            await self._write(lambda c, now: self._store.save(c, self._life.account, self._stream.response,
+                                                              self._plan.items, now, fresh=fresh))
+
+    def _events_of(self, batch: list[Chunk]) -> bytes:
+        events: list[dict[str, Any]] = []
+        piece = self._shape.piece
+        for chunk in batch:
+            if chunk.usage is not None:
+                self.usage = chunk.usage
+            if chunk.billed is not None:
+                self.billed = chunk.billed
+            pieces = [p for c in chunk.choices if (p := piece(c, c.finish_reason)) is not None]
+            if pieces:
+                self._life.meter.sent(chunk.choices)
+                events += self._stream.feed({"choices": pieces})
+        return b"".join(sse(event) for event in events)
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        plan, life = self._plan, self._life
+        yield b"".join(sse(event) for event in self._stream.start())
+        await self._save(fresh=True)
+        batch: list[Chunk] | None = self._first
+        try:
+            while batch is not None:
+                if events := self._events_of(batch):
+                    yield events
+                batch = await anext(self._rest, None)
+            try:
+                usage = self.usage or await life.estimated_usage(plan.prompts, plan.echoed)
+            finally:
+                life.finish(self.billed)
+            end = self._stream.end(usage=usage_body(usage))
+        except (GatewayError, Unexpected) as exc:
+            message = exc.message if isinstance(exc, GatewayError) else f"the vendor's answer: {exc}"
+            code = "rate_limit_exceeded" if isinstance(exc, GatewayError) and exc.status == 429 else "server_error"
+            usage = self.usage or await life.estimated_usage(plan.prompts, plan.echoed)
+            life.failed_midway(exc)
+            log.warning("stream %s failed: %s", self._stream.response["id"], message)
+            end = self._stream.end(error={"code": code, "message": self._redact(message)}, usage=usage_body(usage))
+        except Exception as exc:
+            life.failed_midway(exc)
+            log.exception("stream %s failed", self._stream.response["id"])
+            end = self._stream.end(error={"code": "server_error", "message": "internal error in the gateway"})
+        await self._save()  # before the client reads the end: a retrieve that follows finds it
+        self._saved_end = True
+        yield b"".join(sse(event) for event in end)
+

@@ -1,0 +1,275 @@
+"""Stored responses of POST /v5/responses: an account's inputs and outputs, kept so that a response
+can be retrieved, listed, deleted and chained onto (`previous_response_id`), for a bounded time.
+
+What is kept works on the contract's wire dicts (openapi.json `Response` and the input items), not
+on the core's types: the store keeps what the client was answered, whatever the planner became.
+
+- A response belongs to its account. Every read is scoped to it, and another account's id is
+  answered exactly as an unknown one (`ResponseNotFound`): the store never confirms that an id
+  exists elsewhere.
+- `store: false` keeps nothing: such a response cannot be retrieved or chained onto.
+- Retention: a response is visible until `retention` after its creation, then answered as not
+  found even before `purge` removes it, so the rule does not wait on a purge having run.
+- Deleting removes the rows (the response and its items), not a flag: the data is gone.
+- Every function takes `now`: the clock is the caller's, so tests move it instead of waiting.
+- JSON is written ASCII-only: a client's JSON may hold a lone surrogate (`"\\ud800"`), which neither
+  database's UTF-8 text can take; escaped, it is kept exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.core.ids import ids
+from gateway.store.tables import response_items, responses
+
+# The prefix of an item id the store gives an item that came without one, by item type (OpenAI's).
+ITEM_ID_PREFIXES = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
+                    "reasoning": "rs_"}
+MAX_PAGE = 100  # input_items' largest `limit`, as the contract's
+
+
+class ResponseNotFound(LookupError):
+    """No stored response of this id is visible to this account: unknown, another account's,
+    deleted, expired or never stored. The message names the id only, never why."""
+
+    code = "response_not_found"
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"No response with id '{response_id}' was found.")
+        self.response_id = response_id
+
+
+class ItemNotFound(ResponseNotFound):
+    """`after` or `before` names no input item of the response."""
+
+    code = "item_not_found"
+
+    def __init__(self, response_id: str, item_id: str) -> None:
+        LookupError.__init__(self, f"No input item with id '{item_id}' in response '{response_id}'.")
+        self.response_id, self.item_id = response_id, item_id
+
+
+class ChainTooLong(ValueError):
+    """A `previous_response_id` chain holds more responses, or more bytes, than the gateway reads
+    back (GATEWAY_RESPONSES_MAX_CHAIN, GATEWAY_RESPONSES_MAX_CHAIN_BYTES): a 400 naming
+    `previous_response_id`."""
+
+    code = "conversation_too_long"
+
+    def __init__(self, response_id: str, what: Literal["responses", "bytes"], limit: int) -> None:
+        super().__init__(f"The conversation of previous_response_id '{response_id}' holds more than {limit} "
+                         f"{what} (GATEWAY_RESPONSES_MAX_CHAIN{'_BYTES' if what == 'bytes' else ''}).")
+        self.response_id, self.what, self.limit = response_id, what, limit
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    """A page of a response's input items, as OpenAI's list object has it."""
+
+    data: list[dict[str, Any]]
+    has_more: bool
+
+    def wire(self) -> dict[str, Any]:
+        """The contract's `ResponseInputItemList`."""
+        return {"object": "list", "data": self.data,
+                "first_id": self.data[0]["id"] if self.data else None,
+                "last_id": self.data[-1]["id"] if self.data else None,
+                "has_more": self.has_more}
+
+
+def with_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` with an `id` on each (a new one where an item had none), and `type` on a message that
+    left it out: what input_items lists, and what a chain gives back."""
+    out = []
+    for item in items:
+        kind = item.get("type", "message")
+        item = {"type": kind, **item}
+        if not item.get("id"):
+            item["id"] = ITEM_ID_PREFIXES.get(kind, "item_") + ids.next()
+        out.append(item)
+    return out
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseStore:
+    """The stored responses, under one retention and one bound on the chains read back."""
+
+    retention: timedelta
+    max_chain: int = 256
+    max_chain_bytes: int = 32 << 20
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ResponseStore:
+        """The store `Settings` (gateway/core/config.py) describe."""
+        return cls(retention=timedelta(days=settings.responses_retention_days),
+                   max_chain=settings.responses_max_chain, max_chain_bytes=settings.responses_max_chain_bytes)
+
+    def _visible(self, account_id: str, response_id: str, now: datetime) -> Any:
+        return and_(responses.c.id == response_id, responses.c.account_id == account_id,
+                    responses.c.created_at > now - self.retention)
+
+    async def save(self, connection: AsyncConnection, account_id: str, response: dict[str, Any],
+                   input_items: Sequence[dict[str, Any]], now: datetime, *, fresh: bool = False) -> bool:
+        """Keep `response` (the wire object: its `output` becomes its items) and the `input_items` it
+        was given, replacing what was kept under its id before (a stream saves `in_progress`, then
+        its end). False, and nothing kept, when the response says `store: false`. `created_at` is
+        `now` the first time; a later save keeps the first. `fresh`: the caller knows nothing was
+        kept under its id before (a new response's id is 128 random bits): three statements fewer."""
+        if response.get("store") is False:
+            return False
+        response_id = response["id"]
+        body = {name: value for name, value in response.items() if name != "output"}
+        rows = [("input", position, item) for position, item in enumerate(with_ids(input_items))]
+        rows += [("output", position, item) for position, item in enumerate(response.get("output") or ())]
+        dumped = [(kind, position, item["id"], _dump(item)) for kind, position, item in rows]
+        body_text = _dump(body)
+        size = len(body_text) + sum(len(text) for *_, text in dumped)
+        created = None
+        if not fresh:
+            created = (await connection.execute(select(responses.c.created_at).where(
+                responses.c.id == response_id, responses.c.account_id == account_id))).scalar()
+            await connection.execute(delete(response_items).where(response_items.c.response_id == response_id))
+            await connection.execute(delete(responses).where(responses.c.id == response_id,
+                                                             responses.c.account_id == account_id))
+        await connection.execute(insert(responses).values(
+            id=response_id, account_id=account_id, created_at=created or now, status=response["status"],
+            previous_response_id=response.get("previous_response_id"), bytes=size, body=body_text))
+        if dumped:
+            await connection.execute(insert(response_items), [
+                {"response_id": response_id, "kind": kind, "position": position, "item_id": item_id, "body": text}
+                for kind, position, item_id, text in dumped])
+        return True
+
+    async def get(self, connection: AsyncConnection, account_id: str, response_id: str,
+                  now: datetime) -> dict[str, Any]:
+        """The stored response, its output included, as it was answered."""
+        body = (await connection.execute(select(responses.c.body).where(
+            self._visible(account_id, response_id, now)))).scalar()
+        if body is None:
+            raise ResponseNotFound(response_id)
+        output = (await connection.execute(
+            select(response_items.c.body).where(response_items.c.response_id == response_id,
+                                                response_items.c.kind == "output")
+            .order_by(response_items.c.position))).scalars().all()
+        return {**json.loads(body), "output": [json.loads(text) for text in output]}
+
+    async def delete(self, connection: AsyncConnection, account_id: str, response_id: str,
+                     now: datetime) -> dict[str, Any]:
+        """Remove the response and its items; OpenAI's deletion object."""
+        found = (await connection.execute(select(responses.c.id).where(
+            self._visible(account_id, response_id, now)))).scalar()
+        if found is None:
+            raise ResponseNotFound(response_id)
+        await connection.execute(delete(response_items).where(response_items.c.response_id == response_id))
+        await connection.execute(delete(responses).where(responses.c.id == response_id))
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def input_items(self, connection: AsyncConnection, account_id: str, response_id: str,
+                          now: datetime, *, after: str | None = None, before: str | None = None,
+                          limit: int = 20, order: Literal["asc", "desc"] = "desc") -> ItemPage:
+        """A page of the items the response was given (its own `input`, not its chain's), in
+        `order` of their place in the input, starting after `after` and stopping before `before`
+        (item ids, in that order)."""
+        if (await connection.execute(select(responses.c.id).where(
+                self._visible(account_id, response_id, now)))).scalar() is None:
+            raise ResponseNotFound(response_id)
+        limit = max(1, min(limit, MAX_PAGE))
+        mine = and_(response_items.c.response_id == response_id, response_items.c.kind == "input")
+        position = response_items.c.position
+        query = select(response_items.c.body).where(mine)
+        forward = order == "asc"
+        for item_id, is_after in ((after, True), (before, False)):
+            if item_id is None:
+                continue
+            at = (await connection.execute(select(position).where(mine, response_items.c.item_id == item_id)
+                                           .order_by(position).limit(1))).scalar()
+            if at is None:
+                raise ItemNotFound(response_id, item_id)
+            query = query.where(position > at if is_after == forward else position < at)
+        rows = (await connection.execute(
+            query.order_by(position if forward else position.desc()).limit(limit + 1))).scalars().all()
+        return ItemPage(data=[json.loads(text) for text in rows[:limit]], has_more=len(rows) > limit)
+
+    async def chain(self, connection: AsyncConnection, account_id: str, response_id: str,
+                    now: datetime) -> list[dict[str, Any]]:
+        """The conversation `previous_response_id = response_id` continues: the input and output
+        items of each response of its chain, oldest first (instructions are not items: they are
+        not carried over). Any response of the chain that is not visible to the account makes
+        the whole a `ResponseNotFound` of `response_id`; past the bounds, `ChainTooLong`."""
+        order: list[str] = []
+        total, at = 0, response_id
+        while at is not None:
+            if len(order) == self.max_chain:
+                raise ChainTooLong(response_id, "responses", self.max_chain)
+            row = (await connection.execute(select(responses.c.previous_response_id, responses.c.bytes).where(
+                self._visible(account_id, at, now)))).first()
+            if row is None or at in order:
+                raise ResponseNotFound(response_id)
+            order.append(at)
+            total += row.bytes
+            if total > self.max_chain_bytes:
+                raise ChainTooLong(response_id, "bytes", self.max_chain_bytes)
+            at = row.previous_response_id
+        rank = {rid: index for index, rid in enumerate(reversed(order))}
+        rows = (await connection.execute(select(
+            response_items.c.response_id, response_items.c.kind, response_items.c.position, response_items.c.body)
+            .where(response_items.c.response_id.in_(order)))).all()
+        rows = sorted(rows, key=lambda r: (rank[r.response_id], r.kind != "input", r.position))
+        return [json.loads(r.body) for r in rows]
+
+    async def mark_incomplete(self, connection: AsyncConnection, account_id: str, response_id: str,
+                              now: datetime, *, reason: str | None = None,
+                              output: Sequence[dict[str, Any]] | None = None,
+                              usage: dict[str, Any] | None = None) -> bool:
+        """A stream that ended before its last event (the client left): the stored response, saved
+        `in_progress` when it started, becomes `incomplete` with `reason` (null by default: OpenAI's
+        reasons have no name for a client that left), keeping the `output` and
+        `usage` it reached when they are given. False when there is no such response in progress
+        (never stored, or it ended already)."""
+        row = (await connection.execute(select(responses.c.body).where(
+            self._visible(account_id, response_id, now), responses.c.status == "in_progress"))).first()
+        if row is None:
+            return False
+        body = json.loads(row.body)
+        body.update(status="incomplete", incomplete_details={"reason": reason})
+        if usage is not None:
+            body["usage"] = usage
+        if output is not None:
+            await connection.execute(delete(response_items).where(response_items.c.response_id == response_id,
+                                                                  response_items.c.kind == "output"))
+            dumped = [_dump(item) for item in output]
+            if dumped:
+                await connection.execute(insert(response_items), [
+                    {"response_id": response_id, "kind": "output", "position": position,
+                     "item_id": item["id"], "body": text}
+                    for position, (item, text) in enumerate(zip(output, dumped, strict=True))])
+        body_text = _dump(body)
+        items = (await connection.execute(select(func.coalesce(func.sum(func.length(response_items.c.body)), 0))
+                                          .where(response_items.c.response_id == response_id))).scalar()
+        await connection.execute(update(responses).where(responses.c.id == response_id).values(
+            status="incomplete", body=body_text, bytes=len(body_text) + int(items)))
+        return True
+
+    async def purge(self, connection: AsyncConnection, now: datetime, *, batch: int = 1000) -> int:
+        """Remove up to `batch` responses past their retention, oldest first, with their items;
+        how many. Call it until it returns less than `batch`: each call is one short transaction
+        rather than one that holds the database while a backlog is removed."""
+        expired = (await connection.execute(select(responses.c.id).where(
+            responses.c.created_at <= now - self.retention).order_by(responses.c.created_at).limit(batch))
+                   ).scalars().all()
+        if expired:
+            await connection.execute(delete(response_items).where(response_items.c.response_id.in_(expired)))
+            await connection.execute(delete(responses).where(responses.c.id.in_(expired)))
+        return len(expired)

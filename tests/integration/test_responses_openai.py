@@ -1,0 +1,67 @@
+"""POST /v5/responses on an OpenAI-compatible server that has chat only (the fake, bridged through
+the OpenAI protocol's chat translator): a client that leaves mid-stream leaves the stored response
+`incomplete`; the caller's own OpenAI key is refused as chat refuses it; a field chat cannot carry is
+refused by name; an allow-list that does not name the model refuses it, its ledger row `responses`."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.support.environments import SHARED_TLS
+from tests.support.processes import wait_until
+from tests.support.provision import ledger_rows, new_key, run_cli
+
+
+@pytest.fixture
+def oai(gateway, database):
+    return openai.OpenAI(api_key=database.key, base_url=f"{gateway.url}/v5", max_retries=0)
+
+
+def test_a_client_that_leaves_mid_stream_leaves_it_incomplete(gateway, database, oai):
+    headers = {"x-api-key": database.key}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=30, verify=SHARED_TLS) as client, \
+            client.stream("POST", "/v5/responses", json={"model": "fake/stall-later", "input": "hello",
+                                                         "stream": True}) as answer:
+        assert answer.status_code == 200
+        response_id = None
+        for line in answer.iter_lines():
+            if line.startswith("data: ") and '"response.created"' in line:
+                response_id = line.split('"id":"', 1)[1].split('"', 1)[0]
+            if line.startswith("event: response.output_text.delta"):
+                break  # and leave, the vendor still streaming
+    assert response_id is not None and response_id.startswith("resp_")
+    kept = wait_until(lambda: (found := oai.responses.retrieve(response_id)).status != "in_progress" and found,
+                      message="the stored response's end")
+    assert kept.status == "incomplete" and kept.incomplete_details.reason is None
+    assert kept.output and kept.output[0].type == "message"
+
+
+def test_the_callers_openai_key_is_refused(gateway, database):
+    answer = httpx.post(f"{gateway.url}/v5/responses", json={"model": "fake/m", "input": "hi"}, verify=SHARED_TLS,
+                        headers={"x-api-key": database.key, "x-openai-api-key": "sk-mine"})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "x-openai-api-key"
+
+
+def test_what_chat_cannot_carry_is_refused_naming_field_and_vendor(oai):
+    with pytest.raises(openai.BadRequestError) as refused:
+        oai.responses.create(model="fake/m", input="hi", include=["reasoning.encrypted_content"])
+    assert refused.value.body["param"] == "include[0]" and refused.value.body["vendor"] == "fake"
+    with pytest.raises(openai.BadRequestError) as refused:
+        oai.responses.create(model="fake/m", input="hi", truncation="auto")
+    assert refused.value.body["param"] == "truncation"
+
+
+def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):
+    key, key_id, account = new_key(database.url)
+    run_cli(database.url, "limits", "set", "--key", key_id, "--models", "fake/backup")  # read at the key's first use
+    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        client.responses.create(model="fake/m", input="hello", max_output_tokens=2)
+    request_id = refused.value.response.headers["x-request-id"]
+    assert request_id.startswith("resp_")
+    row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == request_id),
+                                  None), message="the refusal's ledger row")
+    assert (row["endpoint"], row["outcome"]) == ("responses", "refused")
+    assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
