@@ -174,20 +174,24 @@ def test_a_budgeted_key_needs_the_output_bound_and_is_admitted_on_it(vendors_gat
     key, key_id, _ = new_key(database.url)
     run_cli(database.url, "limits", "set", "--key", key_id, "--budget-tokens", "100", "--period", "day",
             "--models", "anthropic/*")
-    with httpx.Client(base_url=vendors_gateway.url, headers={"x-api-key": key}, timeout=30, verify=SHARED_TLS) as c:
-        wait_until(lambda: c.post("/v5/inference", json={"model": "gemini/x", "args": {}}).status_code == 403,
-                   message="the gateway to read the new limits")
-        unbounded = c.post("/v5/inference", json={"model": "anthropic/claude-x", "args": {"messages": USER}})
-        assert unbounded.status_code == 400
-        assert (unbounded.json()["error"]["code"], unbounded.json()["error"]["param"]) == (
-            "output_bound_required", "args.max_tokens")
-        too_much = c.post("/v5/inference", json={"model": "anthropic/claude-x",
-                                                 "args": {"max_tokens": 500, "messages": USER}})
-        assert too_much.status_code == 429 and too_much.json()["error"]["code"] == "budget_exceeded"
-        fits = c.post("/v5/inference", json={"model": "anthropic/claude-x",
-                                             "args": {"max_tokens": 3, "messages": USER}})
-        assert fits.status_code == 200
-    assert len(anthropic_upstream.requests) == 1
+    try:
+        with httpx.Client(base_url=vendors_gateway.url, headers={"x-api-key": key}, timeout=30,
+                          verify=SHARED_TLS) as c:
+            wait_until(lambda: c.post("/v5/inference", json={"model": "gemini/x", "args": {}}).status_code == 403,
+                       message="the gateway to read the new limits")
+            unbounded = c.post("/v5/inference", json={"model": "anthropic/claude-x", "args": {"messages": USER}})
+            assert unbounded.status_code == 400
+            assert (unbounded.json()["error"]["code"], unbounded.json()["error"]["param"]) == (
+                "output_bound_required", "args.max_tokens")
+            too_much = c.post("/v5/inference", json={"model": "anthropic/claude-x",
+                                                     "args": {"max_tokens": 500, "messages": USER}})
+            assert too_much.status_code == 429 and too_much.json()["error"]["code"] == "budget_exceeded"
+            fits = c.post("/v5/inference", json={"model": "anthropic/claude-x",
+                                                 "args": {"max_tokens": 3, "messages": USER}})
+            assert fits.status_code == 200
+        assert len(anthropic_upstream.requests) == 1
+    finally:  # the session's database is shared: a key left with limits stops later multi-worker gateways
+        run_cli(database.url, "keys", "revoke", key_id)
 
 
 def test_sdk_reads_a_streamed_tool_use_with_its_streaming_response(sgp):

@@ -56,12 +56,15 @@ def test_what_chat_cannot_carry_is_refused_naming_field_and_vendor(oai):
 def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):
     key, key_id, account = new_key(database.url)
     run_cli(database.url, "limits", "set", "--key", key_id, "--models", "fake/backup")  # read at the key's first use
-    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
-    with pytest.raises(openai.PermissionDeniedError) as refused:
-        client.responses.create(model="fake/m", input="hello", max_output_tokens=2)
-    request_id = refused.value.response.headers["x-request-id"]
-    assert request_id.startswith("resp_")
-    row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == request_id),
-                                  None), message="the refusal's ledger row")
-    assert (row["endpoint"], row["outcome"]) == ("responses", "refused")
-    assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
+    try:
+        client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            client.responses.create(model="fake/m", input="hello", max_output_tokens=2)
+        request_id = refused.value.response.headers["x-request-id"]
+        assert request_id.startswith("resp_")
+        row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == request_id),
+                                      None), message="the refusal's ledger row")
+        assert (row["endpoint"], row["outcome"]) == ("responses", "refused")
+        assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
+    finally:  # the session's database is shared: a key left with limits stops later multi-worker gateways
+        run_cli(database.url, "keys", "revoke", key_id)
