@@ -5,6 +5,8 @@ refused by name; an allow-list that does not name the model refuses it, its ledg
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -73,3 +75,33 @@ def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):
                                   None), message="the refusal's ledger row")
     assert (row["endpoint"], row["outcome"]) == ("responses", "refused")
     assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fallback_serves_a_failing_model_stored_and_billed_on_the_one_that_answered(gateway, database, stream):
+    key, _, account = new_key(database.url)
+    answer = httpx.post(f"{gateway.url}/v5/responses", verify=SHARED_TLS, headers={"x-api-key": key}, timeout=30,
+                        json={"model": "fake/fail-503", "input": "hello", "max_output_tokens": 2, "stream": stream})
+    assert answer.status_code == 200, answer.text
+    assert (answer.headers["x-gateway-model"], answer.headers["x-gateway-fallback-from"]) == (
+        "fake/backup", "fake/fail-503")  # the shared gateway's GATEWAY_FALLBACKS
+    if stream:
+        events = [json.loads(line.removeprefix("data: ")) for line in answer.text.splitlines()
+                  if line.startswith("data: ")]
+        assert events[-1]["type"] == "response.completed"
+        answered = events[-1]["response"]
+    else:
+        answered = answer.json()
+    assert answered["model"] == "fake/backup" and answered["status"] == "completed"
+    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
+    stored = client.responses.retrieve(answered["id"])
+    assert (stored.model, stored.status, stored.output_text) == ("fake/backup", "completed", " w0 w1")
+    assert stored.usage.model_dump() == answered["usage"]
+    row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == answered["id"]),
+                                  None), message="the ledger row")
+    assert (row["endpoint"], row["model"], row["fallback_from"], row["outcome"], row["streamed"]) == (
+        "responses", "fake/backup", "fake/fail-503", "completed", stream)
+    usage = answered["usage"]
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == (
+        usage["input_tokens"], usage["output_tokens"], usage["total_tokens"])
+    assert len([r for r in ledger_rows(database.url, account) if r["endpoint"] == "responses"]) == 1
