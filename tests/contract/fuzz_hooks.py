@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import schemathesis
 
-from tests.contract import fuzz_checks  # noqa: F401  (registers the checks)
+import tests.contract.fuzz_checks  # noqa: F401  (registers the checks)
 from tests.contract.fuzz_steer import steer, steer_chat, steer_native, steer_responses
 from tests.contract.fuzz_vendor import (ACCOUNT_LIMITS, ADMIN, CHAT, COMPLETIONS, KEYS, NATIVE, RESPONSES, RUN_ACCOUNT,
                                         STATS)
