@@ -19,7 +19,8 @@ COMMIT_INTERVAL (plus the commit) after its answer; docs/responses.md says so to
 
 A failing database does not fail the answers: the responses stay pending (and retrievable here)
 and the writer retries with backoff; `close()` writes what is pending at shutdown, and logs the
-id of what it could not.
+id of what it could not. Memory is bounded: past MAX_PENDING responses waiting, a further one is
+not kept (logged at ERROR with its id), as the ledger drops rows past its buffer.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class ResponseWriter:
     COMMIT_INTERVAL = 0.05  # seconds between commits at most, as the ledger's
     RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # seconds between attempts while the database fails
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
+    MAX_PENDING = 10_000  # responses waiting for a commit (a database away for a while)
 
     def __init__(self, engine: AsyncEngine, store: ResponseStore) -> None:
         self._engine, self.store = engine, store
@@ -69,6 +71,10 @@ class ResponseWriter:
         nothing when it says `store: false`. A later note of the same id replaces an earlier one
         not yet committed (the store's `save` replaces a committed one)."""
         if response.get("store") is False:
+            return
+        if len(self._pending) + len(self._writing) >= self.MAX_PENDING and response["id"] not in self._pending:
+            log.error("response %s not stored: %d responses already wait for the database", response["id"],
+                      self.MAX_PENDING)
             return
         self._pending[response["id"]] = Pending(account_id, response, input_items, now)
         self._wake.set()

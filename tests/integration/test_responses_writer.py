@@ -1,7 +1,7 @@
 """The stored responses' writer (gateway/store/response_writer.py) on real SQLite and PostgreSQL:
 a kept response is visible among the pending ones at once, to its account only; a read that needs
 its rows awaits its commit (the event, no sleep) and then finds it; a batch is committed whole;
-`store: false` keeps nothing; shutdown writes what is pending."""
+`store: false` keeps nothing; shutdown writes what is pending; what waits is bounded."""
 
 from __future__ import annotations
 
@@ -102,3 +102,14 @@ def test_shutdown_writes_what_is_pending(url):
             return await STORE.get(connection, "acct-a", "resp_last", T0)
 
     assert _with_writer(url, scenario)["id"] == "resp_last"
+
+
+def test_what_waits_for_the_database_is_bounded(url, caplog):
+    async def scenario(engine, writer):
+        writer.MAX_PENDING = 2
+        for i in range(3):
+            writer.keep("acct-a", _response(f"resp_m{i}"), [], T0)
+        return [writer.pending("acct-a", f"resp_m{i}") is not None for i in range(3)]
+
+    assert _with_writer(url, scenario) == [True, True, False]
+    assert "resp_m2 not stored" in caplog.text
