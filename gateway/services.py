@@ -34,6 +34,7 @@ from gateway.store.ledger import Ledger
 from gateway.store.prices import Prices
 from gateway.store.response_cache import MemoryStore, RedisStore, Store
 from gateway.store.response_purge import ResponsePurge
+from gateway.store.response_writer import ResponseWriter
 from gateway.store.responses import ResponseStore
 from gateway.store.stored_prices import StoredPriceReader
 from gateway.vendors import registry as vendors
@@ -120,9 +121,12 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     cache = cache_store(settings)
     purge = ResponsePurge(engine, ResponseStore.from_settings(settings), settings.responses_purge_seconds)
     purge.start()
+    responses = ResponseWriter(engine, ResponseStore.from_settings(settings))
+    responses.start()
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=key_cache.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,
-                        admission=Admission(settings.max_concurrent), limiter=limiter, redact=redact, cache=cache)
+                        admission=Admission(settings.max_concurrent), limiter=limiter, responses=responses, redact=redact,
+                        cache=cache)
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks it (fewer long pauses under load).
     gc.collect()
@@ -135,6 +139,7 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     finally:
         try:
             await purge.close()
+            await responses.close()  # after the server finished its requests: every pending response is written
             await price_reader.close()
             if cache is not None:
                 await cache.close()

@@ -22,6 +22,7 @@ from gateway.planner.admission import Admission
 from gateway.store.accounts import Caller, KeyStore
 from gateway.store.ledger import Ledger
 from gateway.store.response_cache import Store
+from gateway.store.response_writer import ResponseWriter
 from gateway.vendors.registry import Registry
 
 T = TypeVar("T")
@@ -58,6 +59,7 @@ class Services:
     ledger: Ledger
     admission: Admission
     limiter: Limiter
+    responses: ResponseWriter  # stored responses, kept off the request's path
     redact: Redactor  # every text that reaches a client or the log passes through it
     cache: Store | None = None  # the response cache's store (http/cache.py); None when GATEWAY_CACHE is off
 

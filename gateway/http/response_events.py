@@ -1,11 +1,13 @@
 """The SSE body of a streamed `/v5/responses` answer: OpenAI's Responses events
 (endpoints/responses/stream.py `ResponseStream`) over the vendor's chat chunks, in place of the
-chunk stream every other endpoint writes (http/answer_stream.py), and the stored response kept as
-the stream goes (store/responses.py).
+chunk stream every other endpoint writes (http/answer_stream.py), and the stored response kept at
+its end (store/response_writer.py, off the request's path).
 
-- The response is stored `in_progress` as the stream starts, and again whole at its end; a client
-  that leaves before the end leaves it `incomplete` (with what it had and the usage it knows): a
-  retrieve never finds a response that claims to be running when nothing runs it.
+- The response is kept once, whole, as its terminal event goes out; a client that leaves before
+  the end leaves it `incomplete` (with what it had and the usage it knows). It is not kept
+  `in_progress` at the start: that cost a write per stream for a state no one could act on (a
+  retrieve of a running stream is a 404 until it ends: docs/responses.md), and a retrieve never
+  finds a response that claims to be running when nothing runs it.
 - Exactly one terminal event, always carrying usage: the vendor's, else the gateway's count. A
   vendor failing mid-stream ends it with `response.failed` (error code and message, redacted), and
   what it consumed is billed as any broken stream's is (store/meter.py).
@@ -27,8 +29,6 @@ from gateway.endpoints.responses.stream import ResponseStream, sse
 from gateway.endpoints.unit import Shape
 from gateway.endpoints.usage import usage_body
 from gateway.http.lifecycle import Lifecycle
-from gateway.store import database
-from gateway.store.responses import ResponseStore
 
 log = logging.getLogger("gateway")
 
@@ -41,7 +41,6 @@ class ResponseEvents:
         self._life, self._redact, self._clock = life, redact, clock
         self._stream = ResponseStream(dict(plan.request), response_id=head["id"], created_at=head["created"],
                                       model=head["model"])
-        self._store = ResponseStore.from_settings(life.services.settings)
         self._keep = plan.request.get("store") is not False
         self._events = self._generate()
         self._closed = False
@@ -60,25 +59,20 @@ class ResponseEvents:
             await self._events.aclose()
             await self._rest.aclose()
         finally:
-            if self._stream.ended and not self._saved_end:  # cancelled while it was being stored
-                await self._save()
+            if self._stream.ended and not self._saved_end:  # cancelled before it was kept
+                self._save()
             elif not self._stream.ended and self._keep:  # the client left: the stored response says so
-                usage = None if self.usage is None else usage_body(self.usage)
-                await self._write(lambda c, now: self._store.mark_incomplete(
-                    c, self._life.account, self._stream.response["id"], now,
-                    output=self._stream.response["output"], usage=usage_from_chat(usage)))
+                usage = None if self.usage is None else usage_from_chat(usage_body(self.usage))
+                # The reason: null, as OpenAI's reasons have no name for a client that left.
+                left = {**self._stream.response, "status": "incomplete", "incomplete_details": {"reason": None}}
+                if usage is not None:
+                    left["usage"] = usage
+                self._save(left)
 
-    async def _write(self, work: Callable[[Any, datetime], Any]) -> None:
-        try:
-            async with database.writing(self._life.services.database) as connection:
-                await work(connection, self._clock())
-        except Exception:  # the answer goes on; the stored copy is what is lost, and said so
-            log.exception("response %s: storing it failed", self._stream.response["id"])
-
-    async def _save(self, fresh: bool = False) -> None:
+    def _save(self, response: dict[str, Any] | None = None) -> None:
         if self._keep:
-            await self._write(lambda c, now: self._store.save(c, self._life.account, self._stream.response,
-                                                              self._plan.items, now, fresh=fresh))
+            self._life.services.responses.keep(self._life.account, response or self._stream.response,
+                                               self._plan.items, self._clock())
 
     def _events_of(self, batch: list[Chunk]) -> bytes:
         events: list[dict[str, Any]] = []
@@ -97,7 +91,6 @@ class ResponseEvents:
     async def _generate(self) -> AsyncIterator[bytes]:
         plan, life = self._plan, self._life
         yield b"".join(sse(event) for event in self._stream.start())
-        await self._save(fresh=True)
         batch: list[Chunk] | None = self._first
         try:
             while batch is not None:
@@ -120,7 +113,7 @@ class ResponseEvents:
             life.failed_midway(exc)
             log.exception("stream %s failed", self._stream.response["id"])
             end = self._stream.end(error={"code": "server_error", "message": "internal error in the gateway"})
-        await self._save()  # before the client reads the end: a retrieve that follows finds it
+        self._save()  # before the client reads the end: a retrieve that follows finds it
         self._saved_end = True
         yield b"".join(sse(event) for event in end)
 

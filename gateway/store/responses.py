@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.core.ids import ids
@@ -121,36 +121,48 @@ class ResponseStore:
                     responses.c.created_at > now - self.retention)
 
     async def save(self, connection: AsyncConnection, account_id: str, response: dict[str, Any],
-                   input_items: Sequence[dict[str, Any]], now: datetime, *, fresh: bool = False) -> bool:
+                   input_items: Sequence[dict[str, Any]], now: datetime) -> bool:
         """Keep `response` (the wire object: its `output` becomes its items) and the `input_items` it
-        was given, replacing what was kept under its id before (a stream saves `in_progress`, then
-        its end). False, and nothing kept, when the response says `store: false`. `created_at` is
-        `now` the first time; a later save keeps the first. `fresh`: the caller knows nothing was
-        kept under its id before (a new response's id is 128 random bits): three statements fewer."""
+        was given, replacing what was kept under its id before. False, and nothing kept, when the
+        response says `store: false`. `created_at` is `now` the first time; a later save keeps the
+        first."""
         if response.get("store") is False:
             return False
-        response_id = response["id"]
-        body = {name: value for name, value in response.items() if name != "output"}
-        rows = [("input", position, item) for position, item in enumerate(with_ids(input_items))]
-        rows += [("output", position, item) for position, item in enumerate(response.get("output") or ())]
-        dumped = [(kind, position, item["id"], _dump(item)) for kind, position, item in rows]
-        body_text = _dump(body)
-        size = len(body_text) + sum(len(text) for *_, text in dumped)
-        created = None
-        if not fresh:
-            created = (await connection.execute(select(responses.c.created_at).where(
-                responses.c.id == response_id, responses.c.account_id == account_id))).scalar()
-            await connection.execute(delete(response_items).where(response_items.c.response_id == response_id))
-            await connection.execute(delete(responses).where(responses.c.id == response_id,
-                                                             responses.c.account_id == account_id))
-        await connection.execute(insert(responses).values(
-            id=response_id, account_id=account_id, created_at=created or now, status=response["status"],
-            previous_response_id=response.get("previous_response_id"), bytes=size, body=body_text))
-        if dumped:
-            await connection.execute(insert(response_items), [
-                {"response_id": response_id, "kind": kind, "position": position, "item_id": item_id, "body": text}
-                for kind, position, item_id, text in dumped])
+        await self.save_many(connection, [(account_id, response, input_items, now)])
         return True
+
+    async def save_many(self, connection: AsyncConnection,
+                        batch: Sequence[tuple[str, dict[str, Any], Sequence[dict[str, Any]], datetime]]) -> None:
+        """`save` of each (account id, response, input items, now) at once, in a handful of
+        statements whatever their number (store/response_writer.py commits its batches so); a
+        response saying `store: false` is left out."""
+        batch = [entry for entry in batch if entry[1].get("store") is not False]
+        if not batch:
+            return
+        ids_ = [response["id"] for _, response, _, _ in batch]
+        # Normally none was kept before (ids are 128 random bits); a batch retried after an
+        # uncertain commit, or a response saved again, replaces what was kept and keeps its time.
+        created = dict((await connection.execute(select(responses.c.id, responses.c.created_at).where(
+            responses.c.id.in_(ids_)))).all())
+        if created:
+            await connection.execute(delete(response_items).where(response_items.c.response_id.in_(list(created))))
+            await connection.execute(delete(responses).where(responses.c.id.in_(list(created))))
+        heads, items = [], []
+        for account_id, response, input_items, now in batch:
+            response_id = response["id"]
+            body = {name: value for name, value in response.items() if name != "output"}
+            rows = [("input", position, item) for position, item in enumerate(with_ids(input_items))]
+            rows += [("output", position, item) for position, item in enumerate(response.get("output") or ())]
+            dumped = [{"response_id": response_id, "kind": kind, "position": position, "item_id": item["id"],
+                       "body": _dump(item)} for kind, position, item in rows]
+            body_text = _dump(body)
+            heads.append({"id": response_id, "account_id": account_id, "created_at": created.get(response_id, now),
+                          "status": response["status"], "previous_response_id": response.get("previous_response_id"),
+                          "bytes": len(body_text) + sum(len(row["body"]) for row in dumped), "body": body_text})
+            items += dumped
+        await connection.execute(insert(responses), heads)
+        if items:
+            await connection.execute(insert(response_items), items)
 
     async def get(self, connection: AsyncConnection, account_id: str, response_id: str,
                   now: datetime) -> dict[str, Any]:
@@ -228,39 +240,6 @@ class ResponseStore:
             .where(response_items.c.response_id.in_(order)))).all()
         rows = sorted(rows, key=lambda r: (rank[r.response_id], r.kind != "input", r.position))
         return [json.loads(r.body) for r in rows]
-
-    async def mark_incomplete(self, connection: AsyncConnection, account_id: str, response_id: str,
-                              now: datetime, *, reason: str | None = None,
-                              output: Sequence[dict[str, Any]] | None = None,
-                              usage: dict[str, Any] | None = None) -> bool:
-        """A stream that ended before its last event (the client left): the stored response, saved
-        `in_progress` when it started, becomes `incomplete` with `reason` (null by default: OpenAI's
-        reasons have no name for a client that left), keeping the `output` and
-        `usage` it reached when they are given. False when there is no such response in progress
-        (never stored, or it ended already)."""
-        row = (await connection.execute(select(responses.c.body).where(
-            self._visible(account_id, response_id, now), responses.c.status == "in_progress"))).first()
-        if row is None:
-            return False
-        body = json.loads(row.body)
-        body.update(status="incomplete", incomplete_details={"reason": reason})
-        if usage is not None:
-            body["usage"] = usage
-        if output is not None:
-            await connection.execute(delete(response_items).where(response_items.c.response_id == response_id,
-                                                                  response_items.c.kind == "output"))
-            dumped = [_dump(item) for item in output]
-            if dumped:
-                await connection.execute(insert(response_items), [
-                    {"response_id": response_id, "kind": "output", "position": position,
-                     "item_id": item["id"], "body": text}
-                    for position, (item, text) in enumerate(zip(output, dumped, strict=True))])
-        body_text = _dump(body)
-        items = (await connection.execute(select(func.coalesce(func.sum(func.length(response_items.c.body)), 0))
-                                          .where(response_items.c.response_id == response_id))).scalar()
-        await connection.execute(update(responses).where(responses.c.id == response_id).values(
-            status="incomplete", body=body_text, bytes=len(body_text) + int(items)))
-        return True
 
     async def purge(self, connection: AsyncConnection, now: datetime, *, batch: int = 1000) -> int:
         """Remove up to `batch` responses past their retention, oldest first, with their items;

@@ -1,5 +1,6 @@
-"""The fuzz runs' own judge (tests/contract/fuzz_hooks.py): which refusals of a valid request the capability
-map allows each protocol's vendor, and that the cases steered to be served ask for none of them."""
+"""The fuzz runs' own judge (tests/contract/fuzz_checks.py, fuzz_steer.py): which refusals of a valid
+request the capability map allows each protocol's vendor, and that the cases steered to be served ask
+for none of them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import copy
 import pytest
 
 from tests.contract.fuzz import TARGETS
-from tests.contract.fuzz_hooks import Vendor, refusable, servable, steer, steer_chat
+from tests.contract.fuzz_checks import refusable
+from tests.contract.fuzz_steer import servable, steer, steer_chat
+from tests.contract.fuzz_vendor import Vendor
 
 EVERYTHING = {"prompt": ["a", "b"], "n": 2, "best_of": 3, "echo": True, "frequency_penalty": 0.5,
               "presence_penalty": -0.5, "logit_bias": {"7": 5}, "logprobs": 2, "max_tokens": 3, "seed": 2**40,

@@ -1,9 +1,12 @@
 """POST /v5/responses on an OpenAI-compatible server that has chat only (the fake, bridged through
 the OpenAI protocol's chat translator): a client that leaves mid-stream leaves the stored response
 `incomplete`; the caller's own OpenAI key is refused as chat refuses it; a field chat cannot carry is
-refused by name; an allow-list that does not name the model refuses it, its ledger row `responses`."""
+refused by name; an allow-list that does not name the model refuses it, its ledger row `responses`; a
+fallback chain serves a failing model, stored and billed on the model that answered."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import openai
@@ -32,10 +35,18 @@ def test_a_client_that_leaves_mid_stream_leaves_it_incomplete(gateway, database,
             if line.startswith("event: response.output_text.delta"):
                 break  # and leave, the vendor still streaming
     assert response_id is not None and response_id.startswith("resp_")
-    kept = wait_until(lambda: (found := oai.responses.retrieve(response_id)).status != "in_progress" and found,
-                      message="the stored response's end")
+    kept = wait_until(lambda: _kept(oai, response_id), message="the stored response's end")
     assert kept.status == "incomplete" and kept.incomplete_details.reason is None
     assert kept.output and kept.output[0].type == "message"
+
+
+def _kept(oai, response_id):
+    """The stored response once the gateway has seen its client leave (a stream is kept at its end,
+    not while it runs: a 404 until then)."""
+    try:
+        return oai.responses.retrieve(response_id)
+    except openai.NotFoundError:
+        return None
 
 
 def test_the_callers_openai_key_is_refused(gateway, database):
@@ -68,3 +79,34 @@ def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):
         assert client.responses.create(model="fake/backup", input="hello", max_output_tokens=2).output_text == " w0 w1"
     finally:  # the session's database is shared: a key left with limits stops later multi-worker gateways
         run_cli(database.url, "keys", "revoke", key_id)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fallback_serves_a_failing_model_stored_and_billed_on_the_one_that_answered(gateway, database, stream):
+    key, _, account = new_key(database.url)
+    answer = httpx.post(f"{gateway.url}/v5/responses", verify=SHARED_TLS, headers={"x-api-key": key}, timeout=30,
+                        json={"model": "fake/fail-503", "input": "hello", "max_output_tokens": 2, "stream": stream})
+    assert answer.status_code == 200, answer.text
+    assert (answer.headers["x-gateway-model"], answer.headers["x-gateway-fallback-from"]) == (
+        "fake/backup", "fake/fail-503")  # the shared gateway's GATEWAY_FALLBACKS
+    if stream:
+        events = [json.loads(line.removeprefix("data: ")) for line in answer.text.splitlines()
+                  if line.startswith("data: ")]
+        assert events[-1]["type"] == "response.incomplete"  # max_output_tokens reached
+        answered = events[-1]["response"]
+    else:
+        answered = answer.json()
+    assert (answered["model"], answered["status"], answered["incomplete_details"]) == (
+        "fake/backup", "incomplete", {"reason": "max_output_tokens"})
+    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/v5", max_retries=0)
+    stored = client.responses.retrieve(answered["id"])
+    assert (stored.model, stored.status, stored.output_text) == ("fake/backup", "incomplete", " w0 w1")
+    assert stored.usage.model_dump(exclude_none=True) == answered["usage"]
+    row = wait_until(lambda: next((r for r in ledger_rows(database.url, account) if r["request_id"] == answered["id"]),
+                                  None), message="the ledger row")
+    assert (row["endpoint"], row["model"], row["fallback_from"], row["outcome"], row["streamed"]) == (
+        "responses", "fake/backup", "fake/fail-503", "completed", stream)  # the vendor call completed
+    usage = answered["usage"]
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == (
+        usage["input_tokens"], usage["output_tokens"], usage["total_tokens"])
+    assert len([r for r in ledger_rows(database.url, account) if r["endpoint"] == "responses"]) == 1

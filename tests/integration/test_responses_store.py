@@ -87,7 +87,6 @@ def test_another_accounts_id_is_answered_as_an_unknown_one(url):
         with pytest.raises(ResponseNotFound) as unknown:
             run(url, lambda c: STORE.get(c, "acct-b", "resp_nothing", T0))
         assert str(foreign.value).replace(resp["id"], "ID") == str(unknown.value).replace("resp_nothing", "ID")
-    assert not run(url, lambda c: STORE.mark_incomplete(c, "acct-b", resp["id"], T0))
     assert run(url, lambda c: STORE.get(c, "acct-a", resp["id"], T0))["status"] == "completed"
 
 
@@ -205,22 +204,6 @@ def test_a_response_past_its_retention_is_not_found_and_the_purge_removes_it(url
 
 async def _ids(connection) -> list[str]:
     return list((await connection.execute(select(responses.c.id))).scalars().all())
-
-
-def test_a_stream_the_client_left_stays_incomplete_with_what_it_reached(url):
-    resp = response(status="in_progress")
-    resp["output"] = []
-    save(url, "acct-a", resp, [user("x")])
-    reached = [{"type": "message", "id": "msg_part", "role": "assistant", "status": "incomplete",
-                "content": [{"type": "output_text", "text": "Par", "annotations": []}]}]
-    usage = {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-             "output_tokens": 1,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 4}
-    assert run(url, lambda c: STORE.mark_incomplete(c, "acct-a", resp["id"], T0, output=reached, usage=usage))
-    stored = run(url, lambda c: STORE.get(c, "acct-a", resp["id"], T0))
-    assert (stored["status"], stored["incomplete_details"], stored["output"], stored["usage"]) == (
-        "incomplete", {"reason": None}, reached, usage)
-    assert not run(url, lambda c: STORE.mark_incomplete(c, "acct-a", resp["id"], T0))
 
 
 def test_saving_again_replaces_and_keeps_the_first_creation_time(url):

@@ -23,6 +23,8 @@ import copy
 import json
 from typing import Any
 
+import orjson
+
 from gateway.endpoints.responses.answer import (
     MAX_OUTPUT_ITEMS,
     Unexpected,
@@ -197,8 +199,8 @@ class ResponseStream:
 
 def sse(event: dict[str, Any]) -> bytes:
     """One event on the wire, as OpenAI sends it: its type as the SSE event name, then its JSON."""
-    try:
-        data = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:  # a lone surrogate from a vendor: escaped, it is still valid JSON
+    try:  # orjson: a stream's events are many (one per delta), and json.dumps was a third of their cost
+        data = orjson.dumps(event)
+    except orjson.JSONEncodeError:  # a lone surrogate from a vendor: escaped, it is still valid JSON
         data = json.dumps(event, separators=(",", ":")).encode()
     return b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"

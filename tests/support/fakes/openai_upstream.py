@@ -163,6 +163,9 @@ class FakeOpenAI:
             await send_json(send, 400, {"error": {"message": problem, "type": "invalid_request_error"}})
         elif refusal is not None:
             await send_json(send, *refusal)
+        elif request["model"].startswith("fail-"):  # as on /v1/completions (a fallback's first model)
+            status = int(request["model"].split("-")[1])
+            await send_json(send, status, {"error": {"message": f"fake failure {status}", "type": "server_error"}})
         elif request.get("stream") and request["model"] == "stall-later":  # two chunks, then nothing
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream")]})

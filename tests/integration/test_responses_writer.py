@@ -1,0 +1,115 @@
+"""The stored responses' writer (gateway/store/response_writer.py) on real SQLite and PostgreSQL:
+a kept response is visible among the pending ones at once, to its account only; a read that needs
+its rows awaits its commit (the event, no sleep) and then finds it; a batch is committed whole;
+`store: false` keeps nothing; shutdown writes what is pending; what waits is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gateway.store import database
+from gateway.store.response_writer import ResponseWriter
+from gateway.store.responses import ResponseNotFound, ResponseStore
+from tests.support.provision import empty_database
+
+T0 = datetime.now(UTC)  # the store's retention is judged against it: a recent time
+STORE = ResponseStore(retention=timedelta(days=30))
+
+
+async def nothing(connection) -> None:
+    return None
+
+
+@pytest.fixture(scope="module")
+def url(backend_kind):
+    with empty_database(backend_kind) as url:
+        async def migrate() -> None:
+            engine = database.connect(url)
+            try:
+                await database.prepare(engine, nothing)
+            finally:
+                await engine.dispose()
+        asyncio.run(migrate())
+        yield url
+
+
+def _response(response_id: str, **fields) -> dict:
+    return {"id": response_id, "object": "response", "status": "completed", "store": True,
+            "previous_response_id": None,
+            "output": [{"type": "message", "id": f"msg_{response_id}", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "hi", "annotations": []}]}], **fields}
+
+
+def _with_writer(url: str, scenario):
+    async def go():
+        engine = database.connect(url)
+        writer = ResponseWriter(engine, STORE)
+        writer.start()
+        try:
+            return await scenario(engine, writer)
+        finally:
+            await writer.close()
+            await engine.dispose()
+    return asyncio.run(go())
+
+
+def test_a_kept_response_is_pending_for_its_account_then_committed(url):
+    async def scenario(engine, writer):
+        resp = _response("resp_w1")
+        writer.keep("acct-a", resp, [{"role": "user", "content": "hello"}], T0)
+        seen = (writer.pending("acct-a", "resp_w1"), writer.pending("acct-b", "resp_w1"))
+        await writer.flushed("acct-a", "resp_w1")
+        async with engine.connect() as connection:
+            stored = await STORE.get(connection, "acct-a", "resp_w1", T0)
+            page = await STORE.input_items(connection, "acct-a", "resp_w1", T0)
+            chain = await STORE.chain(connection, "acct-a", "resp_w1", T0)
+            with pytest.raises(ResponseNotFound):
+                await STORE.get(connection, "acct-b", "resp_w1", T0)
+        return seen, stored, page, chain, writer.pending("acct-a", "resp_w1")
+
+    (mine, foreign), stored, page, chain, after = _with_writer(url, scenario)
+    assert mine["id"] == "resp_w1" and foreign is None
+    assert stored["output"] == _response("resp_w1")["output"]
+    assert [item["content"] for item in page.data] == ["hello"]
+    assert [item.get("role") for item in chain] == ["user", "assistant"]
+    assert after is None  # committed: no longer held in memory
+
+
+def test_many_responses_commit_in_one_batch_and_store_false_keeps_nothing(url):
+    async def scenario(engine, writer):
+        for i in range(40):
+            writer.keep("acct-a", _response(f"resp_b{i}"), [{"role": "user", "content": str(i)}], T0)
+        writer.keep("acct-a", _response("resp_not", store=False), [], T0)
+        await writer.flushed("acct-a", "resp_b39")
+        async with engine.connect() as connection:
+            found = [(await STORE.get(connection, "acct-a", f"resp_b{i}", T0))["id"] for i in range(40)]
+            with pytest.raises(ResponseNotFound):
+                await STORE.get(connection, "acct-a", "resp_not", T0)
+        return found, writer.pending("acct-a", "resp_not")
+
+    found, not_kept = _with_writer(url, scenario)
+    assert found == [f"resp_b{i}" for i in range(40)] and not_kept is None
+
+
+def test_shutdown_writes_what_is_pending(url):
+    async def scenario(engine, writer):
+        writer.keep("acct-a", _response("resp_last"), [], T0)
+        await writer.close()  # before its writer had its turn
+        async with engine.connect() as connection:
+            return await STORE.get(connection, "acct-a", "resp_last", T0)
+
+    assert _with_writer(url, scenario)["id"] == "resp_last"
+
+
+def test_what_waits_for_the_database_is_bounded(url, caplog):
+    async def scenario(engine, writer):
+        writer.MAX_PENDING = 2
+        for i in range(3):
+            writer.keep("acct-a", _response(f"resp_m{i}"), [], T0)
+        return [writer.pending("acct-a", f"resp_m{i}") is not None for i in range(3)]
+
+    assert _with_writer(url, scenario) == [True, True, False]
+    assert "resp_m2 not stored" in caplog.text
