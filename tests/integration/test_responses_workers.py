@@ -44,8 +44,16 @@ class Gateway:
     """Requests each on a fresh connection, and which worker served each."""
 
     def __init__(self, process: GatewayProcess, key: str) -> None:
-        self.port, self.key = process.port, key
-        self.workers = children_of(process.proc.pid)  # the workers, and any helper process
+        self.port, self.key, self._pid = process.port, key, process.proc.pid
+
+    @property
+    def workers(self) -> list[int]:
+        return children_of(self._pid)  # the workers, and any helper process, as they are now
+
+    def both_serving(self) -> None:
+        """Return once each worker has served (the gateway is ready when one is)."""
+        wait_until(lambda: len({self.call("GET", "/readyz")[2] for _ in range(16)}) == 2,
+                   message="a request served by each worker")
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes, int]:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -93,6 +101,7 @@ def test_a_response_is_found_on_every_worker_the_moment_it_is_answered(upstream,
 def test_with_writes_blocked_an_answer_still_goes_out_and_is_stored_once_they_resume(upstream, database):
     with GatewayProcess(gateway_env(upstream.url, database.url, GATEWAY_WORKERS="2")) as process:
         gateway = Gateway(process, database.key)
+        gateway.both_serving()  # a worker still starting would find its database locked
         with writes_blocked(database.url):  # SQLite: no write commits until the block ends
             answered, by = gateway.create({"model": "fake/m", "input": "while the database is away"})
             wait_until(lambda: f"response {answered} answered before it was stored" in process.log(),
