@@ -1,9 +1,9 @@
 """POST /v5/responses and the stored responses (GET, DELETE, input items): the body as the
 contract's `ResponseCreateRequest`, its stored conversation read for its account, served the one
-way (http/serving.py) by the responses unit (gateway/endpoints/responses/); a plain answer kept as
-it goes out (a stream keeps itself: http/response_events.py), through the writer that keeps it off
-the request's path (store/response_writer.py): a read first looks among its pending responses, or
-awaits the commit of the id it names. Every read is scoped to the caller's account: another
+way (http/serving.py) by the responses unit (gateway/endpoints/responses/); a plain answer kept,
+and sent once its writer's batch has committed (a stream keeps itself: http/response_events.py),
+so that every worker finds it (store/response_writer.py, which bounds that wait): a read first
+looks among its pending responses, or awaits the commit of the id it names. Every read is scoped to the caller's account: another
 account's id is the 404 an unknown one is (store/responses.py)."""
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ async def create(request: HandlerRequest) -> Response:
             raise BadRequest(str(exc), code=exc.code, param="previous_response_id") from None
     answer = await serve(request, UNIT, AskedResponses(body, history))
     if not body.get("stream") and body.get("store") is not False and answer.status_code == 200:
-        writer.keep(_account(request), orjson.loads(answer.body), input_items(body), _now())
+        # Sent once committed (bounded): a chain through another worker then finds it.
+        await writer.stored(writer.keep(_account(request), orjson.loads(answer.body), input_items(body), _now()))
     return answer
 
 

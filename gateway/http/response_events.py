@@ -3,7 +3,9 @@
 chunk stream every other endpoint writes (http/answer_stream.py), and the stored response kept at
 its end (store/response_writer.py, off the request's path).
 
-- The response is kept once, whole, as its terminal event goes out; a client that leaves before
+- The response is kept once, whole, and its terminal event written once the writer has committed
+  it (bounded: store/response_writer.py), so that a client chaining onto it at once through another
+  worker finds it; a client that leaves before
   the end leaves it `incomplete` (with what it had and the usage it knows). It is not kept
   `in_progress` at the start: that cost a write per stream for a state no one could act on (a
   retrieve of a running stream is a 404 until it ends: docs/responses.md), and a retrieve never
@@ -29,6 +31,7 @@ from gateway.endpoints.responses.stream import ResponseStream, sse
 from gateway.endpoints.unit import Shape
 from gateway.endpoints.usage import usage_body
 from gateway.http.lifecycle import Lifecycle
+from gateway.store.response_writer import Pending
 
 log = logging.getLogger("gateway")
 
@@ -69,10 +72,11 @@ class ResponseEvents:
                     left["usage"] = usage
                 self._save(left)
 
-    def _save(self, response: dict[str, Any] | None = None) -> None:
-        if self._keep:
-            self._life.services.responses.keep(self._life.account, response or self._stream.response,
-                                               self._plan.items, self._clock())
+    def _save(self, response: dict[str, Any] | None = None) -> Pending | None:
+        if not self._keep:
+            return None
+        return self._life.services.responses.keep(self._life.account, response or self._stream.response,
+                                                  self._plan.items, self._clock())
 
     def _events_of(self, batch: list[Chunk]) -> bytes:
         events: list[dict[str, Any]] = []
@@ -113,7 +117,8 @@ class ResponseEvents:
             life.failed_midway(exc)
             log.exception("stream %s failed", self._stream.response["id"])
             end = self._stream.end(error={"code": "server_error", "message": "internal error in the gateway"})
-        self._save()  # before the client reads the end: a retrieve that follows finds it
+        noted = self._save()
         self._saved_end = True
+        await self._life.services.responses.stored(noted)  # committed before the client reads the end
         yield b"".join(sse(event) for event in end)
 

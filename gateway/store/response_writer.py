@@ -1,26 +1,31 @@
-"""The stored responses' writer: a response is kept off the request's path, as the ledger's rows
-are (store/ledger.py). An answer hands its response to `keep`, which only notes it; one task per
-process commits everything noted since its last commit in one transaction, at most every
-COMMIT_INTERVAL (two INSERT statements per batch, whatever its size: store/responses.py
-`save_many`).
+"""The stored responses' writer: a response is kept off the request's CPU path, as the ledger's
+rows are (store/ledger.py), yet durable before its client has the answer. An answer hands its
+response to `keep`, which only notes it, then awaits `stored`; one task per process commits
+continuously, group commit: a batch starts as soon as the previous one ends, with everything noted
+meanwhile, in one transaction (two INSERT statements per batch, whatever its size: store/responses.py
+`save_many`). No timer: an idle writer commits a lone response at once, a busy one gathers the
+answers that arrived during its last commit.
 
-Why: one write transaction per answer, in the answer's path, cost a plain /v5/responses four to
-eight times chat's gateway CPU and serialized requests on SQLite's one writer
-(docs/performance.md#responses-beside-chat).
+Why one transaction per batch: one per answer cost a plain /v5/responses four to eight times chat's
+gateway CPU and serialized requests on SQLite's one writer
+(docs/performance.md#responses-beside-chat). Why the answer awaits its batch: a client chaining
+`previous_response_id` at once (the OpenAI Agents SDK does) may reach another worker or host,
+which only sees what is committed; a timer-batched writer answered before the commit and such a
+client could meet a 404.
 
-What it keeps of the store's guarantees, in this process:
-- A response is retrievable as soon as its answer reached the client: a retrieve finds it among
-  the pending ones (`pending`), and a read that needs its rows (input items, a chain, a delete)
-  first awaits the commit of that id (`flushed`), an event, never a sleep.
+- In this process, a response is also found among the pending ones (`pending`), and a read that
+  needs its rows (input items, a chain, a delete) first awaits the commit of that id (`flushed`):
+  events, never a sleep.
 - A stream is kept once, at its end (or `incomplete` when its client left), not `in_progress` at
-  its start: a response is retrievable once it has ended (docs/responses.md says so).
-Another worker process of the same gateway sees a response once it is committed, at most
-COMMIT_INTERVAL (plus the commit) after its answer; docs/responses.md says so too.
+  its start; its terminal event is written once it is stored (http/response_events.py).
 
-A failing database does not fail the answers: the responses stay pending (and retrievable here)
-and the writer retries with backoff; `close()` writes what is pending at shutdown, and logs the
-id of what it could not. Memory is bounded: past MAX_PENDING responses waiting, a further one is
-not kept (logged at ERROR with its id), as the ledger drops rows past its buffer.
+A failing database does not fail the answers. An answer waits for its commit at most COMMIT_WAIT,
+then goes out anyway, logged at ERROR with its id: availability over a guarantee the database
+cannot give (another worker may then not find it until the database is back; this worker still
+does). The response stays pending and the writer retries with backoff; `close()` writes what is
+pending at shutdown, and logs the id of what it could not. Memory is bounded: past MAX_PENDING
+responses waiting, a further one is not kept (logged at ERROR with its id), as the ledger drops rows
+past its buffer.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class Pending:
 
 
 class ResponseWriter:
-    COMMIT_INTERVAL = 0.05  # seconds between commits at most, as the ledger's
+    COMMIT_WAIT = 2.0  # seconds an answer waits for its commit before it goes out anyway (logged)
     RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # seconds between attempts while the database fails
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
     MAX_PENDING = 10_000  # responses waiting for a commit (a database away for a while)
@@ -66,18 +71,36 @@ class ResponseWriter:
         self._task: asyncio.Task[None] | None = None
 
     def keep(self, account_id: str, response: dict[str, Any], input_items: Sequence[dict[str, Any]],
-             now: datetime) -> None:
-        """Note `response` (the wire object) and the input it was given for the next commit;
-        nothing when it says `store: false`. A later note of the same id replaces an earlier one
-        not yet committed (the store's `save` replaces a committed one)."""
+             now: datetime) -> Pending | None:
+        """Note `response` (the wire object) and the input it was given for the next commit, and
+        return the note for `stored`; nothing when it says `store: false`. A later note of the same
+        id replaces an earlier one not yet committed, with the same event (the store's `save`
+        replaces a committed one)."""
         if response.get("store") is False:
-            return
-        if len(self._pending) + len(self._writing) >= self.MAX_PENDING and response["id"] not in self._pending:
+            return None
+        earlier = self._pending.get(response["id"])
+        if len(self._pending) + len(self._writing) >= self.MAX_PENDING and earlier is None:
             log.error("response %s not stored: %d responses already wait for the database", response["id"],
                       self.MAX_PENDING)
-            return
-        self._pending[response["id"]] = Pending(account_id, response, input_items, now)
+            return None
+        noted = Pending(account_id, response, input_items, now)
+        if earlier is not None:
+            noted.committed = earlier.committed
+        self._pending[response["id"]] = noted
         self._wake.set()
+        return noted
+
+    async def stored(self, noted: Pending | None) -> None:
+        """Return once `noted` is committed (at once for nothing noted), or after COMMIT_WAIT: the
+        answer then goes out without it, logged, rather than wait on a database that is away."""
+        if noted is None or noted.committed.is_set():
+            return
+        try:
+            async with asyncio.timeout(self.COMMIT_WAIT):
+                await noted.committed.wait()
+        except TimeoutError:
+            log.error("response %s answered before it was stored: no commit within %.1fs (kept pending, retried)",
+                      noted.response["id"], self.COMMIT_WAIT)
 
     def pending(self, account_id: str, response_id: str) -> dict[str, Any] | None:
         """The response of this id noted and not yet committed, if it is this account's."""
@@ -104,12 +127,12 @@ class ResponseWriter:
             pending.committed.set()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         delay = self.RETRY_FIRST
         while True:
+            # Group commit: what was noted during the last commit has set the event, so the next
+            # batch starts at once with all of it.
             await self._wake.wait()
             self._wake.clear()
-            began = loop.time()
             self._take()
             try:
                 await self._commit()
@@ -121,8 +144,6 @@ class ResponseWriter:
                 await asyncio.sleep(delay)  # backoff against a failing database, not synchronisation
                 delay = min(delay * 2, self.RETRY_MAX)
                 continue
-            # At most one commit per interval: what arrives meanwhile joins the next batch.
-            await asyncio.sleep(max(0.0, self.COMMIT_INTERVAL - (loop.time() - began)))
 
     def _take(self) -> None:
         """Move what is pending into the batch being written (after a failed commit, the batch

@@ -1,11 +1,14 @@
 """The stored responses' writer (gateway/store/response_writer.py) on real SQLite and PostgreSQL:
 a kept response is visible among the pending ones at once, to its account only; a read that needs
-its rows awaits its commit (the event, no sleep) and then finds it; a batch is committed whole;
-`store: false` keeps nothing; shutdown writes what is pending; what waits is bounded."""
+its rows awaits its commit (the event, no sleep) and then finds it; `stored` returns once it is
+committed, with no timer between commits; a batch is committed whole; `store: false` keeps nothing;
+with the database down, `stored` gives up after its bound (logged) and the response is committed
+once the database is back; shutdown writes what is pending; what waits is bounded."""
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +16,7 @@ import pytest
 from gateway.store import database
 from gateway.store.response_writer import ResponseWriter
 from gateway.store.responses import ResponseNotFound, ResponseStore
-from tests.support.provision import empty_database
+from tests.support.provision import empty_database, postgres_down, writes_blocked
 
 T0 = datetime.now(UTC)  # the store's retention is judged against it: a recent time
 STORE = ResponseStore(retention=timedelta(days=30))
@@ -76,6 +79,44 @@ def test_a_kept_response_is_pending_for_its_account_then_committed(url):
     assert [item["content"] for item in page.data] == ["hello"]
     assert [item.get("role") for item in chain] == ["user", "assistant"]
     assert after is None  # committed: no longer held in memory
+
+
+def test_stored_returns_once_committed_and_a_replaced_note_keeps_its_event(url):
+    async def scenario(engine, writer):
+        first = writer.keep("acct-a", _response("resp_s1", output=[]), [], T0)
+        again = writer.keep("acct-a", _response("resp_s1"), [], T0)  # replaces it before its commit
+        await writer.stored(first)  # the replaced note's event is the replacement's
+        await writer.stored(again)
+        async with engine.connect() as connection:  # no flushed(): stored() alone made it durable
+            return await STORE.get(connection, "acct-a", "resp_s1", T0), writer.pending("acct-a", "resp_s1")
+
+    stored, held = _with_writer(url, scenario)
+    assert stored["output"] == _response("resp_s1")["output"] and held is None
+    assert _with_writer(url, lambda engine, writer: writer.stored(writer.keep("acct-a", _response("resp_s2",
+                                                                           store=False), [], T0))) is None
+
+
+def test_with_the_database_down_stored_gives_up_logged_and_commits_once_it_is_back(url, backend_kind, caplog):
+    outage = writes_blocked if backend_kind == "sqlite" else postgres_down
+
+    async def scenario(engine, writer):
+        writer.COMMIT_WAIT = 0.2  # the bound under test is "it returns", not how long it took
+        loop, down = asyncio.get_running_loop(), outage(url)
+        with ThreadPoolExecutor(1) as thread:  # the outage's own blocking calls, in one thread (SQLite's rule)
+            await loop.run_in_executor(thread, down.__enter__)
+            try:
+                noted = writer.keep("acct-a", _response("resp_down"), [], T0)
+                await writer.stored(noted)
+                during = (noted.committed.is_set(), writer.pending("acct-a", "resp_down") is not None)
+            finally:
+                await loop.run_in_executor(thread, down.__exit__, None, None, None)
+        await writer.flushed("acct-a", "resp_down")  # the writer's retry, once the database is back
+        async with engine.connect() as connection:
+            return during, await STORE.get(connection, "acct-a", "resp_down", T0)
+
+    (committed, pending), stored = _with_writer(url, scenario)
+    assert not committed and pending and stored["id"] == "resp_down"
+    assert "response resp_down answered before it was stored" in caplog.text
 
 
 def test_many_responses_commit_in_one_batch_and_store_false_keeps_nothing(url):
