@@ -12,26 +12,15 @@ from sqlalchemy import func, select
 from gateway.store import database
 from gateway.store.responses import ChainTooLong, ItemNotFound, ResponseNotFound, ResponseStore
 from gateway.store.tables import response_items, responses
-from tests.support.provision import empty_database
+from tests.support.provision import migrated_database
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 STORE = ResponseStore(retention=timedelta(days=30), max_chain=4, max_chain_bytes=1 << 20)
 
 
-async def nothing(connection) -> None:
-    return None
-
-
 @pytest.fixture(scope="module")
 def url(backend_kind):
-    with empty_database(backend_kind) as url:
-        async def migrate() -> None:
-            engine = database.connect(url)
-            try:
-                await database.prepare(engine, nothing)
-            finally:
-                await engine.dispose()
-        asyncio.run(migrate())
+    with migrated_database(backend_kind) as url:
         yield url
 
 

@@ -16,26 +16,15 @@ import pytest
 from gateway.store import database
 from gateway.store.response_writer import ResponseWriter
 from gateway.store.responses import ResponseNotFound, ResponseStore
-from tests.support.provision import empty_database, postgres_down, writes_blocked
+from tests.support.provision import migrated_database, postgres_down, writes_blocked
 
 T0 = datetime.now(UTC)  # the store's retention is judged against it: a recent time
 STORE = ResponseStore(retention=timedelta(days=30))
 
 
-async def nothing(connection) -> None:
-    return None
-
-
 @pytest.fixture(scope="module")
 def url(backend_kind):
-    with empty_database(backend_kind) as url:
-        async def migrate() -> None:
-            engine = database.connect(url)
-            try:
-                await database.prepare(engine, nothing)
-            finally:
-                await engine.dispose()
-        asyncio.run(migrate())
+    with migrated_database(backend_kind) as url:
         yield url
 
 

@@ -6,6 +6,7 @@ console script).
         db.url, db.key (grants acct-a), db.multi_key (grants acct-a and acct-b)
     with empty_database("postgresql") as url:  a fresh, empty database on the server named by
                                                GATEWAY_TEST_DATABASE_URL (or "sqlite")
+    with migrated_database("sqlite") as url:   the same, with the gateway's tables
 """
 
 from __future__ import annotations
@@ -94,6 +95,26 @@ def empty_database(kind: str) -> Iterator[str]:
         yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
         asyncio.run(_admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextlib.contextmanager
+def migrated_database(kind: str) -> Iterator[str]:
+    """The URL of a new database of `kind` with the gateway's tables (its migrations run) and
+    nothing in them: no account, no key."""
+    with empty_database(kind) as url:
+        async def migrate() -> None:
+            engine = database.connect(url)
+            try:
+                await database.prepare(engine, _nothing)
+            finally:
+                await engine.dispose()
+
+        asyncio.run(migrate())
+        yield url
+
+
+async def _nothing(connection: object) -> None:
+    return None
 
 
 @contextlib.contextmanager
