@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+from hypothesis import strategies as st
 
 from gateway.core.completion import Chunk, Result, Usage
 from gateway.core.config import Settings, VendorConfig
@@ -28,6 +29,34 @@ from gateway.vendors.local.model import LocalOptions
 from gateway.endpoints.usage import usage_body
 from generated.models import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from tests.support.fakes.httpx_client import answered_by
+
+# A function's name as the contract takes it, and a stop as a client may send it: one or several.
+NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
+STOP = st.one_of(st.text(min_size=1, max_size=8), st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
+
+
+@st.composite
+def chat_parameters(draw: Callable[[Any], Any], temperature_max: float = 2) -> dict[str, Any]:
+    """A chat request's parameters, as the unit hands them on (the fields set, not null), with a
+    temperature within the protocol's range (the planner refuses more)."""
+    parameters: dict[str, Any] = {}
+    if draw(st.booleans()):
+        parameters[draw(st.sampled_from(["max_tokens", "max_completion_tokens"]))] = draw(st.integers(1, 4096))
+    if draw(st.booleans()):
+        parameters["stop"] = draw(STOP)
+    if draw(st.booleans()):
+        parameters["temperature"] = draw(st.floats(0, temperature_max))
+    if draw(st.booleans()):
+        names = draw(st.lists(NAME, min_size=1, max_size=3, unique=True))
+        parameters["tools"] = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+                               for name in names]
+        choice = draw(st.sampled_from(["none", "auto", "required", "named", None]))
+        if choice == "named":
+            parameters["tool_choice"] = {"type": "function", "function": {"name": draw(st.sampled_from(names))}}
+        elif choice is not None:
+            parameters["tool_choice"] = choice
+    return parameters
+
 
 SETTINGS = Settings()
 HEAD = {"id": "x-1", "created": 1, "model": "vendor/model"}

@@ -19,13 +19,11 @@ from gateway.core.completion import MAX_USAGE_TOKENS, CompletionCall
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import VendorFailed
 from tests.support.fakes import anthropic_upstream
-from tests.support.translators import (client_chat, client_completion, client_stream, finishes_read, joined, run_http,
-                                       sse)
+from tests.support.translators import (NAME, chat_parameters, client_chat, client_completion, client_stream,
+                                       finishes_read, joined, run_http, sse)
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
 TEXT = st.text(max_size=24)
-STOPS = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4)
 COUNT = st.integers(0, 10**6)
 # A count no vendor can mean: negative, past the most one call can use (core/completion.py
 # MAX_USAGE_TOKENS), a fraction, not a number.
@@ -41,27 +39,6 @@ def problems(sent) -> list[str]:
     return anthropic_upstream._problems(dict(sent.headers), sent.body)
 
 
-@st.composite
-def chat_parameters(draw) -> dict[str, Any]:
-    parameters: dict[str, Any] = {}
-    if draw(st.booleans()):
-        parameters[draw(st.sampled_from(["max_tokens", "max_completion_tokens"]))] = draw(st.integers(1, 4096))
-    if draw(st.booleans()):
-        parameters["stop"] = draw(st.one_of(st.text(min_size=1, max_size=8), STOPS))
-    if draw(st.booleans()):
-        parameters["temperature"] = draw(st.floats(0, 1))  # its range on this protocol (the planner refuses more)
-    if draw(st.booleans()):
-        names = draw(st.lists(NAME, min_size=1, max_size=3, unique=True))
-        parameters["tools"] = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-                               for name in names]
-        choice = draw(st.sampled_from(["none", "auto", "required", "named", None]))
-        if choice == "named":
-            parameters["tool_choice"] = {"type": "function", "function": {"name": draw(st.sampled_from(names))}}
-        elif choice is not None:
-            parameters["tool_choice"] = choice
-    return parameters
-
-
 MESSAGE = {"type": "message", "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn",
            "usage": {"input_tokens": 1, "output_tokens": 1}}
 STOPPED = [{"type": "message_start", "message": {"usage": {"input_tokens": 1}}},
@@ -70,7 +47,7 @@ STOPPED = [{"type": "message_start", "message": {"usage": {"input_tokens": 1}}},
 
 
 @SOME
-@given(model=NAME, parameters=chat_parameters(), stream=st.booleans())
+@given(model=NAME, parameters=chat_parameters(temperature_max=1), stream=st.booleans())
 def test_a_chat_call_is_a_messages_request_carrying_its_values(model, parameters, stream):
     call = ChatCall(model, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
                     parameters, stream=stream)

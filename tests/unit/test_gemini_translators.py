@@ -21,13 +21,12 @@ from gateway.core.endpoint import Endpoint
 from gateway.core.errors import VendorFailed
 from gateway.vendors.gemini import chat as gemini_chat
 from tests.support.fakes import gemini_upstream
-from tests.support.translators import client_chat, client_completion, client_stream, finishes_read, joined, run_http
+from tests.support.translators import (NAME, chat_parameters, client_chat, client_completion, client_stream,
+                                       finishes_read, joined, run_http)
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)  # the contract's function name
 MODEL = st.from_regex(r"[a-z0-9-]{1,24}", fullmatch=True)
 TEXT = st.text(max_size=24)
-STOPS = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4)
 COUNT = st.integers(0, 10**6)
 # A count no vendor can mean: negative, past the most one call can use (core/completion.py
 # MAX_USAGE_TOKENS), a fraction, not a number.
@@ -41,27 +40,6 @@ ARGS = st.dictionaries(NAME, st.integers() | st.text(max_size=4), max_size=3)
 def problems(sent) -> list[str]:
     method = sent.url.path.rsplit(":", 1)[1]
     return gemini_upstream._problems(dict(sent.headers), parse_qs(sent.url.query.decode()), method, sent.body)
-
-
-@st.composite
-def chat_parameters(draw) -> dict[str, Any]:
-    parameters: dict[str, Any] = {}
-    if draw(st.booleans()):
-        parameters[draw(st.sampled_from(["max_tokens", "max_completion_tokens"]))] = draw(st.integers(1, 4096))
-    if draw(st.booleans()):
-        parameters["stop"] = draw(st.one_of(st.text(min_size=1, max_size=8), STOPS))
-    if draw(st.booleans()):
-        parameters["temperature"] = draw(st.floats(0, 2))
-    if draw(st.booleans()):
-        names = draw(st.lists(NAME, min_size=1, max_size=3, unique=True))
-        parameters["tools"] = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-                               for name in names]
-        choice = draw(st.sampled_from(["none", "auto", "required", "named", None]))
-        if choice == "named":
-            parameters["tool_choice"] = {"type": "function", "function": {"name": draw(st.sampled_from(names))}}
-        elif choice is not None:
-            parameters["tool_choice"] = choice
-    return parameters
 
 
 ANSWER = {"candidates": [{"index": 0, "content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],

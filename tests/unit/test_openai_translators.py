@@ -21,14 +21,12 @@ from gateway.vendors.openai import servers
 from gateway.vendors.openai.chat import chat_capabilities
 from gateway.vendors.openai.completions import capabilities
 from tests.support.fakes import openai_chat_upstream, server_profiles
-from tests.support.translators import (client_chat, client_completion, client_stream, finishes_read, joined, run_http,
-                                       sse)
+from tests.support.translators import (NAME, chat_parameters, client_chat, client_completion, client_stream,
+                                       finishes_read, joined, run_http, sse)
 
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SERVERS = ["openai", "llama.cpp", "vllm", "sglang", "ollama", "unidentified"]
-NAME = st.from_regex(r"[a-zA-Z0-9_-]{1,64}", fullmatch=True)
 TEXT = st.text(max_size=24)
-STOP = st.one_of(st.text(min_size=1, max_size=8), st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
 COUNT = st.integers(0, 10**6)
 # A count no vendor can mean: negative, past the most one call can use (core/completion.py
 # MAX_USAGE_TOKENS), a fraction, not a number.
@@ -36,28 +34,6 @@ BAD_COUNT = st.one_of(st.integers(max_value=-1), st.integers(min_value=MAX_USAGE
                       st.floats(0.5, 10**6).filter(lambda f: not f.is_integer()), st.text(max_size=3), st.booleans())
 CONTRACT_CHAT_FINISH = {"stop", "length", "tool_calls", "content_filter", "function_call"}
 VENDOR_FINISH = st.sampled_from(["stop", "length", "tool_calls", "content_filter", "function_call", "eos", "weird"])
-
-
-@st.composite
-def chat_parameters(draw) -> dict[str, Any]:
-    """A chat request's parameters, as the unit hands them on (the fields set, not null)."""
-    parameters: dict[str, Any] = {}
-    if draw(st.booleans()):
-        parameters[draw(st.sampled_from(["max_tokens", "max_completion_tokens"]))] = draw(st.integers(1, 4096))
-    if draw(st.booleans()):
-        parameters["stop"] = draw(STOP)
-    if draw(st.booleans()):
-        parameters["temperature"] = draw(st.floats(0, 2))
-    if draw(st.booleans()):
-        names = draw(st.lists(NAME, min_size=1, max_size=3, unique=True))
-        parameters["tools"] = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-                               for name in names]
-        choice = draw(st.sampled_from(["none", "auto", "required", "named", None]))
-        if choice == "named":
-            parameters["tool_choice"] = {"type": "function", "function": {"name": draw(st.sampled_from(names))}}
-        elif choice is not None:
-            parameters["tool_choice"] = choice
-    return parameters
 
 
 def served(server: str, parameters: dict[str, Any]) -> dict[str, Any]:
