@@ -27,15 +27,20 @@ async def list_vendors(request: HandlerRequest) -> Response:
 def _vendor(adapter: Adapter) -> dict[str, Any]:
     body = describe(adapter.name, adapter.protocol, served(adapter, Endpoint.COMPLETIONS))
     body["chat_parameters"] = _parameters(served(adapter, Endpoint.CHAT))
-    # Bridged through chat on every protocol: each field as its chat parameter's record says.
-    body["responses_parameters"] = {name: _support(found) for name, found in
-                                    responses_verdicts(verdicts(served(adapter, Endpoint.RESPONSES))).items()}
+    body["responses_parameters"] = {name: _support(found) for name, found in responses_fields(adapter).items()}
     server = getattr(adapter, "server", None)  # an OpenAI-compatible server's (vendors/openai/servers.py)
     if server is not None:
         body["server"] = server.name
     if isinstance(adapter, Balanced):
         body |= deployments(adapter.balancer)
     return body
+
+
+def responses_fields(adapter: Adapter) -> dict[str, Support]:
+    """Each Responses field's verdict: the translator's own where the vendor has the Responses API
+    (vendors/openai/responses.py), else as its chat parameter's record says (bridged)."""
+    own = getattr(adapter.translators.get(Endpoint.RESPONSES), "responses_fields", None)
+    return dict(own) if own is not None else responses_verdicts(verdicts(served(adapter, Endpoint.RESPONSES)))
 
 
 def served(adapter: Adapter, endpoint: Endpoint) -> Capabilities:

@@ -1,7 +1,12 @@
-"""A Responses request's vendor call (POST /v5/responses) where the vendor is asked through chat:
-the conversation the request and its stored chain make, as a chat call, counted under its own
-endpoint. The protocols' chat translators serve it as any `ChatCall` (endpoints/responses/request.py
-made it); the ledger, the limits, the cache's key and the traces name `responses`."""
+"""A Responses request's vendor call (POST /v5/responses), counted under its own endpoint (the
+ledger, the limits, the cache's key and the traces name `responses`), of one of two kinds:
+
+- bridged (`ResponsesCall`): the conversation the request and its stored chain make, as a chat
+  call, which the protocols' chat translators serve as any `ChatCall` (endpoints/responses/request.py
+  made it);
+- native (`NativeResponsesCall`): the Responses body itself, for a vendor that has the Responses
+  API (vendors/openai/responses.py), sent and answered as a vendor-native call is
+  (core/inference.py), its answer read by the endpoint (endpoints/responses/native.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +16,19 @@ from typing import ClassVar
 
 from gateway.core.chat import ChatCall
 from gateway.core.endpoint import Endpoint
-from gateway.core.parameters import EMULATED, UNSUPPORTED, Support
+from gateway.core.inference import InferenceCall
+from gateway.core.parameters import EMULATED, NATIVE, UNSUPPORTED, Support
 
 
 @dataclass(slots=True)
 class ResponsesCall(ChatCall):
+    endpoint: ClassVar[Endpoint] = Endpoint.RESPONSES
+
+
+@dataclass(slots=True)
+class NativeResponsesCall(InferenceCall):
+    """The Responses body for a vendor's own `/responses`: one call, never fanned out."""
+
     endpoint: ClassVar[Endpoint] = Endpoint.RESPONSES
 
 
@@ -56,3 +69,20 @@ def responses_verdicts(chat: Mapping[str, Support]) -> dict[str, Support]:
     found |= {name: Support(EMULATED, why) for name, why in SERVED_HERE.items()}
     found |= {name: Support(UNSUPPORTED, why) for name, why in REFUSED.items()}
     return found
+
+
+# How a vendor with the Responses API itself serves each field (endpoints/responses/native.py is
+# its implementation): the vendor's own, but for what the gateway keeps itself, whatever the vendor.
+NATIVE_SERVED_HERE = {name: SERVED_HERE[name] for name in ("store", "previous_response_id", "metadata")}
+_NATIVE_DETAIL = {
+    "tools": "function tools; a built-in tool is refused by name (the contract has no place for what it outputs)",
+    "include": "'reasoning.encrypted_content' only (always asked: it is how a stored conversation hands a "
+               "reasoning model its reasoning again); other values are refused by name",
+    "stream": "the vendor's own Responses events, kept to the contract's",
+}
+
+
+def native_verdicts() -> dict[str, Support]:
+    """Each Responses field's support on a vendor that has the Responses API itself."""
+    return {name: Support(EMULATED, NATIVE_SERVED_HERE[name]) if name in NATIVE_SERVED_HERE
+            else Support(NATIVE, _NATIVE_DETAIL.get(name)) for name in (*BRIDGED, *SERVED_HERE, *REFUSED)}

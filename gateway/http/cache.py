@@ -40,6 +40,7 @@ from gateway.core.completion import Choice, Chunk, Usage
 from gateway.core.demand import Demand
 from gateway.core.endpoint import CONVERSATIONS, Endpoint
 from gateway.core.errors import GatewayError, ValidationFailed
+from gateway.core.inference import NativeChoice
 from gateway.http.context import HandlerRequest
 from gateway.http.observe import metrics
 from gateway.limits.rules import ACCOUNT, KEY, Subject
@@ -121,11 +122,12 @@ class Entry:
 
 
 def storable(choices: Iterable[Choice], usage: Usage | None) -> bool:
-    """Whether an answer may be kept: its usage reported by the vendor, and its tool calls whole
-    (each with its id and function name)."""
+    """Whether an answer may be kept: its usage reported by the vendor, its tool calls whole (each
+    with its id and function name), and its choices the gateway's (a vendor's own answer, a
+    `NativeChoice`, is not one an entry can hold: its items and ids are the vendor's)."""
     if usage is None or usage.estimated:
         return False
-    return all(_whole(c) for c in choices if isinstance(c, ChatChoice))
+    return all(_whole(c) if isinstance(c, ChatChoice) else not isinstance(c, NativeChoice) for c in choices)
 
 
 def _whole(choice: ChatChoice) -> bool:

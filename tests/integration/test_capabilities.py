@@ -116,10 +116,13 @@ def test_vendors_operation_shows_the_enforced_map(vclient):
     assert r.json()["object"] == "list" and [v["name"] for v in r.json()["data"]] == sorted(listed)
     assert listed["anthropic"]["responses_parameters"]["temperature"] == {"support": "native", "minimum": 0,
                                                                           "maximum": 1}  # chat's, as bridged
-    for name, (protocol, _, _) in VENDORS.items():
+    # OpenAI's own server is sent a Responses request (its own API); a compatible one is bridged.
+    assert listed["bare"]["responses_parameters"]["include"]["support"] == "native"
+    assert listed["compat"]["responses_parameters"]["include"]["support"] == "unsupported"
+    for name, (protocol, _, options) in VENDORS.items():
         vendor = listed[name]
         assert vendor.pop("routing") == "least_outstanding" and len(vendor.pop("deployments")) == 1
-        assert vendor.pop("server", None) == ("openai" if protocol == "openai" else None)  # as configured
+        assert vendor.pop("server", None) == options.get("server")  # as configured
         assert set(vendor.pop("chat_parameters")) == set(CHAT_PARAMETERS)
         assert set(vendor.pop("responses_parameters")) == {*BRIDGED, *SERVED_HERE, *REFUSED}
         assert vendor == describe(name, protocol, capabilities_of(name))

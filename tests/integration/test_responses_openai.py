@@ -1,8 +1,10 @@
-"""POST /v5/responses on an OpenAI-compatible server that has chat only (the fake, bridged through
-the OpenAI protocol's chat translator): a client that leaves mid-stream leaves the stored response
-`incomplete`; the caller's own OpenAI key is refused as chat refuses it; a field chat cannot carry is
-refused by name; an allow-list that does not name the model refuses it, its ledger row `responses`; a
-fallback chain serves a failing model, stored and billed on the model that answered."""
+"""POST /v5/responses on the OpenAI protocol: on OpenAI's own server (the fake's `/v1/responses`,
+native: tests/integration/test_responses_native.py has its wire), a client that leaves mid-stream
+leaves the stored response `incomplete`; the caller's own OpenAI key is refused as chat refuses it;
+an allow-list that does not name the model refuses it, its ledger row `responses`; a fallback
+chain serves a failing model, stored and billed on the model that answered. On a compatible server
+without the Responses API (vendor `compat`, bridged through its chat), a field chat cannot carry is
+refused by name."""
 
 from __future__ import annotations
 
@@ -55,13 +57,15 @@ def test_the_callers_openai_key_is_refused(gateway, database):
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "x-openai-api-key"
 
 
-def test_what_chat_cannot_carry_is_refused_naming_field_and_vendor(oai):
+def test_what_chat_cannot_carry_is_refused_naming_field_and_vendor(vendors_gateway, vclient, database):
+    compat = openai.OpenAI(api_key=database.key, base_url=f"{vendors_gateway.url}/v5", max_retries=0)
     with pytest.raises(openai.BadRequestError) as refused:
-        oai.responses.create(model="fake/m", input="hi", include=["reasoning.encrypted_content"])
-    assert refused.value.body["param"] == "include[0]" and refused.value.body["vendor"] == "fake"
+        compat.responses.create(model="compat/m", input="hi", include=["reasoning.encrypted_content"])
+    assert refused.value.body["param"] == "include[0]" and refused.value.body["vendor"] == "compat"
     with pytest.raises(openai.BadRequestError) as refused:
-        oai.responses.create(model="fake/m", input="hi", truncation="auto")
+        compat.responses.create(model="compat/m", input="hi", truncation="auto")
     assert refused.value.body["param"] == "truncation"
+    assert compat.responses.create(model="compat/m", input="hi", max_output_tokens=2).output_text == " w0 w1"
 
 
 def test_an_allow_list_refuses_a_model_it_does_not_name(gateway, database):

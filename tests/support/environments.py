@@ -83,6 +83,8 @@ VENDORS: dict[str, tuple[str, str, dict[str, str]]] = {
     "bare": ("openai", "openai", {"server": "openai", "lacks": "prompt,n,echo,stop,best_of,user"}),
     # One that echoes natively but takes a single stop sequence.
     "fewstops": ("openai", "openai", {"server": "openai", "max_stop": "1"}),
+    # A compatible server without the Responses API (vLLM's chat): /v5/responses is bridged through chat.
+    "compat": ("openai", "openai", {"server": "vllm"}),
 }
 
 

@@ -24,10 +24,25 @@ REQUEST = {"model": "openai/gpt-4o", "previous_response_id": "resp_prev", "metad
 
 def test_the_vendor_is_sent_the_whole_conversation_statelessly_and_takes_it():
     body = native_request(REQUEST, HISTORY)
-    assert body["input"] == HISTORY + REQUEST["input"] and body["store"] is False
+    user = {name: value for name, value in HISTORY[0].items() if name != "id"}  # the gateway's id stays here
+    assert body["input"] == [user, HISTORY[1], *REQUEST["input"]] and body["store"] is False
     assert "previous_response_id" not in body and "metadata" not in body
     assert body["include"] == ["reasoning.encrypted_content"] and body["instructions"] == "Be brief."
     assert fake.wire_problem(body | {"model": "m"}) is None  # OpenAI's own checks pass, call ids included
+
+
+def test_a_built_in_tool_is_refused_by_name():
+    with pytest.raises(Refused) as refused:
+        native_request({"model": "openai/gpt-4o", "input": "x",
+                        "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]})
+    assert refused.value.param == "tools[1]"
+
+
+def test_the_vendors_usage_is_read_as_untrusted_counts():
+    answer = fake.respond({"model": "m", "input": "Hi"})
+    answer["usage"]["output_tokens"] = "many"
+    with pytest.raises(ValueError):
+        from_native(answer, REQUEST, response_id="resp_ours", created_at=5, model="openai/gpt-4o")
 
 
 def test_an_include_outside_the_contract_is_refused_by_name():

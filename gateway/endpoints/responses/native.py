@@ -14,6 +14,13 @@ stays the one list). An item type or an event the contract does not name is not 
 unknown item is `Unexpected` (the vendor answered what was not asked: a 502), an unknown event is
 dropped. A stream the vendor ends without its terminal event is ended by `end(...)`, as
 `ResponseStream` ends a chat stream: every open item closed, exactly one terminal event, usage.
+The usage is read as every vendor count is (vendors/untrusted.py): the ledger bills it (`billed`),
+and the client is told the same counts.
+
+What the contract has no place for is refused before the vendor is asked: a built-in tool (its
+output items are not the contract's), an `include` beyond reasoning state. An input message of
+the user, system or developer carries no `id` on OpenAI's wire (only listed items have one), so the
+ids the gateway gave stored input items stay with the gateway.
 """
 
 from __future__ import annotations
@@ -22,18 +29,18 @@ import copy
 from collections.abc import Sequence
 from typing import Any, get_args
 
+from gateway.core.completion import Usage
 from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, error_value, shell, usage_from_chat
-from gateway.endpoints.responses.request import Refused, input_items
+from gateway.endpoints.responses.request import FUNCTION, Refused, input_items
+from gateway.endpoints.usage import usage_body
+from gateway.vendors import untrusted as read
 from generated.models import (
-    InputTokensDetails,
-    OutputTokensDetails,
     ResponseFunctionCall,
     ResponseOutputMessage,
     ResponseOutputRefusal,
     ResponseOutputText,
     ResponseReasoningItem,
     ResponseStreamEvent,
-    ResponseUsage,
 )
 
 ITEMS = {"message": ResponseOutputMessage, "function_call": ResponseFunctionCall, "reasoning": ResponseReasoningItem}
@@ -44,21 +51,34 @@ EVENT_FIELDS = ("item_id", "output_index", "content_index", "summary_index", "de
                 "refusal", "logprobs")
 # `include` values a native vendor serves within the contract: reasoning state, kept opaque.
 INCLUDED = ("reasoning.encrypted_content",)
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 def native_request(request: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """The body for the vendor's own `/v1/responses`: the request, stateless."""
+    """The body for the vendor's own `/v1/responses`: the request, stateless. `Refused` for what
+    the contract has no place for."""
     body = {name: value for name, value in request.items()
             if name not in ("previous_response_id", "store", "metadata", "include") and value is not None}
     for i, value in enumerate(request.get("include") or ()):
         if value not in INCLUDED:
             raise Refused(f"include[{i}]", f"'{value}' is not served by the gateway's contract")
-    body["input"] = [*history, *input_items(request)]
+    for i, tool in enumerate(request.get("tools") or ()):
+        if tool.get("type") != FUNCTION:
+            raise Refused(f"tools[{i}]", f"the built-in tool '{tool.get('type')}' is not run through the gateway; "
+                                         "only function tools are served")
+    body["input"] = [_sent(item) for item in (*history, *input_items(request))]
     body["store"] = False
     body["include"] = list(INCLUDED)
     if body.get("stream"):
         body["stream"] = True
     return body
+
+
+def _sent(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as OpenAI takes it: a user's, system's or developer's message without an id."""
+    if item.get("type", "message") == "message" and item.get("role") != "assistant" and "id" in item:
+        return {name: value for name, value in item.items() if name != "id"}
+    return item
 
 
 def _keep(value: dict[str, Any], model: Any) -> dict[str, Any]:
@@ -90,15 +110,22 @@ def item(value: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def usage(value: dict[str, Any] | None) -> dict[str, Any] | None:
+def billed(value: Any) -> Usage | None:
+    """The vendor's usage, each count read as untrusted; None when it reported none."""
     if value is None:
         return None
-    kept = _keep(value, ResponseUsage)
-    kept["input_tokens_details"] = _keep(
-        {"cached_tokens": 0, "cache_write_tokens": 0} | (value.get("input_tokens_details") or {}), InputTokensDetails)
-    kept["output_tokens_details"] = _keep(value.get("output_tokens_details") or {"reasoning_tokens": 0},
-                                          OutputTokensDetails)
-    return kept
+    found = read.obj(value, "the response's usage")
+    prompt = read.details(found.get("input_tokens_details") or {}, "input_tokens_details")
+    completion = read.details(found.get("output_tokens_details") or {}, "output_tokens_details")
+    return read.usage(found.get("input_tokens"), found.get("output_tokens"), "the response's usage",
+                      prompt, completion)
+
+
+def usage(value: Any) -> dict[str, Any] | None:
+    """The response's usage as the client is told it: the counts the ledger bills (the details'
+    names are chat's too: `cached_tokens`, `reasoning_tokens`)."""
+    counted = billed(value)
+    return None if counted is None else usage_from_chat(usage_body(counted))
 
 
 def from_native(answer: dict[str, Any], request: dict[str, Any], *, response_id: str, created_at: int,
@@ -137,6 +164,9 @@ class NativeStream:
         self._sequence += 1
         return event
 
+    def start(self) -> list[dict[str, Any]]:
+        return []  # the vendor's own `response.created` and `response.in_progress` begin it
+
     def _response(self, answer: dict[str, Any]) -> dict[str, Any]:
         return from_native(answer, self._request, response_id=self._id, created_at=self._created, model=self._model)
 
@@ -145,7 +175,7 @@ class NativeStream:
         kind = event.get("type")
         if self.ended or kind not in EVENTS:
             return []
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
+        if kind in TERMINAL:
             self.ended = True
             self.response = self._response(event["response"])
             return [self._event(kind, response=copy.deepcopy(self.response))]

@@ -1,4 +1,6 @@
-"""A Responses request's plan: its conversation (the stored chain, then its own input) bridged to
+"""A Responses request's plan. On a vendor with the Responses API itself (its translator for the
+endpoint is a `NativeTranslator`: vendors/openai/responses.py), the request's own body, stateless
+(native_plan.py). Elsewhere, its conversation (the stored chain, then its own input) bridged to
 a chat call (request.py `chat_request`, a `ResponsesCall`), judged against the vendor's
 translator for the endpoint (the protocol's chat translator: vendors/<protocol>/adapter.py),
 run by the one planner (planner/plan.py) as one vendor call.
@@ -20,10 +22,13 @@ from gateway.core.completion import Attempt, Chunk, Result
 from gateway.core.endpoint import Endpoint
 from gateway.core.parameters import GATEWAY_FIELDS, UNSUPPORTED
 from gateway.core.responses import INSTEAD, ResponsesCall
-from gateway.endpoints.responses.request import Refused, chat_request, input_items
+from gateway.endpoints.responses.native import native_request
+from gateway.endpoints.responses.native_plan import NativePlan, plan_native
+from gateway.endpoints.responses.request import Refused, chat_request, conversation_text, input_items
 from gateway.planner import capabilities
 from gateway.planner.plan import Plan, fan_out
 from gateway.planner.verify import answer_schema
+from gateway.vendors.native import NativeTranslator
 from gateway.vendors.registry import Registry
 
 
@@ -72,14 +77,23 @@ class ResponsesPlan:
         return self.inner.chunks()
 
 
+# Either plan: the way (http/serving.py, http/response_events.py) reads both alike.
+AnyResponsesPlan = ResponsesPlan | NativePlan
+
+
 def plan_responses(request: Mapping[str, Any], history: Sequence[dict[str, Any]], model: str, registry: Registry,
-                   max_vendor_calls: int | None, clearance: Clearance) -> ResponsesPlan:
+                   max_vendor_calls: int | None, clearance: Clearance) -> AnyResponsesPlan:
     """The vendor call that serves `request` (continuing the stored `history`) on `model`."""
     vendor, _, name = model.partition("/")
     adapter = registry.serving(vendor, name, Endpoint.RESPONSES)
     translator = adapter.translators[Endpoint.RESPONSES]
     asked = {**request, "model": model}
     try:
+        if isinstance(translator, NativeTranslator):
+            native = native_request(asked, history) | {"model": name}
+            prompts = [prompt_text([{"role": "user", "content": conversation_text(
+                request.get("instructions"), native["input"])}])]
+            return plan_native(adapter, translator, native, prompts, model, asked, input_items(request), clearance)
         body = chat_request(asked, history)
     except Refused as refused:
         raise refused.error(adapter.name) from None

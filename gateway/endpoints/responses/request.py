@@ -45,6 +45,22 @@ def input_items(request: dict[str, Any]) -> list[dict[str, Any]]:
     return list(given)
 
 
+def conversation_text(instructions: str | None, items: Sequence[dict[str, Any]]) -> str:
+    """The conversation's text, as an estimate of its prompt counts it: the instructions, then each
+    item's text, a call's arguments and a call output's."""
+    pieces = [instructions or ""]
+    for item in items:
+        content = item.get("content")
+        if isinstance(content, str):
+            pieces.append(content)
+        elif isinstance(content, list):
+            pieces += [part.get("text") or "" for part in content if isinstance(part, dict)]
+        for key in ("arguments", "output"):
+            if isinstance(item.get(key), str):
+                pieces.append(item[key])
+    return "\n".join(pieces)
+
+
 def chat_request(request: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The chat-completions body for `request`, continuing the stored conversation `history` (its
     items, oldest first, as the store's `chain` gives them). Instructions come first, as a system

@@ -1,8 +1,9 @@
 """The Responses endpoint's unit (endpoints/unit.py `EndpointUnit`): the contract's
 `ResponseCreateRequest` with the stored conversation it continues (read by its handler before the
-way begins), planned as one bridged chat call (plan.py), its demand the whole conversation, its
-answer a `response` (answer.py) and its stream OpenAI's Responses events (stream.py, written by
-http/response_events.py)."""
+way begins), planned as one vendor call (plan.py: on the vendor's own Responses API, or bridged
+through its chat), its demand the whole conversation, its answer a `response` (answer.py, or the
+vendor's own read by native.py) and its stream OpenAI's Responses events (stream.py, or the
+vendor's own: native.py; written by http/response_events.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from gateway.core.clearance import Clearance
 from gateway.core.completion import Choice, Result, Usage
 from gateway.core.demand import Demand
 from gateway.core.endpoint import Endpoint
+from gateway.core.inference import NativeChoice
 from gateway.endpoints import unit
-from gateway.endpoints.responses.answer import response_from_chat
-from gateway.endpoints.responses.plan import ResponsesPlan, plan_responses
-from gateway.endpoints.responses.request import input_items
+from gateway.endpoints.responses.answer import response_from_chat, usage_from_chat
+from gateway.endpoints.responses.plan import AnyResponsesPlan, plan_responses
+from gateway.endpoints.responses.request import conversation_text, input_items
 from gateway.endpoints.usage import usage_body
 from gateway.vendors.registry import Registry
 
@@ -59,10 +61,10 @@ class Responses:
         return form
 
     def plan(self, asked: AskedResponses, model: str, registry: Registry, max_vendor_calls: int,
-             clearance: Clearance) -> ResponsesPlan:
+             clearance: Clearance) -> AnyResponsesPlan:
         return plan_responses(asked.body, asked.history, model, registry, max_vendor_calls, clearance)
 
-    def demand(self, asked: AskedResponses, plan: ResponsesPlan | None, falls_back: bool) -> Demand:
+    def demand(self, asked: AskedResponses, plan: AnyResponsesPlan | None, falls_back: bool) -> Demand:
         """The conversation (stored chain included) once, and the most tokens the answer may take:
         the same bound with a plan or without, on any vendor."""
         body = asked.body
@@ -70,16 +72,22 @@ class Responses:
         return Demand(Endpoint.RESPONSES, asked.model, prompt, body.get("max_output_tokens") or DEFAULT_MAX_TOKENS,
                       bool(body.get("stream")), body.get("user"))
 
-    def body(self, head: Mapping[str, Any], plan: ResponsesPlan, result: Result, usage: Usage) -> bytes:
+    def body(self, head: Mapping[str, Any], plan: AnyResponsesPlan, result: Result, usage: Usage) -> bytes:
         return orjson.dumps(response(head, plan, result.choices, usage))
 
     def shape(self) -> Shape:
         return Shape()
 
 
-def response(head: Mapping[str, Any], plan: ResponsesPlan, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
-    """The `response` of a whole answer (its one choice) with `usage`, the client's."""
+def response(head: Mapping[str, Any], plan: AnyResponsesPlan, choices: Sequence[Choice],
+             usage: Usage) -> dict[str, Any]:
+    """The `response` of a whole answer (its one choice) with `usage`, the client's: the vendor's
+    own response (native_plan.py) given the request's id, time and model, or a chat choice's (a
+    bridged vendor's, or a cache entry's) shaped into one."""
     first = min(choices, key=lambda c: c.index)
+    if isinstance(first, NativeChoice):
+        return {**first.response, "id": head["id"], "created_at": head["created"], "model": head["model"],
+                "usage": usage_from_chat(usage_body(usage))}
     completion = {"choices": [{"index": 0, "message": message(first), "finish_reason": first.finish_reason or "stop"}],
                   "usage": usage_body(usage)}
     return response_from_chat(dict(plan.request), completion, response_id=head["id"], created_at=head["created"],
@@ -122,17 +130,7 @@ class Shape:
 def _text(asked: AskedResponses) -> str:
     """The conversation as text, as an estimate counts it, when no plan says it."""
     items = [*asked.history, *input_items(dict(asked.body))]
-    pieces = [asked.body.get("instructions") or ""]
-    for item in items:
-        content = item.get("content")
-        if isinstance(content, str):
-            pieces.append(content)
-        elif isinstance(content, list):
-            pieces += [part.get("text") or "" for part in content if isinstance(part, dict)]
-        for key in ("arguments", "output"):
-            if isinstance(item.get(key), str):
-                pieces.append(item[key])
-    return prompt_text([{"role": "user", "content": "\n".join(pieces)}])
+    return prompt_text([{"role": "user", "content": conversation_text(asked.body.get("instructions"), items)}])
 
 
 UNIT = Responses()

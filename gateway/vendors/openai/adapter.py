@@ -1,7 +1,9 @@
 """The OpenAI protocol's adapter: one vendor of OpenAI itself or of any OpenAI-compatible server
 (vLLM, llama.cpp's server, Ollama, Together, Fireworks...), configured with a base URL. It finds
 out which server it fronts as it starts (vendors/openai/servers.py) and serves each endpoint by
-its translator (completions.py, chat.py), with what the server lacks emulated or refused.
+its translator (completions.py, chat.py, responses.py, inference.py), with what the server lacks
+emulated or refused; a Responses request goes to the server's own Responses API where it has one
+(OpenAI's), else through its chat.
 
     server = "auto"               # or openai, llama.cpp, vllm, sglang, ollama, unidentified
     lacks = ["echo", "best_of"]   # any request parameter, or "prompt" for list prompts
@@ -25,6 +27,7 @@ from gateway.vendors.openai import servers
 from gateway.vendors.openai.chat import CHAT_COMPLETIONS, OpenAIChat, chat_capabilities
 from gateway.vendors.openai.completions import COMPLETIONS, OpenAICompletions, capabilities
 from gateway.vendors.openai.inference import OpenAIInference
+from gateway.vendors.openai.responses import RESPONSES, OpenAIResponses
 from gateway.vendors.openai.servers import OpenAIOptions, Server
 from gateway.vendors.transport.http import HttpAdapter
 from gateway.vendors.vendor_errors import error_message, vendor_error
@@ -50,18 +53,19 @@ class OpenAIAdapter(HttpAdapter):
         Endpoint.CHAT: lambda options: chat_capabilities(servers.declared(options.server, ()) or servers.UNIDENTIFIED,
                                                          options.lacks),
     }
-    # A Responses request is bridged to chat (endpoints/responses/): its record is chat's.
+    # A Responses request bridged to chat (endpoints/responses/) has chat's record; where the server
+    # has the Responses API, its translator says each field (`responses_fields`).
     capabilities_of = {**capabilities_of, Endpoint.RESPONSES: capabilities_of[Endpoint.CHAT]}
 
     def __init__(self, config: VendorConfig, options: OpenAIOptions, settings: Settings) -> None:
-        super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS))
+        super().__init__(config, settings, _headers, paths=(COMPLETIONS, CHAT_COMPLETIONS, RESPONSES))
         self._options = options
         self._declared = servers.declared(options.server, (target.base_url for target in config.targets))
         self._identifying: asyncio.Task[None] | None = None
         self._completions = OpenAICompletions(self)
         self._chat = OpenAIChat(self)
+        self._responses = OpenAIResponses(self)
         self.translators = {Endpoint.COMPLETIONS: self._completions, Endpoint.CHAT: self._chat,
-                            Endpoint.RESPONSES: self._chat,  # bridged (endpoints/responses/request.py)
                             Endpoint.INFERENCE: OpenAIInference(self, options.inference_path)}
         self._use(self._declared or servers.UNIDENTIFIED)
 
@@ -71,6 +75,8 @@ class OpenAIAdapter(HttpAdapter):
         self.server = server
         self._completions.use(capabilities(self._options, server), server)
         self._chat.use(chat_capabilities(server, self._options.lacks), server)
+        # Its own Responses API, or bridged through its chat (endpoints/responses/request.py).
+        self.translators[Endpoint.RESPONSES] = self._responses if server.responses_api else self._chat
 
     @property
     def capabilities(self) -> Capabilities:

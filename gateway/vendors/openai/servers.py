@@ -51,12 +51,16 @@ class Server:
     chat_lacks: frozenset[str] = frozenset()
     # Chat parameters it takes under another name (the contract's: its own), sent under that name.
     chat_names: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # It has OpenAI's Responses API (`/responses`): a Responses request is sent as one
+    # (vendors/openai/responses.py), else bridged through its chat (endpoints/responses/request.py).
+    responses_api: bool = False
     # How the gateway knows (docs/vendors.md has the detail).
     known_from: str = ""
 
 
 # The contract is OpenAI's own protocol: OpenAI serves all of it.
-OPENAI = Server("openai", "OpenAI", zero_max_tokens=True, zero_logprobs=True, known_from="the contract is its protocol")
+OPENAI = Server("openai", "OpenAI", zero_max_tokens=True, zero_logprobs=True, responses_api=True,
+                known_from="the contract is its protocol")
 LLAMA_CPP = Server("llama.cpp", "llama.cpp", lacks=frozenset({"echo", "suffix", "best_of", "user"}),
                    one_task_per_call=True, known_from="measured (tests/integration/test_llamacpp_upstream.py)")
 VLLM = Server("vllm", "vLLM", lacks=frozenset({"best_of", "suffix", "user"}), zero_logprobs=True,

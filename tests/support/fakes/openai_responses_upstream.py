@@ -3,7 +3,8 @@ it), speaking OpenAI's Responses wire format, plain and streamed.
 
 It checks the request as OpenAI does, answering a 400 in OpenAI's error shape naming what is wrong:
 a field OpenAI's Responses API does not take ("Unrecognized request argument supplied"), a
-chat-shaped tool (`{"type": "function", "function": {...}}`: Responses tools are flat), a non-integer
+chat-shaped tool (`{"type": "function", "function": {...}}`: Responses tools are flat), an `id` on
+a user's, system's or developer's input message (OpenAI's input message has none), a non-integer
 `max_output_tokens`, `stream_options` without `stream`, a `function_call_output` whose `call_id`
 no `function_call` of the input made (so a gateway that rewrites call ids fails here as on
 OpenAI), and any `previous_response_id` (404: this fake stores nothing, so a gateway that keeps
@@ -12,7 +13,7 @@ conversations itself must send the whole input). Deterministic answers: the text
 tools and `tool_choice` not "none", one `function_call` of the first tool (or the one named) with
 arguments `{"said": <the last user text>}`. A stream is OpenAI's event sequence with `event:` names
 and `sequence_number`s, ending with exactly one terminal event and no `[DONE]`; model `cut-stream`
-stops after the first text delta without a terminal event.
+stops after the first text delta without a terminal event; model `no-usage` reports no usage.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def wire_problem(request: dict[str, Any]) -> tuple[int, dict] | None:
             return error(f"Invalid value: '{kind}'.", f"input[{i}].type")
         if kind == "message" and item.get("role") not in ROLES:
             return error(f"Invalid value: '{item.get('role')}'.", f"input[{i}].role")
+        if kind == "message" and item.get("role") != "assistant" and "id" in item:  # only listed items have one
+            return error(f"Unknown parameter: 'input[{i}].id'.", f"input[{i}].id")
         if kind == "function_call":
             calls.add(item.get("call_id"))
         if kind == "function_call_output" and item.get("call_id") not in calls:
@@ -131,7 +134,7 @@ def respond(request: dict[str, Any]) -> dict[str, Any]:
     answer["output"] = [call] if call else [
         {"type": "message", "id": "msg_fake0", "role": "assistant", "status": "incomplete" if cut else "completed",
          "content": [{"type": "output_text", "text": "".join(words), "annotations": [], "logprobs": []}]}]
-    answer["usage"] = _usage(request, len(words) + (1 if call else 0))
+    answer["usage"] = None if request["model"] == "no-usage" else _usage(request, len(words) + (1 if call else 0))
     return answer
 
 

@@ -99,7 +99,7 @@ class FakeOpenAI:
             await self._chat(send, scope, headers, json.loads(body), receive)
             return
         if scope["path"] == "/v1/responses" and scope["method"] == "POST" and self.profile.name == "openai":
-            await self._responses(send, scope, headers, json.loads(body))
+            await self._responses(send, scope, headers, json.loads(body), receive)
             return
         if scope["path"] != "/v1/completions" or scope["method"] != "POST":
             await send_json(send, 404, {"error": {"message": "not found", "type": "invalid_request_error"}})
@@ -181,12 +181,22 @@ class FakeOpenAI:
         else:
             await send_json(send, 200, chat_upstream.chat(request, one_task_usage=self.profile.one_task_usage))
 
-    async def _responses(self, send, scope, headers, request) -> None:
+    async def _responses(self, send, scope, headers, request, receive) -> None:
         """OpenAI's Responses API (tests/support/fakes/openai_responses_upstream.py); only the
         `openai` server has it."""
         self.requests.append({"path": scope["path"], "headers": headers, "body": request})
         if refusal := responses_upstream.wire_problem(request):
             await send_json(send, *refusal)
+        elif request["model"].startswith("fail-"):  # as on /v1/completions (a fallback's first model)
+            status = int(request["model"].split("-")[1])
+            await send_json(send, status, {"error": {"message": f"fake failure {status}", "type": "server_error"}})
+        elif request.get("stream") and request["model"] == "stall-later":  # begun, then nothing
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            for event in responses_upstream.events(request)[:5]:  # begun, an item, a part, one delta
+                await send({"type": "http.response.body", "body": responses_upstream.sse([event]), "more_body": True})
+            while (await receive())["type"] != "http.disconnect":
+                pass
         elif request.get("stream"):
             await _raw(send, 200, responses_upstream.sse(responses_upstream.events(request)), b"text/event-stream")
         else:
