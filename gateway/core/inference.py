@@ -65,3 +65,7 @@ class NativeChoice(Choice):
 
     raw: Any = None
     response: Any = None
+    # The answer as a choice of the gateway's, where one can say all of it (a Responses answer as
+    # chat's: endpoints/responses/native.py `chat_choice`): what the response cache keeps of it
+    # (http/cache.py). None: the answer is not cached.
+    as_chat: Choice | None = None

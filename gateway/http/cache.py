@@ -122,12 +122,18 @@ class Entry:
 
 
 def storable(choices: Iterable[Choice], usage: Usage | None) -> bool:
-    """Whether an answer may be kept: its usage reported by the vendor, its tool calls whole (each
-    with its id and function name), and its choices the gateway's (a vendor's own answer, a
-    `NativeChoice`, is not one an entry can hold: its items and ids are the vendor's)."""
+    """Whether an answer may be kept: its usage reported by the vendor, and its tool calls whole
+    (each with its id and function name). `choices` are what the entry holds (`kept`)."""
     if usage is None or usage.estimated:
         return False
-    return all(_whole(c) if isinstance(c, ChatChoice) else not isinstance(c, NativeChoice) for c in choices)
+    return all(_whole(c) for c in choices if isinstance(c, ChatChoice))
+
+
+def kept(choices: Iterable[Choice]) -> list[Choice] | None:
+    """The choices an entry holds of an answer: the gateway's own, or for a vendor's own answer (a
+    `NativeChoice`) the choice that stands for it (`as_chat`); None when one has none."""
+    found = [c.as_chat if isinstance(c, NativeChoice) else c for c in choices]
+    return None if None in found else found  # type: ignore[return-value]
 
 
 def _whole(choice: ChatChoice) -> bool:

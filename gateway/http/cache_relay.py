@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.core.chat import ChatChoice
 from gateway.core.completion import Choice, Chunk, Usage
+from gateway.core.inference import NativeChoice
 from gateway.http.cache import Entry, Lookup, storable
 
 
@@ -48,7 +49,9 @@ class Relay:
 
 class Collected:
     """A stream's choices put back together as it passes (`relay`), to be kept once it ended
-    cleanly: each choice's text and logprobs joined, its first finish reason, the final usage.
+    cleanly: each choice's text and logprobs joined, its first finish reason, the final usage (a
+    vendor's own events, `NativeChoice`s, kept as the choice that stands for the answer their end
+    gave: `as_chat`).
 
     Linear in the stream's pieces: they are kept as they come and each choice is joined once, when
     its entry is made (joining at every piece copied the text so far each time: quadratic in a
@@ -76,7 +79,14 @@ class Collected:
             return None
         choices = []
         for i in sorted(self._pieces):
-            choice = _joined(self._pieces[i])
+            pieces = self._pieces[i]
+            if isinstance(pieces[0], NativeChoice):  # a vendor's own events: the choice standing for their answer
+                choice = next((p.as_chat for p in reversed(pieces) if isinstance(p, NativeChoice) and p.as_chat), None)
+                if choice is None:
+                    return None
+                choices.append(choice)
+                continue
+            choice = _joined(pieces)
             if isinstance(choice, ChatChoice) and choice.tool_calls:
                 whole = _whole_calls(choice.tool_calls)
                 if whole is None:

@@ -108,8 +108,8 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
             headers["x-gateway-usage-estimated"] = "true"
         head["object"] = unit.answer_object
         body = unit.body(head, plan, result, usage)
-        if looked.key is not None and cache.storable(result.choices, result.usage):
-            await looked.keep(plan.model, cache.Entry(result.choices, usage, result.system_fingerprint))
+        if looked.key is not None and (held := cache.kept(result.choices)) and cache.storable(held, result.usage):
+            await looked.keep(plan.model, cache.Entry(held, usage, result.system_fingerprint))
         return life.answer(body, headers, result.billed, result.choices)
     except BaseException as exc:
         await life.fail(exc)

@@ -352,6 +352,21 @@ def test_a_redis_outage_is_a_miss_never_a_failure(upstream, database):
             assert send(**{"x-gateway-cache": "only-if-cached"}).status_code == 504
 
 
+def test_a_streamed_call_of_openais_own_api_is_kept_and_a_hit_calls_the_same(cached, database, upstream):
+    client = openai.OpenAI(api_key=database.key, base_url=f"{cached.url}/v5", max_retries=0)
+    tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    body = {"model": "fake/m", "input": prompt(), "temperature": 0, "tools": tools, "tool_choice": "required"}
+    events = list(client.responses.create(**body, stream=True))  # the vendor's own events (native)
+    made = calls(upstream)
+    hit = client.responses.with_raw_response.create(**body)
+    assert hit.headers["x-gateway-cache"] == "hit" and calls(upstream) == made
+    (call,) = hit.parse().output
+    (streamed,) = events[-1].response.output
+    assert (call.type, call.call_id, call.name, call.arguments) == (
+        "function_call", streamed.call_id, "lookup", streamed.arguments)  # the vendor's call id, kept
+    assert hit.parse().usage == events[-1].response.usage
+
+
 def test_a_deterministic_response_is_a_hit_and_a_sampled_one_bypasses(cached, database, upstream):
     client = openai.OpenAI(api_key=database.key, base_url=f"{cached.url}/v5", max_retries=0)
     body = {"model": "fake/m", "input": prompt(), "temperature": 0, "max_output_tokens": 4}

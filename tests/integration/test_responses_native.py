@@ -4,8 +4,9 @@ openai SDK: the vendor is sent the whole conversation statelessly (`store: false
 `previous_response_id`, reasoning state asked for), the answer and its events are the contract's
 with the gateway's id, the usage is the vendor's and reconciles with the ledger to the token, the
 stored response is retrieved, listed and deleted; a stream the vendor cuts or ends without usage
-still ends with exactly one terminal event carrying usage, billed; what the contract has no place
-for is refused by name before the vendor is asked."""
+still ends with exactly one terminal event carrying usage, billed; a vendor that ignores a forced
+tool or the JSON format asked for fails (502, or `response.failed`), never a success; what the
+contract has no place for is refused by name before the vendor is asked."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 
 import openai
 import pytest
+from scale_gp_beta import SGPClient
 
 from tests.support.chat import row as ledger_row
 
@@ -130,3 +132,28 @@ def test_a_vendors_refusal_is_its_own_and_bills_nothing(oai, upstream, database)
                                                      "output": "x"}])
     row = ledger_row(database.url, refused.value.response.headers["x-request-id"])
     assert row["total_tokens"] == 0 and row["cost_nanos"] in (0, None) and row["outcome"] == "rejected"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_vendor_that_ignores_what_it_was_asked_fails_never_a_success(oai, database, stream):
+    asked = [{"model": "fake/ignores-tools", "tools": TOOLS, "tool_choice": "required"},
+             {"model": "fake/m", "text": {"format": {"type": "json_object"}}}]
+    for request in asked:
+        try:  # a stream fails before it begins (a 502) when the vendor's whole answer came at once
+            answered, _ = _create(oai, stream, input="hello", **request)
+        except openai.APIStatusError as failed:
+            assert failed.status_code == 502
+            message, request_id = failed.body["message"], failed.response.headers["x-request-id"]
+        else:
+            assert stream and answered.status == "failed" and answered.error.code == "server_error"
+            message, request_id = answered.error.message, answered.id
+        assert ("tool_choice" if "tools" in request else "text.format") in message
+        assert ledger_row(database.url, request_id)["outcome"] != "completed"
+
+
+def test_the_scale_sdk_creates_a_response_on_openais_own_api(gateway, upstream, database):
+    sgp = SGPClient(api_key=database.key, account_id="acct-a", base_url=gateway.url, max_retries=0)
+    answer = sgp.responses.create(model="fake/m", input="hello there", max_output_tokens=2).model_dump()
+    assert answer["id"].startswith("resp_") and answer["status"] == "incomplete"
+    assert answer["output"][0]["content"][0]["text"] == " w0 w1" and answer["usage"]["output_tokens"] == 2
+    assert _sent(upstream)[0]["store"] is False

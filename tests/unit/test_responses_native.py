@@ -7,7 +7,18 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from gateway.endpoints.responses.native import NativeStream, Unexpected, from_native, native_request
+from gateway.core import client_schemas
+from gateway.core.errors import ValidationFailed
+from gateway.endpoints.responses import rules
+from gateway.endpoints.responses.answer import response_from_chat
+from gateway.endpoints.responses.native import (
+    NativeStream,
+    Unexpected,
+    chat_choice,
+    from_native,
+    native_request,
+    unmet,
+)
 from gateway.endpoints.responses.request import Refused
 from generated.models import Response
 
@@ -103,3 +114,73 @@ def test_a_client_that_leaves_a_native_stream_leaves_it_incomplete():
         stream.feed(raw)
     final = stream.end(client_left=True)[-1]
     assert final["type"] == "response.incomplete" and final["response"]["incomplete_details"] == {"reason": None}
+
+
+TOOLS = [{"type": "function", "name": "lookup"}, {"type": "function", "name": "other"}]
+
+
+def _answer(request: dict) -> dict:
+    return from_native(fake.respond({"model": "m", **request}), REQUEST, response_id="r", created_at=1, model="o/m")
+
+
+@pytest.mark.parametrize(("asked", "answered", "why"), [
+    ({"tools": TOOLS, "tool_choice": "required"}, {"model": "ignores-tools"}, 'tool_choice was "required"'),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "other"}}, {"tool_choice": "auto"},
+     "without calling other"),
+    ({"text": {"format": {"type": "json_object"}}}, {}, "not the JSON text.format asked for"),
+    ({"tools": TOOLS, "tool_choice": "required"}, {}, None),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "other"}}, {}, None),
+    ({"text": {"format": {"type": "json_object"}}}, {"max_output_tokens": 2}, None),  # cut short: as it says
+])
+def test_a_response_is_held_to_what_the_vendor_was_asked(asked, answered, why):
+    request = {"model": "m", "input": "Hi", **asked}
+    found = unmet(request, _answer({**request, **answered}))
+    assert (found is None) if why is None else (why in found)
+
+
+def test_json_text_is_held_to_a_strict_schema():
+    schema = client_schemas.compiled({"type": "object", "required": ["a"]}, rules.FORMAT_SCHEMA)
+    request = {"text": {"format": {"type": "json_schema", "name": "n", "schema": {}, "strict": True}}}
+    made = _answer({"input": "Hi"})
+    made["output"][0]["content"][0]["text"] = '{"b": 1}'
+    assert "does not match" in unmet(request, made, schema)
+    made["output"][0]["content"][0]["text"] = '{"a": 1}'
+    assert unmet(request, made, schema) is None
+
+
+def test_a_requests_schemas_are_bounded_and_fetch_nothing_on_every_vendor():
+    remote = {"$ref": "https://example.invalid/schema.json"}
+    with pytest.raises(ValidationFailed) as refused:
+        rules.check({"tools": [{"type": "function", "name": "f", "parameters": remote}]})
+    assert refused.value.detail[0]["loc"] == ["body", "tools", 0, "parameters", "$ref"]
+    with pytest.raises(ValidationFailed) as refused:
+        rules.check({"text": {"format": {"type": "json_schema", "name": "n", "schema": remote, "strict": True}}})
+    assert refused.value.detail[0]["loc"][:4] == ["body", "text", "format", "schema"]
+    rules.check({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]})
+
+
+@pytest.mark.parametrize("asked", [{}, {"max_output_tokens": 2}, {"tools": TOOLS, "tool_choice": "required"}])
+def test_a_cache_entry_of_a_native_answer_makes_the_same_response_again(asked):
+    made = _answer({"input": "Hi", **asked})
+    choice = chat_choice(made)
+    completion = {"choices": [{"index": 0, "finish_reason": choice.finish_reason, "message": {
+        "role": "assistant", "content": choice.text or None, "refusal": choice.refusal,
+        "tool_calls": choice.tool_calls}}], "usage": None}
+    again = response_from_chat(REQUEST, completion, response_id="r2", created_at=2, model="o/m")
+    assert (again["status"], again["incomplete_details"]) == (made["status"], made["incomplete_details"])
+    assert _but_ids(again["output"]) == _but_ids(made["output"])  # a hit's items get ids of their own
+
+
+def _but_ids(items: list[dict]) -> list[dict]:
+    """Items without their ids (and empty logprobs, which a vendor's text parts carry)."""
+    kept = [{k: v for k, v in item.items() if k != "id"} for item in items]
+    for item in kept:
+        if "content" in item:
+            item["content"] = [{k: v for k, v in part.items() if k != "logprobs"} for part in item["content"]]
+    return kept
+
+
+def test_an_answer_with_reasoning_state_is_not_cached():
+    made = _answer({"input": "Hi"})
+    made["output"].insert(0, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "x"})
+    assert chat_choice(made) is None

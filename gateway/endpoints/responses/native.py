@@ -29,9 +29,21 @@ import copy
 from collections.abc import Sequence
 from typing import Any, get_args
 
+import orjson
+
+from gateway.core.chat import ChatChoice
 from gateway.core.completion import Usage
-from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, error_value, shell, usage_from_chat
+from gateway.endpoints.responses.answer import (
+    INCOMPLETE_REASONS,
+    MAX_OUTPUT_ITEMS,
+    Unexpected,
+    error_value,
+    output_text,
+    shell,
+    usage_from_chat,
+)
 from gateway.endpoints.responses.request import FUNCTION, Refused, input_items
+from gateway.endpoints.responses.rules import answer_format
 from gateway.endpoints.usage import usage_body
 from gateway.vendors import untrusted as read
 from generated.models import (
@@ -145,6 +157,67 @@ def from_native(answer: dict[str, Any], request: dict[str, Any], *, response_id:
     made["output"] = [item(i) for i in answer.get("output") or ()]
     made["usage"] = usage(answer.get("usage"))
     return made
+
+
+# A response's incomplete reason as chat's finish reason (answer.py INCOMPLETE_REASONS, reversed).
+FINISH = {reason: finish for finish, reason in INCOMPLETE_REASONS.items()}
+
+
+def chat_choice(response: dict[str, Any]) -> ChatChoice | None:
+    """The response as the chat choice that stands for it in the response cache, which a hit makes
+    a response again (answer.py `response_from_chat`, stream.py): its text, refusal and calls (their
+    call ids kept); None when it holds what a chat choice cannot (a reasoning item, the vendor's
+    opaque state) or did not end well (failed, or incomplete for no reason chat has)."""
+    output = response["output"]
+    if any(item["type"] == "reasoning" for item in output):
+        return None
+    if response["status"] == "completed":
+        finish = "stop"
+    elif response["status"] == "incomplete" and (response.get("incomplete_details") or {}).get("reason") in FINISH:
+        finish = FINISH[response["incomplete_details"]["reason"]]
+    else:
+        return None
+    parts = [part for item in output if item["type"] == "message" for part in item["content"]]
+    calls = [{"id": item["call_id"], "type": "function",
+              "function": {"name": item["name"], "arguments": item["arguments"]}}
+             for item in output if item["type"] == "function_call"]
+    refusals = [part["refusal"] for part in parts if part["type"] == "refusal"]
+    return ChatChoice(0, "".join(part["text"] for part in parts if part["type"] == "output_text"),
+                      "tool_calls" if calls and finish == "stop" else finish,
+                      refusal="".join(refusals) if refusals else None, tool_calls=calls or None)
+
+
+def unmet(request: dict[str, Any], response: dict[str, Any], schema: Any = None) -> str | None:
+    """What a completed response did not do that the request asked of the vendor (None: nothing),
+    as planner/verify.py holds a chat answer: a forced tool called (`tool_choice` "required", or
+    the function it names), every call's arguments JSON, and the text the JSON `text.format` asked
+    for (matching a strict schema: `schema`, its compiled validator). A vendor may take a field and
+    answer as if it had not; a client that forced a call runs it."""
+    if response["status"] != "completed":
+        return None  # cut short (max_output_tokens, a filter): passed on as what it says it is
+    calls = [item for item in response["output"] if item["type"] == "function_call"]
+    for call in calls:
+        try:
+            orjson.loads(call.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            return "called a tool with arguments that are not JSON"
+    choice = request.get("tool_choice") if request.get("tools") else None
+    if choice == "required" and not calls:
+        return 'answered without calling a tool although tool_choice was "required"'
+    if isinstance(choice, dict) and choice.get("name") not in {call["name"] for call in calls}:
+        return f"answered without calling {choice.get('name')} although tool_choice named it"
+    kind = answer_format(request).get("type")
+    if kind not in ("json_object", "json_schema") or calls:
+        return None
+    try:
+        value = orjson.loads(output_text(response))
+    except orjson.JSONDecodeError:
+        return "answered text that is not the JSON text.format asked for"
+    if kind == "json_object" and not isinstance(value, dict):
+        return "answered JSON that is not an object, as json_object asks"
+    if schema is not None and not schema.is_valid(value):
+        return "answered JSON that does not match the strict json_schema asked for"
+    return None
 
 
 class NativeStream:

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core import observe
+from gateway.core import client_schemas, observe
 from gateway.core.clearance import Clearance
 from gateway.core.completion import Attempt, Chunk, Result
 from gateway.core.endpoint import Endpoint
@@ -31,7 +31,8 @@ from gateway.core.errors import VendorFailed
 from gateway.core.inference import NativeChoice
 from gateway.core.responses import NativeResponsesCall
 from gateway.endpoints.responses.answer import Unexpected, output_text
-from gateway.endpoints.responses.native import TERMINAL, billed, from_native
+from gateway.endpoints.responses.native import TERMINAL, billed, chat_choice, from_native, unmet
+from gateway.endpoints.responses.rules import FORMAT_SCHEMA, answer_format, strict
 from gateway.vendors import untrusted as read
 from gateway.vendors.base import Adapter, Translator
 from gateway.vendors.vendor_errors import redact
@@ -51,6 +52,7 @@ class NativePlan:
     model: str  # as the client (or the fallback chain) wrote it: "vendor/name"
     request: Mapping[str, Any]  # the Responses request as the client sent it (its `model` the one planned)
     items: list[dict[str, Any]] = field(default_factory=list)  # its own input items, as stored
+    schema: Any = None  # the compiled strict schema of its `text.format`, which its answer must match
     include_usage: bool = True  # a response always carries its usage
     _attempt: Attempt | None = field(default=None, init=False, repr=False)
 
@@ -93,7 +95,9 @@ class NativePlan:
                 usage = billed(found.get("usage"))
             except (Unexpected, *read.READ_ERRORS) as exc:
                 raise self._malformed(exc) from None
-            result = Result([NativeChoice(0, output_text(made), response=made)], usage, billed=usage)
+            self._held(made)
+            result = Result([NativeChoice(0, output_text(made), response=made, as_chat=chat_choice(made))], usage,
+                            billed=usage)
             span.result(result)
             return result
         except BaseException as exc:
@@ -116,11 +120,12 @@ class NativePlan:
                     for choice in chunk.choices:
                         if not isinstance(choice, NativeChoice) or choice.raw in ("", "[DONE]"):
                             continue
-                        event, found = self._event(choice.raw)
+                        event, made, found = self._event(choice.raw)
                         usage = found or usage
-                        ended = ended or event.get("type") in TERMINAL
+                        ended = ended or made is not None
                         delta = event.get("delta") if event.get("type") == TEXT_DELTA else None
-                        out.append(NativeChoice(0, delta if isinstance(delta, str) else "", response=event))
+                        out.append(NativeChoice(0, delta if isinstance(delta, str) else "", response=event,
+                                                as_chat=None if made is None else chat_choice(made)))
                 if out:
                     yield [Chunk(out)]
         if not ended:  # cut: what was sent is billed as any broken stream's is (store/meter.py)
@@ -129,22 +134,33 @@ class NativePlan:
         if usage is not None:
             yield [Chunk([], usage, usage)]
 
-    def _event(self, data: str) -> tuple[dict[str, Any], Any]:
-        """One event of the vendor's, decoded, and the usage it reports (its terminal event's)."""
+    def _event(self, data: str) -> tuple[dict[str, Any], dict[str, Any] | None, Any]:
+        """One event of the vendor's, decoded; for its terminal event, the response it ends with
+        (kept to the contract, held to the request) and the usage it reports."""
         try:
             event = read.obj(orjson.loads(data), "an event")
             kind = event.get("type")
             if kind == ERROR:
                 raise read.Reported(read.text(event.get("message") or "", "its message", MAX_MESSAGE))
-            usage = billed(read.obj(event.get("response"), "its response").get("usage")) if kind in TERMINAL else None
+            made = usage = None
+            if kind in TERMINAL:
+                found = read.obj(event.get("response"), "its response")
+                made = from_native(found, dict(self.request), response_id="", created_at=0, model=self.model)
+                self._held(made)
+                usage = billed(found.get("usage"))
         except read.Reported as exc:
             config = getattr(self.adapter, "_config", None)
             message = redact(config, exc.message) if config is not None else exc.message
             raise VendorFailed(f"vendor '{self.adapter.name}' failed mid-stream: {message}",
                                vendor=self.adapter.name) from None
-        except (orjson.JSONDecodeError, *read.READ_ERRORS) as exc:
+        except (orjson.JSONDecodeError, Unexpected, *read.READ_ERRORS) as exc:
             raise self._malformed(exc) from None
-        return event, usage
+        return event, made, usage
+
+    def _held(self, made: dict[str, Any]) -> None:
+        """The vendor's failure when its response is not what it was asked (native.py `unmet`)."""
+        if (why := unmet(dict(self.request), made, self.schema)) is not None:
+            raise VendorFailed(f"vendor '{self.adapter.name}' {why}", vendor=self.adapter.name)
 
     def _malformed(self, exc: BaseException) -> VendorFailed:
         return VendorFailed(f"vendor '{self.adapter.name}' sent a malformed response: {read.why(exc)}",
@@ -157,4 +173,6 @@ def plan_native(adapter: Adapter, translator: Translator[Any], body: dict[str, A
     """The plan of `body` (native.py `native_request`, its model the vendor's own name) on `model`."""
     call = NativeResponsesCall(model=body["model"], body=body, stream=bool(body.get("stream")), prompts=prompts,
                                most=body.get("max_output_tokens"), clearance=clearance)
-    return NativePlan(adapter, translator, call, model, request, items)
+    format_ = answer_format(request)
+    schema = client_schemas.compiled(format_["schema"], FORMAT_SCHEMA) if strict(format_) else None
+    return NativePlan(adapter, translator, call, model, request, items, schema)

@@ -20,6 +20,7 @@ from gateway.core.demand import Demand
 from gateway.core.endpoint import Endpoint
 from gateway.core.inference import NativeChoice
 from gateway.endpoints import unit
+from gateway.endpoints.responses import rules
 from gateway.endpoints.responses.answer import response_from_chat, usage_from_chat
 from gateway.endpoints.responses.plan import AnyResponsesPlan, plan_responses
 from gateway.endpoints.responses.request import conversation_text, input_items
@@ -52,7 +53,8 @@ class Responses:
     chunk_object = "response"
 
     def accepted(self, request: AskedResponses) -> AskedResponses:
-        return request  # its rules are the bridge's, judged per vendor (plan.py)
+        rules.check(request.body)  # its client schemas; the rest is judged per vendor (plan.py)
+        return request
 
     def cache_form(self, asked: AskedResponses) -> Mapping[str, Any]:
         form = unit.cache_form({k: v for k, v in asked.body.items() if k not in NOT_THE_ANSWER}, DEFAULTS)

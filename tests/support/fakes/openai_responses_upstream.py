@@ -11,9 +11,11 @@ OpenAI), and any `previous_response_id` (404: this fake stores nothing, so a gat
 conversations itself must send the whole input). Deterministic answers: the text " w0 w1 ..." up to
 `max_output_tokens` (default 8; reaching it is `incomplete`, `max_output_tokens`), or, with function
 tools and `tool_choice` not "none", one `function_call` of the first tool (or the one named) with
-arguments `{"said": <the last user text>}`. A stream is OpenAI's event sequence with `event:` names
+arguments `{"said": <the last user text>}` (unless the input ends with a call's output and nothing
+forces another call: then it answers from it, as a model does). A stream is OpenAI's event sequence with `event:` names
 and `sequence_number`s, ending with exactly one terminal event and no `[DONE]`; model `cut-stream`
-stops after the first text delta without a terminal event; model `no-usage` reports no usage.
+stops after the first text delta without a terminal event; model `no-usage` reports no usage; model `ignores-tools` answers text whatever the tools and `tool_choice`
+(as a server that takes them and ignores them would).
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ def _said(request: dict[str, Any]) -> str:
 def _call(request: dict[str, Any]) -> dict[str, Any] | None:
     tools = [t for t in request.get("tools") or () if t.get("type") == "function"]
     choice = request.get("tool_choice")
-    if not tools or choice == "none":
+    answered = isinstance(request["input"], list) and bool(request["input"]) and \
+        request["input"][-1].get("type") == "function_call_output"
+    if not tools or choice == "none" or request["model"] == "ignores-tools" or (answered and choice in (None, "auto")):
         return None
     name = choice["name"] if isinstance(choice, dict) else tools[0]["name"]
     return {"type": "function_call", "id": "fc_fake0", "call_id": "call_fake0", "name": name,
