@@ -114,6 +114,9 @@ def steer_responses(body: dict[str, Any], vendor: Vendor = VENDOR) -> None:
     if most is not None and not (_is_int(body.get("max_output_tokens")) and body["max_output_tokens"] <= most):
         body["max_output_tokens"] = max(most, 16)  # OpenAI's least
     body.pop("previous_response_id", None)
+    format_ = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if vendor.name != "local" and isinstance(format_, dict) and format_.get("strict") and "schema" in format_:
+        format_["schema"] = SAID  # what the fakes write, whatever the schema (the real model obeys it)
     if "message_chars" in limits:
         if isinstance(body.get("input"), str):
             body["input"] = body["input"][:limits["message_chars"]]

@@ -137,7 +137,7 @@ def test_a_vendors_refusal_is_its_own_and_bills_nothing(oai, upstream, database)
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_vendor_that_ignores_what_it_was_asked_fails_never_a_success(oai, database, stream):
     asked = [{"model": "fake/ignores-tools", "tools": TOOLS, "tool_choice": "required"},
-             {"model": "fake/m", "text": {"format": {"type": "json_object"}}}]
+             {"model": "fake/ignores-format", "text": {"format": {"type": "json_object"}}}]
     for request in asked:
         try:  # a stream fails before it begins (a 502) when the vendor's whole answer came at once
             answered, _ = _create(oai, stream, input="hello", **request)
@@ -157,3 +157,16 @@ def test_the_scale_sdk_creates_a_response_on_openais_own_api(gateway, upstream, 
     assert answer["id"].startswith("resp_") and answer["status"] == "incomplete"
     assert answer["output"][0]["content"][0]["text"] == " w0 w1" and answer["usage"]["output_tokens"] == 2
     assert _sent(upstream)[0]["store"] is False
+
+
+def test_a_strict_json_format_is_served_and_held_to_its_schema(oai, upstream):
+    said = {"type": "object", "properties": {"said": {"type": "string"}}, "required": ["said"],
+            "additionalProperties": False}
+    text = {"format": {"type": "json_schema", "name": "said", "schema": said, "strict": True}}
+    answered = oai.responses.create(model="fake/m", input="hello", text=text)
+    assert answered.status == "completed" and json.loads(answered.output_text) == {"said": "hello"}
+    assert _sent(upstream)[0]["text"] == text  # the vendor's own format, as the client wrote it
+    with pytest.raises(openai.APIStatusError) as failed:  # the same format, an answer it does not match
+        oai.responses.create(model="fake/m", input="hello",
+                             text={"format": {**text["format"], "schema": {**said, "required": ["other"]}}})
+    assert failed.value.status_code == 502 and "strict json_schema" in failed.value.body["message"]

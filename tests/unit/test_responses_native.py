@@ -127,7 +127,9 @@ def _answer(request: dict) -> dict:
     ({"tools": TOOLS, "tool_choice": "required"}, {"model": "ignores-tools"}, 'tool_choice was "required"'),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "other"}}, {"tool_choice": "auto"},
      "without calling other"),
-    ({"text": {"format": {"type": "json_object"}}}, {}, "not the JSON text.format asked for"),
+    ({"text": {"format": {"type": "json_object"}}}, {"text": {"format": {"type": "text"}}},
+     "not the JSON text.format asked for"),
+    ({"text": {"format": {"type": "json_object"}}}, {}, None),
     ({"tools": TOOLS, "tool_choice": "required"}, {}, None),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "other"}}, {}, None),
     ({"text": {"format": {"type": "json_object"}}}, {"max_output_tokens": 2}, None),  # cut short: as it says

@@ -14,8 +14,8 @@ tools and `tool_choice` not "none", one `function_call` of the first tool (or th
 arguments `{"said": <the last user text>}` (unless the input ends with a call's output and nothing
 forces another call: then it answers from it, as a model does). A stream is OpenAI's event sequence with `event:` names
 and `sequence_number`s, ending with exactly one terminal event and no `[DONE]`; model `cut-stream`
-stops after the first text delta without a terminal event; model `no-usage` reports no usage; model `ignores-tools` answers text whatever the tools and `tool_choice`
-(as a server that takes them and ignores them would).
+stops after the first text delta without a terminal event; model `no-usage` reports no usage; model `ignores-tools` answers text whatever the tools and `tool_choice`, and `ignores-format` words
+whatever `text.format` (as a server that takes them and ignores them would).
 """
 
 from __future__ import annotations
@@ -124,7 +124,13 @@ def _shell(request: dict[str, Any], status: str) -> dict[str, Any]:
 
 
 def _words(request: dict[str, Any]) -> list[str]:
-    return [f" w{i}" for i in range(request.get("max_output_tokens") or 8)]
+    """The answer's text, a token per piece: `{"said": <the last user text>}` in three pieces when
+    `text.format` asks for JSON, else words; up to max_output_tokens."""
+    most = request.get("max_output_tokens") or 8
+    asks_json = ((request.get("text") or {}).get("format") or {}).get("type") in ("json_object", "json_schema")
+    if asks_json and request["model"] != "ignores-format":
+        return ['{"said"', f": {json.dumps(_said(request))}", "}"][:most]
+    return [f" w{i}" for i in range(most)]
 
 
 def respond(request: dict[str, Any]) -> dict[str, Any]:
