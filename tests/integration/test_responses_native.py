@@ -170,3 +170,18 @@ def test_a_strict_json_format_is_served_and_held_to_its_schema(oai, upstream):
         oai.responses.create(model="fake/m", input="hello",
                              text={"format": {**text["format"], "schema": {**said, "required": ["other"]}}})
     assert failed.value.status_code == 502 and "strict json_schema" in failed.value.body["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_state_goes_round_a_stateless_conversation(oai, upstream, database, stream):
+    first, events = _create(oai, stream, model="fake/reasons", input="think first")
+    reasoning, message = first.output
+    assert (reasoning.type, reasoning.id, reasoning.encrypted_content) == ("reasoning", "rs_fake0", "opaque-state")
+    assert reasoning.summary[0].text == "thought it over" and message.type == "message"
+    assert first.usage.output_tokens_details.reasoning_tokens == 3
+    assert _reconciles(database.url, first)["completion_tokens"] == first.usage.output_tokens
+    second, _ = _create(oai, stream, model="fake/reasons", previous_response_id=first.id, input="and now?")
+    assert second.status == "completed"  # the vendor took its own reasoning back (it refuses it without its state)
+    handed = [item for item in _sent(upstream)[1]["input"] if item["type"] == "reasoning"]
+    assert handed == [{"type": "reasoning", "id": "rs_fake0", "status": "completed", "encrypted_content": "opaque-state",
+                       "summary": [{"type": "summary_text", "text": "thought it over"}]}]

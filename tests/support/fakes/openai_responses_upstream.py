@@ -31,6 +31,7 @@ FIELDS = frozenset({
     "stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p", "truncation", "user"})
 ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
 ROLES = {"user", "assistant", "system", "developer"}
+REASONING_TOKENS = 3  # what model `reasons` thinks before it answers
 
 
 def error(message: str, param: str | None = None, status: int = 400, code: str | None = None) -> tuple[int, dict]:
@@ -69,6 +70,10 @@ def wire_problem(request: dict[str, Any]) -> tuple[int, dict] | None:
             return error(f"Invalid value: '{item.get('role')}'.", f"input[{i}].role")
         if kind == "message" and item.get("role") != "assistant" and "id" in item:  # only listed items have one
             return error(f"Unknown parameter: 'input[{i}].id'.", f"input[{i}].id")
+        if kind == "reasoning" and request.get("store") is False and not item.get("encrypted_content"):
+            return error(f"Item with id '{item.get('id')}' not found. Items are not persisted when `store` is set to "
+                         "false. Try again with `store` set to true, or remove this item from your input.",
+                         f"input[{i}]", 404)
         if kind == "function_call":
             calls.add(item.get("call_id"))
         if kind == "function_call_output" and item.get("call_id") not in calls:
@@ -100,12 +105,12 @@ def _call(request: dict[str, Any]) -> dict[str, Any] | None:
             "arguments": json.dumps({"said": _said(request)}), "status": "completed"}
 
 
-def _usage(request: dict[str, Any], generated: int) -> dict[str, Any]:
+def _usage(request: dict[str, Any], generated: int, reasoning: int = 0) -> dict[str, Any]:
     given = request["input"]
     prompt = len(given.split()) + 1 if isinstance(given, str) else sum(len(json.dumps(i).split()) for i in given)
     prompt += len((request.get("instructions") or "").split())
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": generated, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": generated, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": prompt + generated}
 
 
@@ -137,14 +142,21 @@ def respond(request: dict[str, Any]) -> dict[str, Any]:
     """The whole response to `request`."""
     call = _call(request)
     words = [] if call else _words(request)
-    cut = not call and request.get("max_output_tokens") is not None
+    cut = not call and request.get("max_output_tokens") is not None and len(words) == request["max_output_tokens"]
     answer = _shell(request, "incomplete" if cut else "completed")
     if cut:
         answer["incomplete_details"] = {"reason": "max_output_tokens"}
     answer["output"] = [call] if call else [
         {"type": "message", "id": "msg_fake0", "role": "assistant", "status": "incomplete" if cut else "completed",
          "content": [{"type": "output_text", "text": "".join(words), "annotations": [], "logprobs": []}]}]
-    answer["usage"] = None if request["model"] == "no-usage" else _usage(request, len(words) + (1 if call else 0))
+    reasoning = REASONING_TOKENS if request["model"] == "reasons" else 0
+    if reasoning:  # its reasoning first, its state opaque (handed back only when `include` asked for it)
+        state = "opaque-state" if "reasoning.encrypted_content" in (request.get("include") or ()) else None
+        answer["output"].insert(0, {"type": "reasoning", "id": "rs_fake0", "status": "completed",
+                                    "summary": [{"type": "summary_text", "text": "thought it over"}],
+                                    "encrypted_content": state})
+    answer["usage"] = None if request["model"] == "no-usage" else _usage(
+        request, len(words) + (1 if call else 0) + reasoning, reasoning)
     return answer
 
 
@@ -159,7 +171,9 @@ def events(request: dict[str, Any]) -> list[dict[str, Any]]:
     emit("response.created", response=_shell(request, "in_progress"))
     emit("response.in_progress", response=_shell(request, "in_progress"))
     for index, item in enumerate(whole["output"]):
-        if item["type"] == "function_call":
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=index, item=item | {"summary": [], "status": "in_progress"})
+        elif item["type"] == "function_call":
             emit("response.output_item.added", output_index=index,
                  item=item | {"arguments": "", "status": "in_progress"})
             half = len(item["arguments"]) // 2
