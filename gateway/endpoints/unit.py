@@ -49,6 +49,30 @@ class Planned(Protocol):
     def chunks(self) -> AsyncIterator[list[Chunk]]: ...
 
 
+class OneCall:
+    """What a plan of one vendor call of the vendor's own body says of itself (a mixin of the
+    vendor-native plans: endpoints/inference/plan.py, endpoints/responses/native_plan.py): its
+    `call`'s prompts and stream, one call, nothing echoed."""
+
+    __slots__ = ()
+    call: Any
+
+    @property
+    def prompts(self) -> list[str]:
+        return self.call.prompts
+
+    @property
+    def stream(self) -> bool:
+        return self.call.stream
+
+    @property
+    def vendor_calls(self) -> int:
+        return 1
+
+    def echoed(self, index: int) -> str:
+        return ""
+
+
 class Asked(Protocol):
     """A request as its unit accepted it (its rules kept): the model it asks for."""
 

@@ -31,6 +31,7 @@ from gateway.endpoints.inference.bounds import output_bound
 from gateway.endpoints.inference.configuration import call_settings
 from gateway.endpoints.inference.usage import Counted, read_usage
 from gateway.endpoints.inference.wires import NativeWire, wire_of
+from gateway.endpoints.unit import OneCall
 from gateway.vendors import untrusted as read
 from gateway.vendors.base import Adapter, Translator
 from gateway.vendors.registry import Registry
@@ -38,7 +39,7 @@ from gateway.vendors.vendor_errors import redact
 
 
 @dataclass(slots=True)
-class InferencePlan:
+class InferencePlan(OneCall):
     """The plan of one vendor-native request (endpoints/unit.py `Planned`)."""
 
     adapter: Adapter
@@ -52,23 +53,8 @@ class InferencePlan:
     _attempt: Attempt | None = field(default=None, init=False, repr=False)
 
     @property
-    def prompts(self) -> list[str]:
-        return self.call.prompts
-
-    @property
-    def stream(self) -> bool:
-        return self.call.stream
-
-    @property
-    def vendor_calls(self) -> int:
-        return 1
-
-    @property
     def choices(self) -> int:
         return 0  # the vendor's answer is its own: the gateway closes no choice of it
-
-    def echoed(self, index: int) -> str:
-        return ""
 
     def attempt(self) -> Attempt:
         if self._attempt is None:

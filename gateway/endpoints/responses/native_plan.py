@@ -33,6 +33,7 @@ from gateway.core.responses import NativeResponsesCall
 from gateway.endpoints.responses.answer import Unexpected, output_text
 from gateway.endpoints.responses.native import TERMINAL, billed, chat_choice, from_native, unmet
 from gateway.endpoints.responses.rules import FORMAT_SCHEMA, answer_format, strict
+from gateway.endpoints.unit import OneCall
 from gateway.vendors import untrusted as read
 from gateway.vendors.base import Adapter, Translator
 from gateway.vendors.vendor_errors import redact
@@ -43,7 +44,7 @@ MAX_MESSAGE = 4096  # characters of a vendor's error message passed on
 
 
 @dataclass(slots=True)
-class NativePlan:
+class NativePlan(OneCall):
     """The plan of one Responses request on a vendor's own Responses API (endpoints/unit.py `Planned`)."""
 
     adapter: Adapter
@@ -57,23 +58,8 @@ class NativePlan:
     _attempt: Attempt | None = field(default=None, init=False, repr=False)
 
     @property
-    def prompts(self) -> list[str]:
-        return self.call.prompts
-
-    @property
-    def stream(self) -> bool:
-        return self.call.stream
-
-    @property
-    def vendor_calls(self) -> int:
-        return 1
-
-    @property
     def choices(self) -> int:
         return 1
-
-    def echoed(self, index: int) -> str:
-        return ""
 
     def attempt(self) -> Attempt:
         if self._attempt is None:
