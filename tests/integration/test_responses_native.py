@@ -38,6 +38,19 @@ def _create(oai, stream: bool, **asked):
     return events[-1].response, events
 
 
+def _failure(oai, stream: bool, **asked) -> tuple[str, str]:
+    """The message and request id of a response the vendor failed: a 502, or a stream's
+    `response.failed` once it began."""
+    if not stream:
+        with pytest.raises(openai.APIStatusError) as failed:
+            oai.responses.create(**asked)
+        assert failed.value.status_code == 502
+        return failed.value.body["message"], failed.value.response.headers["x-request-id"]
+    answered, _ = _create(oai, stream, **asked)
+    assert answered.status == "failed" and answered.error.code == "server_error"
+    return answered.error.message, answered.id
+
+
 def _sent(upstream) -> list[dict]:
     return [r["body"] for r in upstream.requests if r["path"] == "/v1/responses"]
 
@@ -139,14 +152,7 @@ def test_a_vendor_that_ignores_what_it_was_asked_fails_never_a_success(oai, data
     asked = [{"model": "fake/ignores-tools", "tools": TOOLS, "tool_choice": "required"},
              {"model": "fake/ignores-format", "text": {"format": {"type": "json_object"}}}]
     for request in asked:
-        try:  # a stream fails before it begins (a 502) when the vendor's whole answer came at once
-            answered, _ = _create(oai, stream, input="hello", **request)
-        except openai.APIStatusError as failed:
-            assert failed.status_code == 502
-            message, request_id = failed.body["message"], failed.response.headers["x-request-id"]
-        else:
-            assert stream and answered.status == "failed" and answered.error.code == "server_error"
-            message, request_id = answered.error.message, answered.id
+        message, request_id = _failure(oai, stream, input="hello", **request)
         assert ("tool_choice" if "tools" in request else "text.format") in message
         assert ledger_row(database.url, request_id)["outcome"] != "completed"
 
@@ -185,3 +191,11 @@ def test_reasoning_state_goes_round_a_stateless_conversation(oai, upstream, data
     handed = [item for item in _sent(upstream)[1]["input"] if item["type"] == "reasoning"]
     assert handed == [{"type": "reasoning", "id": "rs_fake0", "status": "completed", "encrypted_content": "opaque-state",
                        "summary": [{"type": "summary_text", "text": "thought it over"}]}]
+
+
+def test_a_vendors_error_event_ends_the_stream_failed_its_key_never_shown(oai, database):
+    failed, events = _create(oai, True, model="fake/error-event", input="hello")
+    assert failed.status == "failed" and "the model broke" in failed.error.message
+    assert "sk-" not in failed.error.message  # the vendor's key redacted
+    assert [e.type for e in events][:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert ledger_row(database.url, failed.id)["outcome"] != "completed"

@@ -25,7 +25,7 @@ import orjson
 
 from gateway.core import client_schemas, observe
 from gateway.core.clearance import Clearance
-from gateway.core.completion import Attempt, Chunk, Result
+from gateway.core.completion import Attempt, Choice, Chunk, Result
 from gateway.core.endpoint import Endpoint
 from gateway.core.errors import VendorFailed
 from gateway.core.inference import NativeChoice
@@ -101,17 +101,22 @@ class NativePlan(OneCall):
         usage, ended = None, False
         async with aclosing(observe.observed_stream(span, self.translator.stream(self.call))) as batches:
             async for batch in batches:
-                out = []
-                for chunk in batch:
-                    for choice in chunk.choices:
-                        if not isinstance(choice, NativeChoice) or choice.raw in ("", "[DONE]"):
-                            continue
-                        event, made, found = self._event(choice.raw)
-                        usage = found or usage
-                        ended = ended or made is not None
-                        delta = event.get("delta") if event.get("type") == TEXT_DELTA else None
-                        out.append(NativeChoice(0, delta if isinstance(delta, str) else "", response=event,
-                                                as_chat=None if made is None else chat_choice(made)))
+                out: list[Choice] = []
+                try:
+                    for chunk in batch:
+                        for choice in chunk.choices:
+                            if not isinstance(choice, NativeChoice) or choice.raw in ("", "[DONE]"):
+                                continue
+                            event, made, found = self._event(choice.raw)
+                            usage = found or usage
+                            ended = ended or made is not None
+                            delta = event.get("delta") if event.get("type") == TEXT_DELTA else None
+                            out.append(NativeChoice(0, delta if isinstance(delta, str) else "", response=event,
+                                                    as_chat=None if made is None else chat_choice(made)))
+                except VendorFailed:
+                    if out:  # what the vendor sent before it failed goes first, whatever its reads held
+                        yield [Chunk(out)]
+                    raise
                 if out:
                     yield [Chunk(out)]
         if not ended:  # cut: what was sent is billed as any broken stream's is (store/meter.py)

@@ -190,6 +190,11 @@ class FakeOpenAI:
         elif request["model"].startswith("fail-"):  # as on /v1/completions (a fallback's first model)
             status = int(request["model"].split("-")[1])
             await send_json(send, status, {"error": {"message": f"fake failure {status}", "type": "server_error"}})
+        elif request.get("stream") and request["model"] == "error-event":  # begun, then OpenAI's `error` event
+            begun = responses_upstream.events(request)[:3]
+            failed = {"type": "error", "sequence_number": 3, "code": "server_error", "param": None,
+                      "message": f"the model broke; credentials used: {headers.get('authorization')}"}
+            await _raw(send, 200, responses_upstream.sse([*begun, failed]), b"text/event-stream")
         elif request.get("stream") and request["model"] == "stall-later":  # begun, then nothing
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream")]})
