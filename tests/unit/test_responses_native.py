@@ -56,6 +56,22 @@ def test_the_vendors_usage_is_read_as_untrusted_counts():
         from_native(answer, REQUEST, response_id="resp_ours", created_at=5, model="openai/gpt-4o")
 
 
+@pytest.mark.parametrize(("part", "param"), [
+    ({"type": "input_image", "file_id": "file-theirs"}, "input[0].content[1].file_id"),
+    ({"type": "input_file", "file_data": "data:application/pdf;base64,AAAA"}, "input[0].content[1]"),
+])
+def test_a_part_naming_a_file_is_refused_on_the_vendors_own_api_too(part, param):
+    content = [{"type": "input_text", "text": "see"}, part]
+    with pytest.raises(Refused) as refused:
+        native_request({"model": "openai/gpt-4o", "input": [{"type": "message", "role": "user", "content": content}]})
+    assert refused.value.param == param
+    output = [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c", "output": [part]}]
+    with pytest.raises(Refused) as refused:
+        native_request({"model": "openai/gpt-4o", "input": output})
+    assert refused.value.param.startswith("input[1].output[0]")
+
+
 def test_an_include_outside_the_contract_is_refused_by_name():
     with pytest.raises(Refused) as refused:
         native_request({"model": "openai/gpt-4o", "input": "x", "include": ["message.output_text.logprobs"]})

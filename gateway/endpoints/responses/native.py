@@ -18,7 +18,8 @@ The usage is read as every vendor count is (vendors/untrusted.py): the ledger bi
 and the client is told the same counts.
 
 What the contract has no place for is refused before the vendor is asked: a built-in tool (its
-output items are not the contract's), an `include` beyond reasoning state. An input message of
+output items are not the contract's), an `include` beyond reasoning state, a part naming a file (a
+file id names one of the vendor account's files, which every account of the gateway shares). An input message of
 the user, system or developer carries no `id` on OpenAI's wire (only listed items have one), so the
 ids the gateway gave stored input items stay with the gateway.
 """
@@ -42,7 +43,7 @@ from gateway.endpoints.responses.answer import (
     shell,
     usage_from_chat,
 )
-from gateway.endpoints.responses.request import FUNCTION, Refused, input_items
+from gateway.endpoints.responses.request import FUNCTION, Refused, input_items, refuse_files
 from gateway.endpoints.responses.rules import answer_format
 from gateway.endpoints.usage import usage_body
 from gateway.vendors import untrusted as read
@@ -78,7 +79,11 @@ def native_request(request: dict[str, Any], history: Sequence[dict[str, Any]] = 
         if tool.get("type") != FUNCTION:
             raise Refused(f"tools[{i}]", f"the built-in tool '{tool.get('type')}' is not run through the gateway; "
                                          "only function tools are served")
-    body["input"] = [_sent(item) for item in (*history, *input_items(request))]
+    given = input_items(request)
+    for i, item in enumerate(given):
+        refuse_files(item.get("content"), f"input[{i}].content")
+        refuse_files(item.get("output"), f"input[{i}].output")
+    body["input"] = [_sent(item) for item in (*history, *given)]
     body["store"] = False
     body["include"] = list(INCLUDED)
     if body.get("stream"):

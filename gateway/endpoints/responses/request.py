@@ -182,8 +182,20 @@ def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
         if refusals:
             message["refusal"] = "".join(refusals)
         return message
+    refuse_files(content, f"{at}.content")
     parts = [_part(part, role, f"{at}.content[{j}]") for j, part in enumerate(content)]
     return {"role": role, "content": parts}
+
+
+def refuse_files(parts: Any, at: str) -> None:
+    """`Refused` for a part that names a file, on every vendor: the gateway keeps no files and
+    fetches none, and a file id would name one of the vendor account's files, which every account
+    of the gateway shares."""
+    for j, part in enumerate(parts if isinstance(parts, list) else ()):
+        if part.get("type") == "input_image" and part.get("file_id") is not None:
+            raise Refused(f"{at}[{j}].file_id", "the gateway keeps no files: send the image by URL or as a data: URL")
+        if part.get("type") == "input_file":
+            raise Refused(f"{at}[{j}]", "file inputs are not served: the gateway keeps and fetches no files")
 
 
 def _part(part: dict[str, Any], role: str, at: str) -> dict[str, Any]:
@@ -191,16 +203,12 @@ def _part(part: dict[str, Any], role: str, at: str) -> dict[str, Any]:
     if kind in ("input_text", "output_text"):
         return {"type": "text", "text": part["text"]}
     if kind == "input_image" and role == "user":
-        if part.get("file_id") is not None:
-            raise Refused(f"{at}.file_id", "the gateway keeps no files: send the image by URL or as a data: URL")
         if not part.get("image_url"):
             raise Refused(f"{at}.image_url", "an image needs its URL or a data: URL")
         image = {"url": part["image_url"]}
         if part.get("detail") is not None:
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    if kind == "input_file":
-        raise Refused(at, "file inputs are not served: the gateway keeps and fetches no files")
     raise Refused(at, f"a '{role}' message cannot hold a '{kind}' part through chat completions")
 
 
