@@ -105,8 +105,8 @@ class NativePlan(OneCall):
                 try:
                     for chunk in batch:
                         for choice in chunk.choices:
-                            if not isinstance(choice, NativeChoice) or choice.raw in ("", "[DONE]"):
-                                continue
+                            if ended or not isinstance(choice, NativeChoice) or choice.raw in ("", "[DONE]"):
+                                continue  # (after its terminal event, nothing the vendor sends is read)
                             event, made, found = self._event(choice.raw)
                             usage = found or usage
                             ended = ended or made is not None
