@@ -7,11 +7,12 @@ the batch's size: store/responses.py `statements`). No timer: an idle writer com
 response at once, a busy one gathers the answers that arrived during its last commit.
 
 How it commits is the ledger's way (store/ledger.py): on SQLite a batch is one call to a thread
-with a sqlite3 connection of its own (store/sqlite_writer.py); elsewhere the driver's SQL on one
-connection of the engine's. Through SQLAlchemy's async engine and aiosqlite, a transaction of a
-lone response (a client waiting for each answer before the next leaves nothing to batch) was a
-dozen trips to aiosqlite's thread, several times a chat request's whole CPU
-(docs/performance.md#responses-beside-chat).
+with a sqlite3 connection of its own (store/sqlite_writer.py); on PostgreSQL the driver's SQL on
+a connection of the writer's own (database.OwnConnection). Through SQLAlchemy's async engine and
+aiosqlite, a transaction of a lone response (a client waiting for each answer before the next
+leaves nothing to batch) was a dozen trips to aiosqlite's thread, several times a chat request's
+whole CPU (docs/performance.md#responses-beside-chat). A commit that hangs counts as failed after
+WRITE_TIMEOUT, and is retried.
 
 Why one transaction per batch: one per answer cost a plain /v5/responses four to eight times chat's
 gateway CPU and serialized requests on SQLite's one writer
@@ -72,11 +73,13 @@ class ResponseWriter:
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
     MAX_PENDING = 10_000  # responses waiting for a commit (a database away for a while)
     CLOSE_THREAD = 3.0  # seconds shutdown waits for SQLite's thread (stuck in a write that hung)
+    WRITE_TIMEOUT = 15.0  # seconds a commit may take before it counts as failed (and is retried)
 
     def __init__(self, engine: AsyncEngine, store: ResponseStore) -> None:
-        self._engine, self.store = engine, store
+        self.store = store
         sqlite = engine.dialect.name == "sqlite"
         self._sqlite = SqliteWriter(engine.url.database, "responses") if sqlite else None
+        self._connection = database.OwnConnection(engine, self.WRITE_TIMEOUT)  # (where no SQLite thread is)
         self._pending: dict[str, Pending] = {}  # by response id, in the order noted
         self._writing: dict[str, Pending] = {}  # the batch being committed
         self._wake = asyncio.Event()
@@ -134,10 +137,10 @@ class ResponseWriter:
         entries = [(p.account_id, p.response, p.input_items, p.now) for p in batch.values()]
         if self._sqlite is not None:
             saving = statements(entries, "sqlite")
-            await self._sqlite.transaction(lambda connection: _execute(connection, saving))
+            async with asyncio.timeout(self.WRITE_TIMEOUT):
+                await self._sqlite.transaction(lambda connection: _execute(connection, saving))
         else:
-            async with database.writing(self._engine) as connection:
-                await self.store.save_many(connection, entries)
+            await self._connection.transaction(lambda connection: self.store.save_many(connection, entries))
         self._writing = {}
         for pending in batch.values():
             pending.committed.set()
@@ -182,6 +185,7 @@ class ResponseWriter:
             if self._writing:
                 await self._commit_before_closing()
         finally:
+            await self._connection.close()
             sqlite, self._sqlite = self._sqlite, None  # (a later commit takes the engine's way)
             if sqlite is not None:
                 with contextlib.suppress(TimeoutError):
