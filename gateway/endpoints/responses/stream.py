@@ -56,19 +56,21 @@ class ResponseStream:
         self._sequence = 0
         self._message: dict[str, Any] | None = None  # the open message item, if any
         self._part: dict[str, Any] | None = None  # its open content part, if any
-        self._delta: dict[str, Any] = {}  # the open part's delta event, less its sequence and delta
+        self._delta: dict[str, Any] = {}  # the open part's delta event, but its sequence number and delta
         self._calls: dict[int, dict[str, Any]] = {}  # chat's tool-call index -> its open item
         self._open: list[dict[str, Any]] = []  # open items, in output order
         self._index: dict[str, int] = {}  # an item's place in the output, by its id
-        self._pieces: dict[str, tuple[dict[str, Any], str, list[str]]] = {}  # growing: (holder, field, pieces)
+        # What grows, by key ("part", a call's item id): where its text goes, and its pieces so far.
+        self._pieces: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
+        self._part_pieces: list[str] = []  # the open part's (in `_pieces` too)
         self._usage: dict[str, Any] | None = None
         self._finish: str | None = None
         self.ended = False
 
     @property
     def response(self) -> dict[str, Any]:
-        for key in list(self._pieces):
-            self._joined(key)
+        for key in self._pieces:
+            self._joined(key, done=False)
         return self._response
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -84,18 +86,16 @@ class ResponseStream:
         output.append(item)
         self._open.append(item)
 
-    def _grow(self, key: str, holder: dict[str, Any], field: str, piece: str) -> None:
-        growing = self._pieces.get(key)
-        if growing is None:
-            self._pieces[key] = (holder, field, [holder[field], piece])
-        else:
-            growing[2].append(piece)
+    def _growing(self, key: str, holder: dict[str, Any], field: str) -> list[str]:
+        """The list `holder[field]`'s pieces go to (it holds none yet)."""
+        pieces: list[str] = []
+        self._pieces[key] = (holder, field, pieces)
+        return pieces
 
-    def _joined(self, key: str) -> None:
-        growing = self._pieces.pop(key, None)
-        if growing is not None:
-            holder, field, pieces = growing
-            holder[field] = "".join(pieces)
+    def _joined(self, key: str, *, done: bool = True) -> None:
+        """`holder[field]` as its pieces so far make it; `done`: no more will come."""
+        holder, field, pieces = self._pieces.pop(key) if done else self._pieces[key]
+        holder[field] = "".join(pieces)
 
     def start(self) -> list[dict[str, Any]]:
         snapshot = {**self._response, "output": []}  # (only the output grows in place: the rest is replaced)
@@ -111,22 +111,23 @@ class ResponseStream:
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # a Responses request asks chat for one choice
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                events += self._text("output_text", delta["content"])
-            if delta.get("refusal"):
-                events += self._text("refusal", delta["refusal"])
-            for call in delta.get("tool_calls") or ():
-                events += self._call(call)
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+            if delta := choice.get("delta"):
+                if text := delta.get("content"):
+                    events += self._text("output_text", text)
+                if refusal := delta.get("refusal"):
+                    events += self._text("refusal", refusal)
+                for call in delta.get("tool_calls") or ():
+                    events += self._call(call)
+            if finish := choice.get("finish_reason"):
+                self._finish = finish
         return events
 
     def _text(self, kind: str, delta: str) -> list[dict[str, Any]]:
-        part = self._part
-        if part is not None and part["type"] == kind:  # the usual case: one more piece of the open part
-            self._grow("part", part, "text" if kind == "output_text" else "refusal", delta)
-            event = {"type": self._delta["type"], "sequence_number": self._sequence, **self._delta, "delta": delta}
+        if self._part is not None and self._part["type"] == kind:  # the usual case: a piece of the open part
+            self._part_pieces.append(delta)
+            event = self._delta.copy()  # (in the events' order: its sequence and delta set in place)
+            event["sequence_number"] = self._sequence
+            event["delta"] = delta
             if kind == "output_text":
                 event["logprobs"] = []
             self._sequence += 1
@@ -142,8 +143,9 @@ class ResponseStream:
         events += self._close_part()
         self._part = {"type": kind, "text": "", "annotations": []} if kind == "output_text" else \
             {"type": "refusal", "refusal": ""}
+        self._part_pieces = self._growing("part", self._part, "text" if kind == "output_text" else "refusal")
         message["content"].append(self._part)
-        self._delta = {"type": f"response.{kind}.delta", "item_id": message["id"],
+        self._delta = {"type": f"response.{kind}.delta", "sequence_number": 0, "item_id": message["id"],
                        "output_index": self._index[message["id"]], "content_index": len(message["content"]) - 1}
         added = {**self._part, "annotations": []} if kind == "output_text" else dict(self._part)
         events.append(self._event("response.content_part.added", **_where(self._delta), part=added))
@@ -174,10 +176,11 @@ class ResponseStream:
                              item_id=new_id("fc_"), status="in_progress")
             self._add(item)
             self._calls[index] = item
+            self._growing(item["id"], item, "arguments")
             events.append(self._event("response.output_item.added", output_index=self._index[item["id"]],
                                       item=dict(item)))
         if function.get("arguments"):
-            self._grow(item["id"], item, "arguments", function["arguments"])
+            self._pieces[item["id"]][2].append(function["arguments"])
             events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
                                       output_index=self._index[item["id"]], delta=function["arguments"]))
         return events
