@@ -44,12 +44,13 @@ class ResponseStream:
     each chunk, `end(...)` once; each returns the events to send, in order. `response` is the
     response as far as it went (after `end`, the whole of it, as the terminal event has it).
 
-    An event is a value as it was when made, without deep copies (which were a third of a
-    stream's cost): an event that shows an item or part still growing (`.added`) carries a copy
-    of its few fields (the lists in it empty, the strings immutable), one that shows it finished
-    (`.done`, the terminal event) carries it as it is, since nothing changes it after. A growing
-    text or arguments is kept as its pieces, joined when read (`.done`, `response`): appended to
-    one string, a long stream copied all it had at every delta."""
+    An event is a value as it was when made, without deep copies (a large part of a stream's
+    cost: docs/performance.md#responses-beside-chat): an event that shows an item or part still
+    growing (`.added`) carries a copy of its few fields (the lists in it empty, the strings
+    immutable), one that shows it finished (`.done`, the terminal event) carries it as it is,
+    since nothing changes it after. A growing text or arguments is kept as its pieces, joined when
+    read (`.done`, `response`): appended to one string, a long stream copied all it had at every
+    delta."""
 
     def __init__(self, request: dict[str, Any], *, response_id: str, created_at: int, model: str) -> None:
         self._response = shell(request, response_id=response_id, created_at=created_at, model=model)
