@@ -116,11 +116,11 @@ _ITEM = ("response_id", "kind", "position", "item_id", "body")
 # no response was kept under an id before (ids are 128 random bits); a batch retried after an
 # uncertain commit, or a response saved again, replaces its items and its row, and keeps the row's
 # first `created_at`.
+_REPLACED = ", ".join(f"{name} = excluded.{name}" for name in _HEAD if name not in ("id", "created_at"))
 _SAVE = {
     dialect: (f"DELETE FROM response_items WHERE response_id = {mark(1)}",
-              f"INSERT INTO responses ({', '.join(_HEAD)}) VALUES ({', '.join(map(mark, range(1, 8)))}) "
-              f"ON CONFLICT (id) DO UPDATE SET "
-              f"{', '.join(f'{name} = excluded.{name}' for name in _HEAD if name not in ('id', 'created_at'))}",
+              (f"INSERT INTO responses ({', '.join(_HEAD)}) VALUES ({', '.join(map(mark, range(1, 8)))}) "
+               f"ON CONFLICT (id) DO UPDATE SET {_REPLACED}"),
               f"INSERT INTO response_items ({', '.join(_ITEM)}) VALUES ({', '.join(map(mark, range(1, 6)))})")
     for dialect, mark in (("sqlite", lambda i: "?"), ("postgresql", lambda i: f"${i}"))}
 
