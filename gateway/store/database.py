@@ -12,6 +12,7 @@ process and of the machine, and readers (key lookups, usage reports) never wait 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -164,6 +165,37 @@ async def write_connection(engine: AsyncEngine) -> AsyncConnection:
     connection = await engine.connect()
     await connection.execution_options(**{_IMMEDIATE: True})
     return connection
+
+
+class OwnConnection:
+    """A background writer's own connection for its write transactions, kept between them: a pool
+    checkout (with its ping) and return (with its rollback) around each batch doubled a commit's
+    round trips (docs/performance.md). After a transaction that failed, unless `kept(exc)` says the
+    error was the batch's own (the connection is sound), it is closed, and the next transaction opens
+    a new one. A transaction that takes longer than `timeout` seconds fails."""
+
+    def __init__(self, engine: AsyncEngine, timeout: float) -> None:
+        self._engine, self._timeout = engine, timeout
+        self._connection: AsyncConnection | None = None
+
+    async def transaction(self, work: Callable[[AsyncConnection], Awaitable[Any]],
+                          kept: Callable[[Exception], bool] = lambda exc: False) -> None:
+        """`work` in one write transaction, committed when it returns."""
+        if self._connection is None:
+            self._connection = await write_connection(self._engine)
+        try:
+            async with asyncio.timeout(self._timeout), self._connection.begin():
+                await work(self._connection)
+        except Exception as exc:
+            if not kept(exc):  # the connection may be broken
+                await self.close()
+            raise
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
 
 
 @contextlib.asynccontextmanager

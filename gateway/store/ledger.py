@@ -78,7 +78,7 @@ class Ledger:
         self._drained.set()
         self._counting: set[asyncio.Task[None]] = set()
         self._writer: asyncio.Task[None] | None = None
-        self._connection: AsyncConnection | None = None  # the writer's own
+        self._connection = database.OwnConnection(engine, self.WRITE_TIMEOUT)  # the writer's own
         self._closing = False
         self._close_deadline = 0.0  # set by close()
         self._closed = False
@@ -167,7 +167,7 @@ class Ledger:
         self._wake.set()
         if self._writer is not None:
             await self._writer
-        await self._drop_connection()
+        await self._connection.close()
         if self._sqlite is not None:  # (its thread may be stuck in a write that hung: not waited for long)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.PROBE_TIMEOUT):
@@ -280,24 +280,9 @@ class Ledger:
         await self._transaction(lambda connection: connection.execute(insert(table), rows))
 
     async def _transaction(self, work: Callable[[AsyncConnection], Awaitable[Any]]) -> None:
-        # The writer keeps its own connection between commits: a pool checkout (with its ping)
-        # and return (with its rollback) around each batch would double a commit's round trips,
-        # and the loss window on a hard kill is a commit long.
-        if self._connection is None:
-            self._connection = await database.write_connection(self._engine)
-        try:
-            async with asyncio.timeout(self.WRITE_TIMEOUT), self._connection.begin():
-                await work(self._connection)
-        except Exception as exc:
-            if not _refused(exc):  # the connection may be broken: the next attempt opens a new one
-                await self._drop_connection()
-            raise
-
-    async def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close()
+        # The writer keeps its own connection between commits (database.OwnConnection); the loss
+        # window on a hard kill is a commit long. A refused row leaves the connection sound.
+        await self._connection.transaction(work, kept=_refused)
 
     def _failed(self, exc: Exception) -> None:
         reason = _reason(exc)

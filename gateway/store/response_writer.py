@@ -2,9 +2,17 @@
 rows are (store/ledger.py), yet durable before its client has the answer. An answer hands its
 response to `keep`, which only notes it, then awaits `stored`; one task per process commits
 continuously, group commit: a batch starts as soon as the previous one ends, with everything noted
-meanwhile, in one transaction (two INSERT statements per batch, whatever its size: store/responses.py
-`save_many`). No timer: an idle writer commits a lone response at once, a busy one gathers the
-answers that arrived during its last commit.
+meanwhile, in one transaction (three statements per batch, each executed over its rows, whatever
+the batch's size: store/responses.py `statements`). No timer: an idle writer commits a lone
+response at once, a busy one gathers the answers that arrived during its last commit.
+
+How it commits is the ledger's way (store/ledger.py): on SQLite a batch is one call to a thread
+with a sqlite3 connection of its own (store/sqlite_writer.py); on PostgreSQL the driver's SQL on
+a connection of the writer's own (database.OwnConnection). Through SQLAlchemy's async engine and
+aiosqlite, a transaction of a lone response (a client waiting for each answer before the next
+leaves nothing to batch) was a dozen trips to aiosqlite's thread, several times a chat request's
+whole CPU (docs/performance.md#responses-beside-chat). A commit that hangs counts as failed after
+WRITE_TIMEOUT, and is retried.
 
 Why one transaction per batch: one per answer cost a plain /v5/responses four to eight times chat's
 gateway CPU and serialized requests on SQLite's one writer
@@ -33,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,7 +50,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store import database
-from gateway.store.responses import ResponseStore
+from gateway.store.responses import ResponseStore, statements
+from gateway.store.sqlite_writer import SqliteWriter
 
 log = logging.getLogger("gateway")
 
@@ -62,9 +72,14 @@ class ResponseWriter:
     RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # seconds between attempts while the database fails
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
     MAX_PENDING = 10_000  # responses waiting for a commit (a database away for a while)
+    CLOSE_THREAD = 3.0  # seconds shutdown waits for SQLite's thread (stuck in a write that hung)
+    WRITE_TIMEOUT = 15.0  # seconds a commit may take before it counts as failed (and is retried)
 
     def __init__(self, engine: AsyncEngine, store: ResponseStore) -> None:
-        self._engine, self.store = engine, store
+        self.store = store
+        sqlite = engine.dialect.name == "sqlite"
+        self._sqlite = SqliteWriter(engine.url.database, "responses") if sqlite else None
+        self._connection = database.OwnConnection(engine, self.WRITE_TIMEOUT)  # (where no SQLite thread is)
         self._pending: dict[str, Pending] = {}  # by response id, in the order noted
         self._writing: dict[str, Pending] = {}  # the batch being committed
         self._wake = asyncio.Event()
@@ -119,9 +134,13 @@ class ResponseWriter:
 
     async def _commit(self) -> None:
         batch = self._writing
-        async with database.writing(self._engine) as connection:
-            await self.store.save_many(connection, [(p.account_id, p.response, p.input_items, p.now)
-                                                    for p in batch.values()])
+        entries = [(p.account_id, p.response, p.input_items, p.now) for p in batch.values()]
+        if self._sqlite is not None:
+            saving = statements(entries, "sqlite")
+            async with asyncio.timeout(self.WRITE_TIMEOUT):
+                await self._sqlite.transaction(lambda connection: _execute(connection, saving))
+        else:
+            await self._connection.transaction(lambda connection: self.store.save_many(connection, entries))
         self._writing = {}
         for pending in batch.values():
             pending.committed.set()
@@ -162,8 +181,18 @@ class ResponseWriter:
                 await self._task
             self._task = None
         self._take()
-        if not self._writing:
-            return
+        try:
+            if self._writing:
+                await self._commit_before_closing()
+        finally:
+            await self._connection.close()
+            sqlite, self._sqlite = self._sqlite, None  # (a later commit takes the engine's way)
+            if sqlite is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.CLOSE_THREAD):
+                        await sqlite.close()
+
+    async def _commit_before_closing(self) -> None:
         try:
             async with asyncio.timeout(self.CLOSE_TIMEOUT):
                 while True:
@@ -175,3 +204,8 @@ class ResponseWriter:
                         await asyncio.sleep(self.RETRY_FIRST)
         except TimeoutError:
             log.error("responses not stored at shutdown: %s", ", ".join(self._writing))
+
+
+def _execute(connection: sqlite3.Connection, saving: list[tuple[str, list[tuple[Any, ...]]]]) -> None:
+    for sql, rows in saving:
+        connection.executemany(sql, rows)

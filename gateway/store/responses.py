@@ -12,8 +12,9 @@ on the core's types: the store keeps what the client was answered, whatever the 
   found even before `purge` removes it, so the rule does not wait on a purge having run.
 - Deleting removes the rows (the response and its items), not a flag: the data is gone.
 - Every function takes `now`: the clock is the caller's, so tests move it instead of waiting.
-- JSON is written ASCII-only: a client's JSON may hold a lone surrogate (`"\\ud800"`), which neither
-  database's UTF-8 text can take; escaped, it is kept exactly.
+- JSON is written by orjson, except where a client's JSON holds a lone surrogate (`"\\ud800"`), which
+  neither orjson nor either database's UTF-8 text takes: that one is written ASCII-only (escaped),
+  and kept exactly.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import and_, delete, insert, select
+import orjson
+from sqlalchemy import and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.core.ids import ids
+from gateway.store.sqlite_writer import sqlite_time
 from gateway.store.tables import response_items, responses
 
 # The prefix of an item id the store gives an item that came without one, by item type (OpenAI's).
@@ -99,7 +102,58 @@ def with_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    try:  # (json.dumps was most of the Python a save takes)
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate (or an integer beyond 64 bits)
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+_HEAD = ("id", "account_id", "created_at", "status", "previous_response_id", "bytes", "body")
+_ITEM = ("response_id", "kind", "position", "item_id", "body")
+# The driver's SQL of a save, by dialect (positional parameters, in the columns' order above):
+# the writer's batches skip SQLAlchemy's statement building and per-value processing, and take the
+# same path as store/sqlite_writer.py's thread on SQLite or a connection of the engine's. Normally
+# no response was kept under an id before (ids are 128 random bits); a batch retried after an
+# uncertain commit, or a response saved again, replaces its items and its row, and keeps the row's
+# first `created_at`.
+_REPLACED = ", ".join(f"{name} = excluded.{name}" for name in _HEAD if name not in ("id", "created_at"))
+_SAVE = {
+    dialect: (f"DELETE FROM response_items WHERE response_id = {mark(1)}",
+              (f"INSERT INTO responses ({', '.join(_HEAD)}) VALUES ({', '.join(map(mark, range(1, 8)))}) "
+               f"ON CONFLICT (id) DO UPDATE SET {_REPLACED}"),
+              f"INSERT INTO response_items ({', '.join(_ITEM)}) VALUES ({', '.join(map(mark, range(1, 6)))})")
+    for dialect, mark in (("sqlite", lambda i: "?"), ("postgresql", lambda i: f"${i}"))}
+
+
+def _as_given(at: datetime) -> datetime:
+    return at
+
+
+def statements(batch: Sequence[tuple[str, dict[str, Any], Sequence[dict[str, Any]], datetime]],
+               dialect: str) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """What saves each (account id, response, input items, now) of `batch`: per statement, the
+    driver's SQL and its rows of values (executemany), responses saying `store: false` left out.
+    The response's `output` becomes its output items, the rest of it the row's body."""
+    stamp = sqlite_time if dialect == "sqlite" else _as_given  # (UTCDateTime's text on SQLite)
+    removed, heads, items = [], [], []
+    for account_id, response, input_items, now in batch:
+        if response.get("store") is False:
+            continue
+        response_id = response["id"]
+        body = _dump({name: value for name, value in response.items() if name != "output"})
+        size = len(body)
+        for kind, kept in (("input", with_ids(input_items)), ("output", response.get("output") or ())):
+            for position, item in enumerate(kept):
+                text = _dump(item)
+                size += len(text)
+                items.append((response_id, kind, position, item["id"], text))
+        removed.append((response_id,))
+        heads.append((response_id, account_id, stamp(now), response["status"],
+                       response.get("previous_response_id"), size, body))
+    if not heads:
+        return []
+    delete_items, upsert, insert_item = _SAVE[dialect]
+    return [(delete_items, removed), (upsert, heads)] + ([(insert_item, items)] if items else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,36 +187,10 @@ class ResponseStore:
 
     async def save_many(self, connection: AsyncConnection,
                         batch: Sequence[tuple[str, dict[str, Any], Sequence[dict[str, Any]], datetime]]) -> None:
-        """`save` of each (account id, response, input items, now) at once, in a handful of
-        statements whatever their number (store/response_writer.py commits its batches so); a
-        response saying `store: false` is left out."""
-        batch = [entry for entry in batch if entry[1].get("store") is not False]
-        if not batch:
-            return
-        ids_ = [response["id"] for _, response, _, _ in batch]
-        # Normally none was kept before (ids are 128 random bits); a batch retried after an
-        # uncertain commit, or a response saved again, replaces what was kept and keeps its time.
-        created = dict((await connection.execute(select(responses.c.id, responses.c.created_at).where(
-            responses.c.id.in_(ids_)))).all())
-        if created:
-            await connection.execute(delete(response_items).where(response_items.c.response_id.in_(list(created))))
-            await connection.execute(delete(responses).where(responses.c.id.in_(list(created))))
-        heads, items = [], []
-        for account_id, response, input_items, now in batch:
-            response_id = response["id"]
-            body = {name: value for name, value in response.items() if name != "output"}
-            rows = [("input", position, item) for position, item in enumerate(with_ids(input_items))]
-            rows += [("output", position, item) for position, item in enumerate(response.get("output") or ())]
-            dumped = [{"response_id": response_id, "kind": kind, "position": position, "item_id": item["id"],
-                       "body": _dump(item)} for kind, position, item in rows]
-            body_text = _dump(body)
-            heads.append({"id": response_id, "account_id": account_id, "created_at": created.get(response_id, now),
-                          "status": response["status"], "previous_response_id": response.get("previous_response_id"),
-                          "bytes": len(body_text) + sum(len(row["body"]) for row in dumped), "body": body_text})
-            items += dumped
-        await connection.execute(insert(responses), heads)
-        if items:
-            await connection.execute(insert(response_items), items)
+        """`save` of each (account id, response, input items, now) at once, in three statements
+        whatever their number (`statements`); a response saying `store: false` is left out."""
+        for sql, rows in statements(batch, connection.dialect.name):
+            await connection.exec_driver_sql(sql, rows)
 
     async def get(self, connection: AsyncConnection, account_id: str, response_id: str,
                   now: datetime) -> dict[str, Any]:

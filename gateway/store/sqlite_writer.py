@@ -1,5 +1,6 @@
-"""The ledger's writer on SQLite: a thread of its own, with a sqlite3 connection of its own, that
-takes a whole batch in one call: BEGIN IMMEDIATE, the rows, their rollups, COMMIT.
+"""A writer's own thread on SQLite, with a sqlite3 connection of its own, that takes a whole batch
+in one call: BEGIN IMMEDIATE, the batch's statements, COMMIT. The ledger's (its rows and their
+rollups, `write`) and the stored responses' (store/response_writer.py, `transaction`) each have one.
 
 Why not the engine everything else uses: through SQLAlchemy's async engine every statement is a
 trip to aiosqlite's thread and back (a cursor, the statement, closing the cursor), a commit is a
@@ -27,8 +28,9 @@ import contextlib
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.store import database, rollups
@@ -39,12 +41,17 @@ _INSERT = (f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) VALUES ({', '.join
            "ON CONFLICT (request_id) DO NOTHING")
 
 
+def sqlite_time(at: datetime) -> str:
+    """An aware time as UTCDateTime's text on SQLite (store/tables.py)."""
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
 def values(row: dict[str, Any]) -> tuple[Any, ...]:
     """A ledger row as sqlite3 takes it: a column the row leaves out is NULL, and a time is
-    UTCDateTime's text on SQLite (store/tables.py; the ledger refused naive times before)."""
+    UTCDateTime's text on SQLite (the ledger refused naive times before)."""
     found = list(map(row.get, LEDGER_COLUMNS))
     for i in _AT:
-        found[i] = found[i].astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+        found[i] = sqlite_time(found[i])
     return tuple(found)
 
 
@@ -59,20 +66,24 @@ def _behind_the_loop() -> None:
 
 
 class SqliteWriter:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, name: str = "ledger") -> None:
         self._path = path
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledger-sqlite", initializer=_behind_the_loop)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-sqlite", initializer=_behind_the_loop)
         self._connection: sqlite3.Connection | None = None  # the thread's alone
 
     async def write(self, rows: list[dict[str, Any]]) -> None:
-        """Insert `rows` and add the new ones to the rollups, in one transaction."""
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._write, rows)
+        """Insert ledger `rows` and add the new ones to the rollups, in one transaction."""
+        await self.transaction(lambda connection: _ledger_rows(connection, rows))
+
+    async def transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
+        """`work` on the thread's connection, in one write transaction (committed when it returns)."""
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._transaction, work)
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
         self._thread.shutdown()
 
-    def _write(self, rows: list[dict[str, Any]]) -> None:
+    def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
         if self._connection is None:
             self._connection = sqlite3.connect(self._path, isolation_level=None,
                                                cached_statements=database.CACHED_STATEMENTS)
@@ -80,13 +91,7 @@ class SqliteWriter:
         connection = self._connection
         try:
             connection.execute("BEGIN IMMEDIATE")
-            written = rows
-            if connection.executemany(_INSERT, map(values, rows)).rowcount != len(rows):
-                connection.execute("ROLLBACK")
-                connection.execute("BEGIN IMMEDIATE")
-                written = [row for row in rows if connection.execute(f"{_INSERT} RETURNING 1", values(row)).fetchone()]
-            for sql, params in rollups.statements(written, "sqlite"):
-                connection.executemany(sql, params)
+            work(connection)
             connection.execute("COMMIT")
         except BaseException as exc:
             if connection.in_transaction:
@@ -100,3 +105,13 @@ class SqliteWriter:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def _ledger_rows(connection: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+    written = rows
+    if connection.executemany(_INSERT, map(values, rows)).rowcount != len(rows):
+        connection.execute("ROLLBACK")
+        connection.execute("BEGIN IMMEDIATE")
+        written = [row for row in rows if connection.execute(f"{_INSERT} RETURNING 1", values(row)).fetchone()]
+    for sql, params in rollups.statements(written, "sqlite"):
+        connection.executemany(sql, params)

@@ -109,7 +109,14 @@ ends = st.sampled_from([{}, {"error": {"code": "vendor_error", "message": "cut"}
 @given(st.lists(deltas, max_size=25), finishes, st.booleans(), ends)
 def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(given_deltas, finish, with_usage, end):
     s = stream()
-    events = s.start()
+    events: list[dict] = []
+    as_made: list[dict] = []  # each event's JSON, taken the moment it was made
+
+    def take(made: list[dict]) -> None:
+        events.extend(made)
+        as_made.extend(json.loads(sse(e).split(b"data: ", 1)[1]) for e in made)
+
+    take(s.start())
     seen_calls: set[int] = set()
     for delta in given_deltas:
         for call in delta.get("tool_calls", ()):
@@ -117,11 +124,14 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
                 seen_calls.add(call["index"])
                 call.update(id=f"call_{call['index']}", type="function")
                 call["function"]["name"] = "f"
-        events += s.feed(chunk(delta))
-    events += s.feed(chunk(finish=finish)) if finish else []
-    events += s.feed(chunk(usage=USAGE)) if with_usage else []
-    events += s.end(**end)
+        take(s.feed(chunk(delta)))
+    take(s.feed(chunk(finish=finish)) if finish else [])
+    take(s.feed(chunk(usage=USAGE)) if with_usage else [])
+    take(s.end(**end))
 
+    # What the stream did after an event (its items growing, closing, the response ending)
+    # changed nothing in it.
+    assert [json.loads(json.dumps(e)) for e in events] == as_made
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert types(events)[:2] == ["response.created", "response.in_progress"]
     assert [t for t in types(events) if t in TERMINALS] == [types(events)[-1]]
@@ -163,6 +173,21 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
     status = final["status"]
     assert all(i["status"] == ("completed" if status == "completed" else "incomplete") or
                (i["status"] == "completed" and i["type"] == "message") for i in final["output"])
+
+
+def test_the_response_mid_stream_holds_what_the_deltas_said_so_far():
+    """What a client that leaves mid-stream has kept (http/response_events.py reads `response`)."""
+    s = stream()
+    s.start()
+    s.feed(chunk({"content": "Hel"}))
+    s.feed(chunk({"content": "lo"}))
+    s.feed(chunk({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                  "function": {"name": "f", "arguments": '{"a":'}}]}))
+    s.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": " 1"}}]}))
+    assert output_text(s.response) == "Hello" and s.response["output"][1]["arguments"] == '{"a": 1'
+    s.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}, "tool_calls"))
+    final = s.end()[-1]["response"]
+    assert output_text(final) == "Hello" and final["output"][1]["arguments"] == '{"a": 1}'
 
 
 def test_a_vendor_calling_tools_without_end_is_stopped_at_the_contracts_bound():

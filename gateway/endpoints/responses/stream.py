@@ -19,7 +19,6 @@ output, and an `output_item.added` for nothing would leave an empty message in t
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -43,18 +42,37 @@ TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplet
 class ResponseStream:
     """One response's events, built as its chat chunks arrive. `start()` once, `feed(chunk)` for
     each chunk, `end(...)` once; each returns the events to send, in order. `response` is the
-    response as far as it went (after `end`, the whole of it, as the terminal event has it)."""
+    response as far as it went (after `end`, the whole of it, as the terminal event has it).
+
+    An event is a value as it was when made, without deep copies (a large part of a stream's
+    cost: docs/performance.md#responses-beside-chat): an event that shows an item or part still
+    growing (`.added`) carries a copy of its few fields (the lists in it empty, the strings
+    immutable), one that shows it finished (`.done`, the terminal event) carries it as it is,
+    since nothing changes it after. A growing text or arguments is kept as its pieces, joined when
+    read (`.done`, `response`): appended to one string, a long stream copied all it had at every
+    delta."""
 
     def __init__(self, request: dict[str, Any], *, response_id: str, created_at: int, model: str) -> None:
-        self.response = shell(request, response_id=response_id, created_at=created_at, model=model)
+        self._response = shell(request, response_id=response_id, created_at=created_at, model=model)
         self._sequence = 0
         self._message: dict[str, Any] | None = None  # the open message item, if any
         self._part: dict[str, Any] | None = None  # its open content part, if any
+        self._delta: dict[str, Any] = {}  # the open part's delta event, but its sequence number and delta
         self._calls: dict[int, dict[str, Any]] = {}  # chat's tool-call index -> its open item
         self._open: list[dict[str, Any]] = []  # open items, in output order
+        self._index: dict[str, int] = {}  # an item's place in the output, by its id
+        # What grows, by key ("part", a call's item id): where its text goes, and its pieces so far.
+        self._pieces: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
+        self._part_pieces: list[str] = []  # the open part's (in `_pieces` too)
         self._usage: dict[str, Any] | None = None
         self._finish: str | None = None
         self.ended = False
+
+    @property
+    def response(self) -> dict[str, Any]:
+        for key in self._pieces:
+            self._joined(key, done=False)
+        return self._response
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -62,18 +80,28 @@ class ResponseStream:
         return event
 
     def _add(self, item: dict[str, Any]) -> None:
-        if len(self.response["output"]) == MAX_OUTPUT_ITEMS:
+        output = self._response["output"]
+        if len(output) == MAX_OUTPUT_ITEMS:
             raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
-        self.response["output"].append(item)
+        self._index[item["id"]] = len(output)
+        output.append(item)
         self._open.append(item)
 
-    def _index(self, item: dict[str, Any]) -> int:
-        return next(i for i, it in enumerate(self.response["output"]) if it is item)
+    def _growing(self, key: str, holder: dict[str, Any], field: str) -> list[str]:
+        """The list `holder[field]`'s pieces go to (it holds none yet)."""
+        pieces: list[str] = []
+        self._pieces[key] = (holder, field, pieces)
+        return pieces
+
+    def _joined(self, key: str, *, done: bool = True) -> None:
+        """`holder[field]` as its pieces so far make it; `done`: no more will come."""
+        holder, field, pieces = self._pieces.pop(key) if done else self._pieces[key]
+        holder[field] = "".join(pieces)
 
     def start(self) -> list[dict[str, Any]]:
-        snapshot = copy.deepcopy(self.response)
+        snapshot = {**self._response, "output": []}  # (only the output grows in place: the rest is replaced)
         return [self._event("response.created", response=snapshot),
-                self._event("response.in_progress", response=copy.deepcopy(snapshot))]
+                self._event("response.in_progress", response=snapshot)]
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         """The events one chat chunk makes (none for a chunk that adds nothing). `Unexpected` when
@@ -84,53 +112,58 @@ class ResponseStream:
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # a Responses request asks chat for one choice
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                events += self._text("output_text", delta["content"])
-            if delta.get("refusal"):
-                events += self._text("refusal", delta["refusal"])
-            for call in delta.get("tool_calls") or ():
-                events += self._call(call)
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+            if delta := choice.get("delta"):
+                if text := delta.get("content"):
+                    events += self._text("output_text", text)
+                if refusal := delta.get("refusal"):
+                    events += self._text("refusal", refusal)
+                for call in delta.get("tool_calls") or ():
+                    events += self._call(call)
+            if finish := choice.get("finish_reason"):
+                self._finish = finish
         return events
 
     def _text(self, kind: str, delta: str) -> list[dict[str, Any]]:
+        if self._part is not None and self._part["type"] == kind:  # the usual case: a piece of the open part
+            self._part_pieces.append(delta)
+            event = self._delta.copy()  # (in the events' order: its sequence and delta set in place)
+            event["sequence_number"] = self._sequence
+            event["delta"] = delta
+            if kind == "output_text":
+                event["logprobs"] = []
+            self._sequence += 1
+            return [event]
         events = []
         if self._message is None:
             message = message_item(None, None, item_id=new_id("msg_"), status="in_progress")
             self._add(message)
             self._message = message
-            events.append(self._event("response.output_item.added", output_index=self._index(self._message),
-                                      item=copy.deepcopy(self._message)))
+            events.append(self._event("response.output_item.added", output_index=self._index[message["id"]],
+                                      item={**message, "content": []}))
         message = self._message
-        where = {"item_id": message["id"], "output_index": self._index(message)}
-        if self._part is None or self._part["type"] != kind:
-            events += self._close_part()
-            self._part = {"type": kind, "text": "", "annotations": []} if kind == "output_text" else \
-                {"type": "refusal", "refusal": ""}
-            message["content"].append(self._part)
-            events.append(self._event("response.content_part.added", **where,
-                                      content_index=len(message["content"]) - 1, part=copy.deepcopy(self._part)))
-        field = "text" if kind == "output_text" else "refusal"
-        self._part[field] += delta
-        extra = {"logprobs": []} if kind == "output_text" else {}
-        events.append(self._event(f"response.{kind}.delta", **where, content_index=len(message["content"]) - 1,
-                                  delta=delta, **extra))
-        return events
+        events += self._close_part()
+        self._part = {"type": kind, "text": "", "annotations": []} if kind == "output_text" else \
+            {"type": "refusal", "refusal": ""}
+        self._part_pieces = self._growing("part", self._part, "text" if kind == "output_text" else "refusal")
+        message["content"].append(self._part)
+        self._delta = {"type": f"response.{kind}.delta", "sequence_number": 0, "item_id": message["id"],
+                       "output_index": self._index[message["id"]], "content_index": len(message["content"]) - 1}
+        added = {**self._part, "annotations": []} if kind == "output_text" else dict(self._part)
+        events.append(self._event("response.content_part.added", **_where(self._delta), part=added))
+        return events + self._text(kind, delta)
 
     def _close_part(self) -> list[dict[str, Any]]:
-        part, message = self._part, self._message
-        if part is None or message is None:
+        part = self._part
+        if part is None:
             return []
         self._part = None
-        where = {"item_id": message["id"], "output_index": self._index(message),
-                 "content_index": len(message["content"]) - 1}
+        self._joined("part")
+        where = _where(self._delta)
         if part["type"] == "output_text":
             done = self._event("response.output_text.done", **where, text=part["text"], logprobs=[])
         else:
             done = self._event("response.refusal.done", **where, refusal=part["refusal"])
-        return [done, self._event("response.content_part.done", **where, part=copy.deepcopy(part))]
+        return [done, self._event("response.content_part.done", **where, part=part)]  # (finished: not copied)
 
     def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         events = []
@@ -144,12 +177,13 @@ class ResponseStream:
                              item_id=new_id("fc_"), status="in_progress")
             self._add(item)
             self._calls[index] = item
-            events.append(self._event("response.output_item.added", output_index=self._index(item),
-                                      item=copy.deepcopy(item)))
+            self._growing(item["id"], item, "arguments")
+            events.append(self._event("response.output_item.added", output_index=self._index[item["id"]],
+                                      item=dict(item)))
         if function.get("arguments"):
-            item["arguments"] += function["arguments"]
+            self._pieces[item["id"]][2].append(function["arguments"])
             events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                      output_index=self._index(item), delta=function["arguments"]))
+                                      output_index=self._index[item["id"]], delta=function["arguments"]))
         return events
 
     def _close_item(self, item: dict[str, Any], status: str) -> list[dict[str, Any]]:
@@ -158,13 +192,15 @@ class ResponseStream:
             events += self._close_part()
             self._message = None
         else:
+            self._joined(item["id"])
             events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                      output_index=self._index(item), arguments=item["arguments"], name=item["name"]))
+                                      output_index=self._index[item["id"]], arguments=item["arguments"],
+                                      name=item["name"]))
             self._calls = {k: v for k, v in self._calls.items() if v is not item}
         item["status"] = status
         self._open.remove(item)
-        events.append(self._event("response.output_item.done", output_index=self._index(item),
-                                  item=copy.deepcopy(item)))
+        events.append(self._event("response.output_item.done", output_index=self._index[item["id"]],
+                                  item=item))  # (finished: not copied)
         return events
 
     def end(self, *, error: dict[str, str] | None = None, client_left: bool = False,
@@ -189,12 +225,17 @@ class ResponseStream:
         events = []
         for item in list(self._open):
             events += self._close_item(item, "completed" if status == "completed" else "incomplete")
-        self.response.update(status=status, incomplete_details=details,
-                             usage=self._usage or usage_from_chat(usage))
+        response = self.response
+        response.update(status=status, incomplete_details=details, usage=self._usage or usage_from_chat(usage))
         if error is not None:
-            self.response["error"] = error_value(error)
-        events.append(self._event(TERMINAL[status], response=copy.deepcopy(self.response)))
+            response["error"] = error_value(error)
+        events.append(self._event(TERMINAL[status], response=response))  # (whole: nothing changes it after)
         return events
+
+
+def _where(delta: dict[str, Any]) -> dict[str, Any]:
+    """A part's place, as its events other than its deltas name it."""
+    return {"item_id": delta["item_id"], "output_index": delta["output_index"], "content_index": delta["content_index"]}
 
 
 def sse(event: dict[str, Any]) -> bytes:
@@ -203,4 +244,4 @@ def sse(event: dict[str, Any]) -> bytes:
         data = orjson.dumps(event)
     except orjson.JSONEncodeError:  # a lone surrogate from a vendor: escaped, it is still valid JSON
         data = json.dumps(event, separators=(",", ":")).encode()
-    return b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
+    return b"event: %s\ndata: %s\n\n" % (event["type"].encode(), data)
