@@ -121,7 +121,9 @@ async def lifespan(settings: Settings, registry: Registry, prices: Prices, redac
     cache = cache_store(settings)
     purge = ResponsePurge(engine, ResponseStore.from_settings(settings), settings.responses_purge_seconds)
     purge.start()
-    responses = ResponseWriter(engine, ResponseStore.from_settings(settings))
+    # Answers wait for their commit where another process may look for them (store/response_writer.py).
+    shared = engine.dialect.name != "sqlite" or settings.workers > 1
+    responses = ResponseWriter(engine, ResponseStore.from_settings(settings), shared=shared)
     responses.start()
     services = Services(settings=settings, registry=registry, database=engine,
                         keys=key_cache.DatabaseKeyStore(engine, settings.key_cache_seconds), ledger=ledger,

@@ -16,10 +16,15 @@ WRITE_TIMEOUT, and is retried.
 
 Why one transaction per batch: one per answer cost a plain /v5/responses four to eight times chat's
 gateway CPU and serialized requests on SQLite's one writer
-(docs/performance.md#responses-beside-chat). Why the answer awaits its batch: a client chaining
+(docs/performance.md#responses-beside-chat). Why the answer awaits its batch where the database is
+`shared` (PostgreSQL, or several workers on one SQLite file): a client chaining
 `previous_response_id` at once (the OpenAI Agents SDK does) may reach another worker or host,
 which only sees what is committed; a timer-batched writer answered before the commit and such a
-client could meet a 404.
+client could meet a 404. Where no other process reads the database (one worker on SQLite), the
+wait would buy nothing another reader could see: the answer goes out once noted, this process's
+reads find it pending, and what a SIGKILL can lose is what the writer had not committed yet (a
+commit's time, as the ledger's rows: docs/performance.md#the-ledger-under-a-hard-kill); a client
+waiting for each answer then no longer makes every answer a transaction of its own.
 
 - In this process, a response is also found among the pending ones (`pending`), and a read that
   needs its rows (input items, a chain, a delete) first awaits the commit of that id (`flushed`):
@@ -75,8 +80,10 @@ class ResponseWriter:
     CLOSE_THREAD = 3.0  # seconds shutdown waits for SQLite's thread (stuck in a write that hung)
     WRITE_TIMEOUT = 15.0  # seconds a commit may take before it counts as failed (and is retried)
 
-    def __init__(self, engine: AsyncEngine, store: ResponseStore) -> None:
+    def __init__(self, engine: AsyncEngine, store: ResponseStore, *, shared: bool = True) -> None:
+        """`shared`: other processes read the database (see the module)."""
         self.store = store
+        self._shared = shared
         sqlite = engine.dialect.name == "sqlite"
         self._sqlite = SqliteWriter(engine.url.database, "responses") if sqlite else None
         self._connection = database.OwnConnection(engine, self.WRITE_TIMEOUT)  # (where no SQLite thread is)
@@ -106,9 +113,10 @@ class ResponseWriter:
         return noted
 
     async def stored(self, noted: Pending | None) -> None:
-        """Return once `noted` is committed (at once for nothing noted), or after COMMIT_WAIT: the
-        answer then goes out without it, logged, rather than wait on a database that is away."""
-        if noted is None or noted.committed.is_set():
+        """Return once `noted` is committed (at once for nothing noted, or where no other process
+        reads the database), or after COMMIT_WAIT: the answer then goes out without it, logged,
+        rather than wait on a database that is away."""
+        if noted is None or not self._shared or noted.committed.is_set():
             return
         try:
             async with asyncio.timeout(self.COMMIT_WAIT):

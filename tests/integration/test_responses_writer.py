@@ -3,7 +3,8 @@ a kept response is visible among the pending ones at once, to its account only; 
 its rows awaits its commit (the event, no sleep) and then finds it; `stored` returns once it is
 committed, with no timer between commits; a batch is committed whole; `store: false` keeps nothing;
 with the database down, `stored` gives up after its bound (logged) and the response is committed
-once the database is back; shutdown writes what is pending; what waits is bounded."""
+once the database is back; where no other process reads the database, `stored` does not wait;
+shutdown writes what is pending; what waits is bounded."""
 
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ def _response(response_id: str, **fields) -> dict:
                         "content": [{"type": "output_text", "text": "hi", "annotations": []}]}], **fields}
 
 
-def _with_writer(url: str, scenario):
+def _with_writer(url: str, scenario, shared: bool = True):
     async def go():
         engine = database.connect(url)
-        writer = ResponseWriter(engine, STORE)
+        writer = ResponseWriter(engine, STORE, shared=shared)
         writer.start()
         try:
             return await scenario(engine, writer)
@@ -106,6 +107,31 @@ def test_with_the_database_down_stored_gives_up_logged_and_commits_once_it_is_ba
     (committed, pending), stored = _with_writer(url, scenario)
     assert not committed and pending and stored["id"] == "resp_down"
     assert "response resp_down answered before it was stored" in caplog.text
+
+
+def test_where_no_other_process_reads_the_database_an_answer_does_not_wait_for_its_commit(url, backend_kind,
+                                                                                         caplog):
+    if backend_kind != "sqlite":
+        pytest.skip("one worker on SQLite is the only database no other process reads")
+
+    async def scenario(engine, writer):
+        writer.COMMIT_WAIT = 3600  # were it waited for, the commit could not come: the database is blocked
+        loop, down = asyncio.get_running_loop(), writes_blocked(url)
+        with ThreadPoolExecutor(1) as thread:
+            await loop.run_in_executor(thread, down.__enter__)
+            try:
+                noted = writer.keep("acct-a", _response("resp_alone"), [], T0)
+                await asyncio.wait_for(writer.stored(noted), 60)  # (a safety net, not the bound under test)
+                during = (noted.committed.is_set(), writer.pending("acct-a", "resp_alone") is not None)
+            finally:
+                await loop.run_in_executor(thread, down.__exit__, None, None, None)
+        await writer.flushed("acct-a", "resp_alone")
+        async with engine.connect() as connection:
+            return during, await STORE.get(connection, "acct-a", "resp_alone", T0)
+
+    (committed, pending), stored = _with_writer(url, scenario, shared=False)
+    assert not committed and pending and stored["id"] == "resp_alone"  # answered at once, found, then kept
+    assert "answered before it was stored" not in caplog.text  # not a failure: nobody else could look
 
 
 def test_many_responses_commit_in_one_batch_and_store_false_keeps_nothing(url):
