@@ -22,9 +22,10 @@ gateway CPU and serialized requests on SQLite's one writer
 which only sees what is committed; a timer-batched writer answered before the commit and such a
 client could meet a 404. Where no other process reads the database (one worker on SQLite), the
 wait would buy nothing another reader could see: the answer goes out once noted, this process's
-reads find it pending, and what a SIGKILL can lose is what the writer had not committed yet (a
-commit's time, as the ledger's rows: docs/performance.md#the-ledger-under-a-hard-kill); a client
-waiting for each answer then no longer makes every answer a transaction of its own.
+reads find it pending, and the writer commits at most every COMMIT_INTERVAL, as the ledger does
+(sooner when a read here needs the rows: `flushed`); what a SIGKILL can lose is what it had not
+committed yet, as for the ledger's rows (docs/performance.md#the-ledger-under-a-hard-kill). A
+client waiting for each answer then no longer makes every answer a transaction of its own.
 
 - In this process, a response is also found among the pending ones (`pending`), and a read that
   needs its rows (input items, a chain, a delete) first awaits the commit of that id (`flushed`):
@@ -47,6 +48,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,6 +76,7 @@ class Pending:
 
 class ResponseWriter:
     COMMIT_WAIT = 2.0  # seconds an answer waits for its commit before it goes out anyway (logged)
+    COMMIT_INTERVAL = 0.05  # seconds between commits where no answer waits for one (not shared), as the ledger's
     RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # seconds between attempts while the database fails
     CLOSE_TIMEOUT = 10.0  # seconds shutdown keeps retrying before it logs what is left
     MAX_PENDING = 10_000  # responses waiting for a commit (a database away for a while)
@@ -90,6 +93,7 @@ class ResponseWriter:
         self._pending: dict[str, Pending] = {}  # by response id, in the order noted
         self._writing: dict[str, Pending] = {}  # the batch being committed
         self._wake = asyncio.Event()
+        self._hurry = asyncio.Event()  # a read awaits a commit: a paced writer commits at once
         self._task: asyncio.Task[None] | None = None
 
     def keep(self, account_id: str, response: dict[str, Any], input_items: Sequence[dict[str, Any]],
@@ -138,6 +142,7 @@ class ResponseWriter:
         while (found := self._pending.get(response_id) or self._writing.get(response_id)) is not None:
             if found.account_id != account_id:
                 return  # another account's id reads as unknown, as in the store
+            self._hurry.set()  # a paced writer commits now
             await found.committed.wait()
 
     async def _commit(self) -> None:
@@ -161,6 +166,7 @@ class ResponseWriter:
             await self._wake.wait()
             self._wake.clear()
             self._take()
+            started = time.monotonic()
             try:
                 await self._commit()
                 delay = self.RETRY_FIRST
@@ -171,6 +177,15 @@ class ResponseWriter:
                 await asyncio.sleep(delay)  # backoff against a failing database, not synchronisation
                 delay = min(delay * 2, self.RETRY_MAX)
                 continue
+            if not self._shared:  # nobody waits for the commit: gather COMMIT_INTERVAL's answers, as the ledger
+                await self._paced(self.COMMIT_INTERVAL - (time.monotonic() - started))
+
+    async def _paced(self, seconds: float) -> None:
+        """Wait `seconds` before the next commit, or until a read in this process needs one (`flushed`)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(seconds, 0)):
+                await self._hurry.wait()
+        self._hurry.clear()
 
     def _take(self) -> None:
         """Move what is pending into the batch being written (after a failed commit, the batch

@@ -134,6 +134,21 @@ def test_where_no_other_process_reads_the_database_an_answer_does_not_wait_for_i
     assert "answered before it was stored" not in caplog.text  # not a failure: nobody else could look
 
 
+def test_a_paced_writer_commits_at_once_when_a_read_here_needs_the_rows(url, backend_kind):
+    if backend_kind != "sqlite":
+        pytest.skip("one worker on SQLite is the only database no other process reads")
+
+    async def scenario(engine, writer):
+        writer.COMMIT_INTERVAL = 3600  # paced: the next commit would be an hour away but for the read
+        await writer.flushed("acct-a", writer.keep("acct-a", _response("resp_p1"), [], T0).response["id"])
+        writer.keep("acct-a", _response("resp_p2"), [], T0)  # noted while the writer paces
+        await asyncio.wait_for(writer.flushed("acct-a", "resp_p2"), 60)  # (a safety net, not the bound)
+        async with engine.connect() as connection:
+            return (await STORE.get(connection, "acct-a", "resp_p2", T0))["id"]
+
+    assert _with_writer(url, scenario, shared=False) == "resp_p2"
+
+
 def test_many_responses_commit_in_one_batch_and_store_false_keeps_nothing(url):
     async def scenario(engine, writer):
         for i in range(40):
