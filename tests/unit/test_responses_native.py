@@ -3,6 +3,8 @@ own wire format), sent the conversation statelessly and read back into the contr
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -202,3 +204,16 @@ def test_an_answer_with_reasoning_state_is_not_cached():
     made = _answer({"input": "Hi"})
     made["output"].insert(0, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "x"})
     assert chat_choice(made) is None
+
+
+@pytest.mark.parametrize(("model", "text"), [("m", " w0 w1 w2 w3"), ("cut-stream", " w0")])
+def test_every_event_says_what_it_said_when_it_was_made(model, text):
+    """Events of a batch are written together: none may change after it was made (one carrying an
+    item or part that later deltas grow, say)."""
+    stream = NativeStream(REQUEST, response_id="resp_ours", created_at=5, model="openai/gpt-4o")
+    made = []
+    for raw in fake.events({"model": model, "input": "Hi", "max_output_tokens": 4}):
+        made += [(event, json.dumps(event)) for event in stream.feed(raw)]
+    made += [(event, json.dumps(event)) for event in stream.end()]
+    assert [json.loads(text) for _, text in made] == [event for event, _ in made]
+    assert made[-1][0]["response"]["output"][0]["content"][0]["text"] == text  # the end holds it all

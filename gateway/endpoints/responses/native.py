@@ -26,7 +26,6 @@ ids the gateway gave stored input items stay with the gateway.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any, get_args
 
@@ -225,6 +224,15 @@ def unmet(request: dict[str, Any], response: dict[str, Any], schema: Any = None)
     return None
 
 
+def _held(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as a stream keeps it to follow its deltas: its own dict and content list and parts
+    (what the deltas change), apart from the event that showed it, which is written as it was."""
+    held = dict(item)
+    if isinstance(held.get("content"), list):
+        held["content"] = [dict(part) for part in held["content"]]
+    return held
+
+
 class NativeStream:
     """The vendor's Responses events, kept to the contract and renumbered, ending exactly once."""
 
@@ -256,7 +264,7 @@ class NativeStream:
         if kind in TERMINAL:
             self.ended = True
             self.response = self._response(event["response"])
-            return [self._event(kind, response=copy.deepcopy(self.response))]
+            return [self._event(kind, response=self.response)]  # (nothing changes it once ended)
         if "response" in event:
             return [self._event(kind, response=self._response(event["response"]))]
         fields = {name: event[name] for name in EVENT_FIELDS if name in event}
@@ -265,7 +273,7 @@ class NativeStream:
             if index not in self._items and len(self._items) == MAX_OUTPUT_ITEMS:
                 raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
             fields["item"] = item(event["item"])
-            self._items[index] = copy.deepcopy(fields["item"])
+            self._items[index] = _held(fields["item"])
             (self._open.add if kind.endswith(".added") else self._open.discard)(index)
         if "part" in event:
             fields["part"] = _part(event["part"]) if event["part"].get("type") in PARTS else \
@@ -279,7 +287,7 @@ class NativeStream:
         if held is None:
             return
         if kind == "response.content_part.added" and held["type"] == "message":
-            held["content"].append(copy.deepcopy(fields["part"]))
+            held["content"].append(dict(fields["part"]))
         elif kind == "response.output_text.delta" and held["type"] == "message" and held["content"]:
             held["content"][-1]["text"] += fields.get("delta", "")
         elif kind == "response.refusal.delta" and held["type"] == "message" and held["content"]:
@@ -299,7 +307,7 @@ class NativeStream:
         for index in sorted(self._open):
             self._items[index]["status"] = "incomplete"
             events.append(self._event("response.output_item.done", output_index=index,
-                                      item=copy.deepcopy(self._items[index])))
+                                      item=self._items[index]))  # (closed: nothing changes it after)
         if error is None and not client_left:
             error = {"code": "server_error", "message": "the vendor's stream ended before its answer did"}
         status = "failed" if error is not None else "incomplete"
@@ -311,5 +319,5 @@ class NativeStream:
         else:
             made["incomplete_details"] = {"reason": None}
         self.response = made
-        events.append(self._event(f"response.{status}", response=copy.deepcopy(made)))
+        events.append(self._event(f"response.{status}", response=made))
         return events
