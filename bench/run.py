@@ -15,12 +15,14 @@ gateway, round-robin in short rounds so machine noise hits every variant alike:
 
     python -m bench.run [--seconds 4] [--rounds 3] [--against CHECKOUT]
     python -m bench.run --callgrind [--requests 300] [--against CHECKOUT]
-    python -m bench.run --endpoints [--seconds 4] [--rounds 3]
+    python -m bench.run --endpoints [--seconds 4] [--rounds 3] [--workers N]
 
 `--endpoints` measures the endpoints side by side instead, on the same fake vendor through one
-gateway: chat (`/v5/chat/completions`) and responses (`/v5/responses`, bridged through chat),
+gateway: chat (`/v5/chat/completions`), responses (`/v5/responses`, bridged through chat) and
+native (`/v5/responses` on the same fake named as OpenAI's own server: its Responses API),
 non-streamed at concurrency 1 and 32 and 64-token streams at 32, each with the gateway's CPU per
-request (docs/performance.md).
+request (docs/performance.md); `--workers N` runs the gateway with N workers (its stored responses
+then answered once committed, for the other workers: store/response_writer.py).
 
 `--against` adds the gateway of another checkout of this project (e.g. a worktree of the commit
 before a change) as one more variant, on its own SQLite database: before and after, in one run.
@@ -134,11 +136,17 @@ ENDPOINTS = {  # name: (path, plain body, 64-token stream body)
               "stream": True, "stream_options": {"include_usage": True}}),
     "responses": ("/v5/responses", {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
                   {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
+    # The same fake vendor named as OpenAI's own server: its Responses API, not its chat (`NATIVE`).
+    "native": ("/v5/responses", {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
+               {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
 }
+# The vendor `native` (--endpoints): the fake as OpenAI's own server, which has the Responses API.
+NATIVE = {"GATEWAY_VENDOR_NATIVE_PROTOCOL": "openai", "GATEWAY_VENDOR_NATIVE_SERVER": "openai"}
 
 
-async def measure_endpoints(url: str, key: str, pid: int, seconds: float, count: int) -> None:
-    """Each endpoint through one gateway, round-robin in rounds: req/s, p50/p99, CPU per request."""
+async def measure_endpoints(url: str, key: str, pid: int, seconds: float, count: int, workers: int) -> None:
+    """Each endpoint through one gateway, round-robin in rounds: req/s, p50/p99, CPU per request
+    (its workers' too when it has several)."""
     headers = {"x-api-key": key}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -152,15 +160,16 @@ async def measure_endpoints(url: str, key: str, pid: int, seconds: float, count:
             samples = {name: Sample() for name in ENDPOINTS}
             for _ in range(count):
                 for name, spec in ENDPOINTS.items():
-                    before = cpu_seconds(pid)
+                    before = cpu_seconds(pid, workers > 1)
                     await closed_loop(session, url + spec[0], spec[which], headers, concurrency, seconds,
                                       samples[name])
-                    samples[name].cpu += cpu_seconds(pid) - before
+                    samples[name].cpu += cpu_seconds(pid, workers > 1) - before
             for name, s in samples.items():
                 print(f"{name:<12}{case:<14}{concurrency:>5}{s.rps:>10.0f}{s.pct(0.5):>9.2f}{s.pct(0.99):>9.2f}"
                       f"{s.cpu_per_request:>12.3f}{s.errors:>8}")
-            print(f"  responses / chat CPU per request: "
-                  f"{samples['responses'].cpu_per_request / samples['chat'].cpu_per_request:.2f}x")
+            chat = samples["chat"].cpu_per_request
+            print("  CPU per request, of chat's: " + ", ".join(
+                f"{name} {samples[name].cpu_per_request / chat:.2f}x" for name in ENDPOINTS if name != "chat"))
 
 
 def main() -> int:
@@ -171,6 +180,7 @@ def main() -> int:
     parser.add_argument("--callgrind", action="store_true", help="instructions per request, under valgrind")
     parser.add_argument("--requests", type=int, default=300, help="with --callgrind: requests per case")
     parser.add_argument("--endpoints", action="store_true", help="chat and responses side by side, one gateway")
+    parser.add_argument("--workers", type=int, default=1, help="with --endpoints: the gateway's worker processes")
     args = parser.parse_args()
     if args.callgrind:
         from bench import instructions
@@ -190,6 +200,8 @@ def main() -> int:
         "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
         "GATEWAY_LOG_LEVEL": "warning",
     }
+    if args.endpoints:
+        env |= NATIVE | {"GATEWAY_VENDOR_NATIVE_BASE_URL": f"{vendor_url}/v1", "GATEWAY_WORKERS": str(args.workers)}
     gateways = {"gateway": GatewayProcess(env)}
     keys = {name: db.key for name in gateways}
     if args.against:
@@ -211,7 +223,7 @@ def main() -> int:
         if args.endpoints:
             url, headers, pid = targets["gateway"]
             asyncio.run(measure_endpoints(url.removesuffix("/v5/completions"), headers["x-api-key"], pid or 0,
-                                          args.seconds, args.rounds))
+                                          args.seconds, args.rounds, args.workers))
             return 0
         asyncio.run(measure(targets, args.seconds, args.rounds))
     finally:
