@@ -31,7 +31,9 @@ from tests.support.provision import sqlite_database
 
 COMMIT_INTERVAL = 2.0  # seconds: the ledger's 0.05 times valgrind's slow-down, roughly
 CONCURRENCY = 8
+# (The stored responses' writer paces its commits as the ledger does, one worker on SQLite: stretched alike.)
 BOOT = ("import sys; from gateway.store.ledger import Ledger; Ledger.COMMIT_INTERVAL = float(sys.argv[1]); "
+        "from gateway.store.response_writer import ResponseWriter; ResponseWriter.COMMIT_INTERVAL = float(sys.argv[1]); "
         "from gateway.cli import main; sys.exit(main(['serve']))")
 CASES = {"request (16 tokens)": (BODY, 0), "stream of 1 token": (STREAMS["1 token"][0], 1),
          "stream of 64 tokens": (STREAMS["64 tokens"][0], 64)}
@@ -67,14 +69,44 @@ def main(requests: int, against: Path | None = None) -> int:
     return 0
 
 
-def _count(env: dict[str, str], port: int, key: str, body: dict, requests: int, checkout: Path) -> int:
+def endpoints(requests: int) -> int:
+    """`--callgrind --endpoints`: chat, bridged responses and native responses (bench/run.py
+    ENDPOINTS), each non-streamed and as a 64-token stream, counted alike: the endpoints' cost
+    beside each other without the machine's noise (CPU time also counts the kernel's share: the
+    writers' fsyncs)."""
+    from bench.run import ENDPOINTS, NATIVE
+
+    vendor_port, port = free_port(), free_port()
+    vendor = start_vendor(vendor_port)
+    counts: dict[str, list[int]] = {}
+    with sqlite_database() as db:
+        vendor_url = f"http://127.0.0.1:{vendor_port}/v1"
+        env = {"GATEWAY_DATABASE_URL": db.url, "GATEWAY_VENDOR_FAKE_PROTOCOL": "openai",
+               "GATEWAY_VENDOR_FAKE_BASE_URL": vendor_url, "GATEWAY_VENDOR_LOCAL_ENABLED": "0",
+               "GATEWAY_LOG_LEVEL": "warning", "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port),
+               **NATIVE, "GATEWAY_VENDOR_NATIVE_BASE_URL": vendor_url}
+        for name, (path, plain, streamed) in ENDPOINTS.items():
+            counts[name] = [_count(env, port, db.key, body, requests, ROOT, path) for body in (plain, streamed)]
+    vendor.terminate()
+    vendor.wait()
+    print(f"\ninstructions per request, M (callgrind; {requests} requests per case at concurrency {CONCURRENCY}, "
+          "after a warm-up; one gateway serve, SQLite)")
+    print(f"{'endpoint':<12}{'plain':>10}{'of chat':>9}{'64-token stream':>17}{'of chat':>9}")
+    chat = counts["chat"]
+    for name, (plain, streamed) in counts.items():
+        print(f"{name:<12}{plain / 1e6:>10.3f}{plain / chat[0]:>8.2f}x{streamed / 1e6:>17.3f}{streamed / chat[1]:>8.2f}x")
+    return 0
+
+
+def _count(env: dict[str, str], port: int, key: str, body: dict, requests: int, checkout: Path,
+           path: str = "/v5/completions") -> int:
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
                checkout_python(checkout), "-c", BOOT, str(COMMIT_INTERVAL)]
     # Run from `checkout`, its code is the one imported (the script's directory comes first).
     gateway = subprocess.Popen(command, env={**os.environ, **env}, cwd=checkout, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
-        asyncio.run(_serve_requests(gateway, port, key, body, requests))
+        asyncio.run(_serve_requests(gateway, port, key, body, requests, path))
     finally:
         gateway.send_signal(signal.SIGTERM)
         _, err = gateway.communicate(timeout=300)
@@ -82,7 +114,8 @@ def _count(env: dict[str, str], port: int, key: str, body: dict, requests: int, 
     return int(collected[-1].split()[-1]) // requests
 
 
-async def _serve_requests(gateway: subprocess.Popen, port: int, key: str, body: dict, requests: int) -> None:
+async def _serve_requests(gateway: subprocess.Popen, port: int, key: str, body: dict, requests: int,
+                          path: str) -> None:
     url, headers = f"http://127.0.0.1:{port}", {"x-api-key": key}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         deadline = time.monotonic() + 300
@@ -96,9 +129,9 @@ async def _serve_requests(gateway: subprocess.Popen, port: int, key: str, body: 
             if time.monotonic() > deadline:
                 raise RuntimeError("the gateway under valgrind did not start")
             await asyncio.sleep(0.5)
-        await _exactly(session, f"{url}/v5/completions", body, headers, max(50, requests // 4))  # warm-up
+        await _exactly(session, f"{url}{path}", body, headers, max(50, requests // 4))  # warm-up
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
-        await _exactly(session, f"{url}/v5/completions", body, headers, requests)
+        await _exactly(session, f"{url}{path}", body, headers, requests)
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
 
 

@@ -16,6 +16,7 @@ gateway, round-robin in short rounds so machine noise hits every variant alike:
     python -m bench.run [--seconds 4] [--rounds 3] [--against CHECKOUT]
     python -m bench.run --callgrind [--requests 300] [--against CHECKOUT]
     python -m bench.run --endpoints [--seconds 4] [--rounds 3] [--workers N]
+    python -m bench.run --callgrind --endpoints [--requests 300]
 
 `--endpoints` measures the endpoints side by side instead, on the same fake vendor through one
 gateway: chat (`/v5/chat/completions`), responses (`/v5/responses`, bridged through chat) and
@@ -185,6 +186,8 @@ def main() -> int:
     if args.callgrind:
         from bench import instructions
 
+        if args.endpoints:
+            return instructions.endpoints(args.requests)
         return instructions.main(args.requests, args.against)
     vendor_port = free_port()
     vendor = start_vendor(vendor_port)
