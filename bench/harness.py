@@ -26,6 +26,22 @@ STREAMS = {  # name: (body, tokens)
     "1 token": ({**STREAM_BODY, "max_tokens": 1, "stream_options": {"include_usage": True}}, 1),
     "64 paced": ({**STREAM_BODY, "model": "fake/slow-1", "stream_options": {"include_usage": True}}, 64),
 }
+# The endpoints side by side (bench.run --endpoints, --callgrind --endpoints).
+ENDPOINT_TEXT = "The quick brown fox"
+ENDPOINTS = {  # name: (path, plain body, 64-token stream body)
+    "chat": ("/v5/chat/completions",
+             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 16},
+             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 64,
+              "stream": True, "stream_options": {"include_usage": True}}),
+    "responses": ("/v5/responses", {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
+                  {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
+    # The same fake vendor named as OpenAI's own server: its Responses API, not its chat (`NATIVE`).
+    "native": ("/v5/responses", {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
+               {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
+}
+# The vendor `native` (--endpoints): the fake as OpenAI's own server, which has the Responses API.
+NATIVE = {"GATEWAY_VENDOR_NATIVE_PROTOCOL": "openai", "GATEWAY_VENDOR_NATIVE_SERVER": "openai"}
+
 TICK = os.sysconf("SC_CLK_TCK")
 RESPONSES_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n")
 

@@ -24,7 +24,17 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.harness import BODY, STREAMS, Sample, checkout_python, one_request, revision, start_vendor
+from bench.harness import (
+    BODY,
+    ENDPOINTS,
+    NATIVE,
+    STREAMS,
+    Sample,
+    checkout_python,
+    one_request,
+    revision,
+    start_vendor,
+)
 from tests.support.fakes.server import free_port
 from tests.support.gateway_process import ROOT
 from tests.support.provision import sqlite_database
@@ -74,8 +84,6 @@ def endpoints(requests: int) -> int:
     ENDPOINTS), each non-streamed and as a 64-token stream, counted alike: the endpoints' cost
     beside each other without the machine's noise (CPU time also counts the kernel's share: the
     writers' fsyncs)."""
-    from bench.run import ENDPOINTS, NATIVE
-
     vendor_port, port = free_port(), free_port()
     vendor = start_vendor(vendor_port)
     counts: dict[str, list[int]] = {}

@@ -47,6 +47,8 @@ import aiohttp
 
 from bench.harness import (
     BODY,
+    ENDPOINTS,
+    NATIVE,
     STREAM_BODY,
     STREAMS,
     Sample,
@@ -127,22 +129,6 @@ async def measure(targets: dict[str, Target], seconds: float, count: int) -> Non
             ttfb = statistics.median(v[0] for v in values) * 1000
             total = statistics.median(v[1] for v in values) * 1000
             print(f"{name:<22}{ttfb:>9.2f}{total:>10.2f}")
-
-
-ENDPOINT_TEXT = "The quick brown fox"
-ENDPOINTS = {  # name: (path, plain body, 64-token stream body)
-    "chat": ("/v5/chat/completions",
-             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 16},
-             {"model": "fake/bench", "messages": [{"role": "user", "content": ENDPOINT_TEXT}], "max_tokens": 64,
-              "stream": True, "stream_options": {"include_usage": True}}),
-    "responses": ("/v5/responses", {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
-                  {"model": "fake/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
-    # The same fake vendor named as OpenAI's own server: its Responses API, not its chat (`NATIVE`).
-    "native": ("/v5/responses", {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 16},
-               {"model": "native/bench", "input": ENDPOINT_TEXT, "max_output_tokens": 64, "stream": True}),
-}
-# The vendor `native` (--endpoints): the fake as OpenAI's own server, which has the Responses API.
-NATIVE = {"GATEWAY_VENDOR_NATIVE_PROTOCOL": "openai", "GATEWAY_VENDOR_NATIVE_SERVER": "openai"}
 
 
 async def measure_endpoints(url: str, key: str, pid: int, seconds: float, count: int, workers: int) -> None:
