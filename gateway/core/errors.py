@@ -13,7 +13,7 @@ together, so a handler only says what went wrong.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 # How much of a client-supplied value (an account id, a header, a key name) an error message repeats:
@@ -279,6 +279,11 @@ class ValidationFailed(Exception):
         if code is not None:  # a reason of its own (an administrative value that cannot be used)
             self.code = code
         self.extra_headers: dict[str, str] | None = None  # as GatewayError's (x-ratelimit-*: the planner's 422s)
+
+    @classmethod
+    def in_body(cls, problems: Iterable[tuple[tuple[str | int, ...], str]]) -> ValidationFailed:
+        """The 422 of problems a rule found in the body, each (where in the body, what is wrong)."""
+        return cls([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in problems])
 
     def body(self) -> dict[str, Any]:
         return {"detail": self.detail, "error": {

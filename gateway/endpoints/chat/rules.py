@@ -26,7 +26,7 @@ _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,(?P<data>.*)$", re.DOTALL)
 def check(body: Mapping[str, Any]) -> None:
     problems = list(_problems(body))
     if problems:
-        raise ValidationFailed([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in problems])
+        raise ValidationFailed.in_body(problems)
     _refuse_unservable(body)
 
 

@@ -18,7 +18,7 @@ FORMAT_SCHEMA = ("body", "text", "format", "schema")  # where a request's answer
 def check(body: Mapping[str, Any]) -> None:
     problems = list(client_schemas.problems(_schemas(body)))
     if problems:
-        raise ValidationFailed([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in problems])
+        raise ValidationFailed.in_body(problems)
 
 
 def answer_format(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -120,4 +120,4 @@ def _check_schema(body: dict[str, Any]) -> None:
         return
     found = list(client_schemas.problems([(("args", "json_schema"), body["json_schema"], False)]))
     if found:
-        raise ValidationFailed([{"loc": ["body", *loc], "msg": msg, "type": "value_error"} for loc, msg in found])
+        raise ValidationFailed.in_body(found)
