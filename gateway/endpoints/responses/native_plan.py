@@ -30,7 +30,7 @@ from gateway.core.endpoint import Endpoint
 from gateway.core.errors import VendorFailed
 from gateway.core.inference import NativeChoice
 from gateway.core.responses import NativeResponsesCall
-from gateway.endpoints.responses.answer import Unexpected, output_text
+from gateway.endpoints.responses.answer import MAX_ERROR_MESSAGE, Unexpected, output_text
 from gateway.endpoints.responses.native import TERMINAL, billed, chat_choice, from_native, unmet
 from gateway.endpoints.responses.rules import FORMAT_SCHEMA, answer_format, strict
 from gateway.endpoints.unit import OneCall
@@ -40,7 +40,6 @@ from gateway.vendors.vendor_errors import redact
 
 TEXT_DELTA = "response.output_text.delta"
 ERROR = "error"  # OpenAI's event for a stream that failed without a response
-MAX_MESSAGE = 4096  # characters of a vendor's error message passed on
 
 
 @dataclass(slots=True)
@@ -132,7 +131,7 @@ class NativePlan(OneCall):
             event = read.obj(orjson.loads(data), "an event")
             kind = event.get("type")
             if kind == ERROR:
-                raise read.Reported(read.text(event.get("message") or "", "its message", MAX_MESSAGE))
+                raise read.Reported(read.text(event.get("message") or "", "its message", MAX_ERROR_MESSAGE))
             made = usage = None
             if kind in TERMINAL:
                 found = read.obj(event.get("response"), "its response")
