@@ -224,7 +224,7 @@ def unmet(request: dict[str, Any], response: dict[str, Any], schema: Any = None)
     return None
 
 
-def _held(item: dict[str, Any]) -> dict[str, Any]:
+def _followed(item: dict[str, Any]) -> dict[str, Any]:
     """An item as a stream keeps it to follow its deltas: its own dict and content list and parts
     (what the deltas change), apart from the event that showed it, which is written as it was."""
     held = dict(item)
@@ -273,7 +273,7 @@ class NativeStream:
             if index not in self._items and len(self._items) == MAX_OUTPUT_ITEMS:
                 raise Unexpected(f"more than {MAX_OUTPUT_ITEMS} output items")
             fields["item"] = item(event["item"])
-            self._items[index] = _held(fields["item"])
+            self._items[index] = _followed(fields["item"])
             (self._open.add if kind.endswith(".added") else self._open.discard)(index)
         if "part" in event:
             fields["part"] = _part(event["part"]) if event["part"].get("type") in PARTS else \
