@@ -120,7 +120,9 @@ class EndpointUnit(Protocol[M, A, P]):
         """A whole answer, encoded, of `head` (its id, created and model)."""
 
     def shape(self) -> Shape:
-        """How a stream's choices are written (one per stream: it may keep what it wrote)."""
+        """How a stream's choices are written (one per stream: it may keep what it wrote), by the
+        chunk stream (http/answer_stream.py). An endpoint whose stream has a writer of its own
+        (http/serving.py `_STREAMS`: the Responses events) is never asked."""
 
 
 @dataclass(slots=True)

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from gateway.core.completion import Chunk, Usage
 from gateway.core.errors import GatewayError, ValidationFailed
-from gateway.http import event_stream
-from gateway.endpoints.unit import Planned, Shape
+from gateway.endpoints.unit import EndpointUnit, Planned
 from gateway.endpoints.usage import usage_body
+from gateway.http import event_stream
 from gateway.http.lifecycle import Lifecycle
 
 log = logging.getLogger("gateway")
@@ -33,11 +33,11 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class EventStream:
-    def __init__(self, plan: Planned, shape: Shape, head: dict[str, Any], first: list[Chunk],
+    def __init__(self, plan: Planned, unit: EndpointUnit[Any, Any, Any], head: dict[str, Any], first: list[Chunk],
                  rest: AsyncIterator[list[Chunk]], life: Lifecycle, redact: Callable[[str], str]) -> None:
         self._plan = plan
         self._choices = plan.choices
-        self._shape = shape
+        self._shape = shape = unit.shape()
         self._echoed = plan.echoed
         self._redact = redact
         self._first = first

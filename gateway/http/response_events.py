@@ -34,7 +34,6 @@ from gateway.endpoints.responses.answer import Unexpected, usage_from_chat
 from gateway.endpoints.responses.native import NativeStream
 from gateway.endpoints.responses.plan import AnyResponsesPlan
 from gateway.endpoints.responses.stream import ResponseStream, sse
-from gateway.endpoints.unit import Shape
 from gateway.endpoints.usage import usage_body
 from gateway.http.lifecycle import Lifecycle
 from gateway.store.response_writer import Pending
@@ -43,10 +42,12 @@ log = logging.getLogger("gateway")
 
 
 class ResponseEvents:
-    def __init__(self, plan: AnyResponsesPlan, shape: Shape, head: dict[str, Any], first: list[Chunk],
+    def __init__(self, plan: AnyResponsesPlan, unit: object, head: dict[str, Any], first: list[Chunk],
                  rest: AsyncIterator[list[Chunk]], life: Lifecycle, redact: Callable[[str], str],
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self._plan, self._shape, self._first, self._rest = plan, shape, first, rest
+        # (`unit`, the endpoint's, as every stream writer is given it: its events are made from the
+        # chunks' choices themselves, so it has no shape to read.)
+        self._plan, self._first, self._rest = plan, first, rest
         self._life, self._redact, self._clock = life, redact, clock
         self._id = head["id"]
         self._native = any(isinstance(c, NativeChoice) for chunk in first for c in chunk.choices)
@@ -87,7 +88,6 @@ class ResponseEvents:
 
     def _events_of(self, batch: list[Chunk]) -> bytes:
         events: list[dict[str, Any]] = []
-        piece = self._shape.piece
         for chunk in batch:
             if chunk.usage is not None:
                 self.usage = chunk.usage
@@ -100,10 +100,9 @@ class ResponseEvents:
                 if self._stream.ended and self._terminal is None:
                     self._terminal = events.pop()  # sent once stored (`_generate`)
                 continue
-            pieces = [p for c in chunk.choices if (p := piece(c, c.finish_reason)) is not None]
-            if pieces:
+            if chunk.choices:
                 self._life.meter.sent(chunk.choices)
-                events += self._stream.feed({"choices": pieces})
+                events += self._stream.feed(chunk.choices)
         return b"".join(sse(event) for event in events)
 
     async def _generate(self) -> AsyncIterator[bytes]:

@@ -101,7 +101,7 @@ async def serve(request: HandlerRequest, unit: EndpointUnit[M, Any, P], parsed: 
             assert started.first is not None and started.rest is not None
             rest = started.rest if looked.key is None else Relay(started.first, started.rest, plan.model, looked)
             events = _STREAMS.get(unit.endpoint, EventStream)
-            return life.stream(events(plan, unit.shape(), head, started.first, rest, life, services.redact), headers)
+            return life.stream(events(plan, unit, head, started.first, rest, life, services.redact), headers)
         result = started.result
         usage = result.usage or await life.estimated_usage(plan.prompts, plan.echoed, result.choices)
         if usage.estimated:
@@ -125,7 +125,7 @@ async def _from_cache(life: Lifecycle, unit: EndpointUnit[Any, Any, P], plan: P,
     headers = life.headers({"x-gateway-model": plan.model} | looked.header())
     if plan.stream:
         events = _STREAMS.get(unit.endpoint, EventStream)
-        return life.stream(events(plan, unit.shape(), head, cache.chunks(entry), cache.NO_MORE(), life, redact),
+        return life.stream(events(plan, unit, head, cache.chunks(entry), cache.NO_MORE(), life, redact),
                            headers)
     head["object"] = unit.answer_object
     result = Result(entry.choices, entry.usage, entry.system_fingerprint, billed=entry.usage)

@@ -13,6 +13,7 @@ import openai
 import pytest
 from scale_gp_beta import SGPClient
 
+from gateway.core.chat import ChatChoice
 from gateway.endpoints.responses.answer import response_from_chat
 from gateway.endpoints.responses.stream import ResponseStream
 from tests.support.fakes import openai_responses_upstream as fake
@@ -133,7 +134,7 @@ def test_what_the_bridge_makes_is_the_contracts_response_and_events():
         response_id="resp_1", created_at=1, model="fake/m")
     assert valid("Response", made) == []
     stream = ResponseStream(request, response_id="resp_2", created_at=1, model="fake/m")
-    events = stream.start() + stream.feed({"choices": [{"index": 0, "delta": {"content": "ok"}}]}) + stream.end(
+    events = stream.start() + stream.feed([ChatChoice(0, "ok")]) + stream.end(
         error={"code": "vendor_error", "message": "cut"})
     for event in events:
         assert valid("ResponseStreamEvent", {"event": event["type"], "data": json.dumps(event)}) == []

@@ -114,15 +114,14 @@ def test_the_demand_counts_the_chain_and_the_cache_form_holds_it():
 def test_a_streams_choices_become_openais_events():
     adapter = ScriptedChat()
     planned = plan(adapter, stream=True)
-    shape, events = UNIT.shape(), []
+    events = []
     stream = ResponseStream(dict(planned.request), response_id="resp_x", created_at=5, model="v/m")
     events += stream.start()
 
     async def read():
         async for batch in planned.chunks():
             for chunk in batch:
-                pieces = [p for c in chunk.choices if (p := shape.piece(c, c.finish_reason)) is not None]
-                events.extend(stream.feed({"choices": pieces}))
+                events.extend(stream.feed(chunk.choices))
     asyncio.run(read())
     events += stream.end(usage={"prompt_tokens": 10, "completion_tokens": 2})
     assert events[-1]["type"] == "response.completed"

@@ -1,4 +1,4 @@
-"""gateway/endpoints/responses/stream.py: chat chunks in, OpenAI's Responses events out; any chunks
+"""gateway/endpoints/responses/stream.py: chat chunks' choices in, OpenAI's Responses events out; any chunks
 give a well-formed sequence whose terminal response holds exactly what the deltas said."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
-from hypothesis import strategies as st
 
+from gateway.core.chat import ChatChoice
 from gateway.endpoints.responses.answer import MAX_OUTPUT_ITEMS, Unexpected, output_text
 from gateway.endpoints.responses.stream import ResponseStream, sse
 from generated.models import Response
@@ -27,13 +27,16 @@ def stream() -> ResponseStream:
     return ResponseStream(REQUEST, response_id="resp_1", created_at=1, model="fake/m")
 
 
-def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
-    choices = [] if delta is None and finish is None else [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    return {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices,
-            "usage": usage}
+def chunk(delta: dict | None = None, finish: str | None = None) -> list[ChatChoice]:
+    """A chat chunk's choices, from its delta as chat's wire writes it."""
+    if delta is None and finish is None:
+        return []
+    delta = delta or {}
+    return [ChatChoice(0, delta.get("content") or "", finish, refusal=delta.get("refusal"),
+                       tool_calls=delta.get("tool_calls"))]
 
 
-def run(chunks: list[dict], **end) -> list[dict]:
+def run(chunks: list[list[ChatChoice]], **end) -> list[dict]:
     s = stream()
     events = s.start()
     for c in chunks:
@@ -47,7 +50,7 @@ def types(events: list[dict]) -> list[str]:
 
 def test_text_then_completed_with_usage():
     events = run([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"}),
-                  chunk(finish="stop"), chunk(usage=USAGE)])
+                  chunk(finish="stop")], usage=USAGE)
     assert types(events) == [
         "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
         "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
@@ -67,7 +70,7 @@ def test_a_vendor_that_breaks_off_ends_failed_with_what_it_made_and_the_usage_co
 
 
 def test_a_client_that_leaves_ends_incomplete_without_a_reason_openai_does_not_name():
-    events = run([chunk({"content": "Par"}), chunk(usage=USAGE)], client_left=True)
+    events = run([chunk({"content": "Par"})], client_left=True, usage=USAGE)
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": None}
     assert events[-1]["response"]["usage"]["total_tokens"] == 8
@@ -126,8 +129,7 @@ def test_any_chunks_make_a_well_formed_sequence_whose_response_is_the_deltas(giv
                 call["function"]["name"] = "f"
         take(s.feed(chunk(delta)))
     take(s.feed(chunk(finish=finish)) if finish else [])
-    take(s.feed(chunk(usage=USAGE)) if with_usage else [])
-    take(s.end(**end))
+    take(s.end(**end, **({"usage": USAGE} if with_usage else {})))
 
     # What the stream did after an event (its items growing, closing, the response ending)
     # changed nothing in it.

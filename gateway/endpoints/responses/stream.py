@@ -1,4 +1,4 @@
-"""Chat completion chunks in, OpenAI's Responses stream events out.
+"""Chat completion chunks' choices in, OpenAI's Responses stream events out.
 
 OpenAI's sequence: `response.created`, `response.in_progress`; per output item
 `response.output_item.added`, for a message's part `response.content_part.added`, its
@@ -20,10 +20,13 @@ output, and an `output_item.added` for nothing would leave an empty message in t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
+from gateway.core.chat import ChatChoice
+from gateway.core.completion import Choice
 from gateway.endpoints.responses.answer import (
     MAX_OUTPUT_ITEMS,
     Unexpected,
@@ -64,7 +67,6 @@ class ResponseStream:
         # What grows, by key ("part", a call's item id): where its text goes, and its pieces so far.
         self._pieces: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
         self._part_pieces: list[str] = []  # the open part's (in `_pieces` too)
-        self._usage: dict[str, Any] | None = None
         self._finish: str | None = None
         self.ended = False
 
@@ -103,24 +105,22 @@ class ResponseStream:
         return [self._event("response.created", response=snapshot),
                 self._event("response.in_progress", response=snapshot)]
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        """The events one chat chunk makes (none for a chunk that adds nothing). `Unexpected` when
-        the vendor makes more items than the contract carries: end the stream with `error`."""
+    def feed(self, choices: Iterable[Choice]) -> list[dict[str, Any]]:
+        """The events a chunk's chat choices make (none for choices that add nothing). `Unexpected`
+        when the vendor makes more items than the contract carries: end the stream with `error`."""
         events: list[dict[str, Any]] = []
-        if chunk.get("usage"):
-            self._usage = usage_from_chat(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        for choice in choices:
+            if choice.index != 0:
                 continue  # a Responses request asks chat for one choice
-            if delta := choice.get("delta"):
-                if text := delta.get("content"):
-                    events += self._text("output_text", text)
-                if refusal := delta.get("refusal"):
-                    events += self._text("refusal", refusal)
-                for call in delta.get("tool_calls") or ():
+            if choice.text:
+                events += self._text("output_text", choice.text)
+            if isinstance(choice, ChatChoice):
+                if choice.refusal:
+                    events += self._text("refusal", choice.refusal)
+                for call in choice.tool_calls or ():
                     events += self._call(call)
-            if finish := choice.get("finish_reason"):
-                self._finish = finish
+            if choice.finish_reason:
+                self._finish = choice.finish_reason
         return events
 
     def _text(self, kind: str, delta: str) -> list[dict[str, Any]]:
@@ -209,8 +209,8 @@ class ResponseStream:
         the vendor failed mid-stream, `response.failed`. `client_left`: `response.incomplete` with
         reason null (OpenAI's reasons have no name for it; the event is for the stored response,
         nobody reads it). Neither: as the vendor's `finish_reason` says; a stream that stopped
-        without one failed (`server_error`). `usage` (chat's shape, the caller's count) stands in
-        when the vendor reported none; the terminal event carries the usage consumed either way."""
+        without one failed (`server_error`). `usage` (chat's shape: the vendor's, else the caller's
+        count) is the usage consumed, which the terminal event carries."""
         if self.ended:
             return []
         self.ended = True
@@ -226,7 +226,7 @@ class ResponseStream:
         for item in list(self._open):
             events += self._close_item(item, "completed" if status == "completed" else "incomplete")
         response = self.response
-        response.update(status=status, incomplete_details=details, usage=self._usage or usage_from_chat(usage))
+        response.update(status=status, incomplete_details=details, usage=usage_from_chat(usage))
         if error is not None:
             response["error"] = error_value(error)
         events.append(self._event(TERMINAL[status], response=response))  # (whole: nothing changes it after)

@@ -77,8 +77,8 @@ class Responses:
     def body(self, head: Mapping[str, Any], plan: AnyResponsesPlan, result: Result, usage: Usage) -> bytes:
         return orjson.dumps(response(head, plan, result.choices, usage))
 
-    def shape(self) -> Shape:
-        return Shape()
+    def shape(self) -> unit.Shape:
+        raise AssertionError("a Responses stream is written by http/response_events.py from the choices themselves")
 
 
 def response(head: Mapping[str, Any], plan: AnyResponsesPlan, choices: Sequence[Choice],
@@ -106,27 +106,6 @@ def message(choice: Choice) -> dict[str, Any]:
     if found["content"] is None and not found.get("tool_calls") and found.get("refusal") is None:
         found["content"] = ""
     return found
-
-
-class Shape:
-    """A streamed chat choice as chat's chunk choice (`delta`), which stream.py `ResponseStream`
-    turns into Responses events."""
-
-    def piece(self, choice: Choice, finish: str | None) -> dict[str, Any] | None:
-        delta: dict[str, Any] = {}
-        if choice.text:
-            delta["content"] = choice.text
-        if isinstance(choice, ChatChoice):
-            if choice.tool_calls:
-                delta["tool_calls"] = choice.tool_calls
-            if choice.refusal:
-                delta["refusal"] = choice.refusal
-        if not delta and finish is None:
-            return None
-        return {"index": choice.index, "delta": delta, "finish_reason": finish}
-
-    def closing(self, index: int) -> dict[str, Any]:
-        return {"index": index, "delta": {}, "finish_reason": "stop"}
 
 
 def _text(asked: AskedResponses) -> str:
